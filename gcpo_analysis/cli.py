@@ -39,25 +39,30 @@ def _add_score(sub):
 
 
 def _run_score(args) -> int:
-    from .frames import read_frame, write_frame
+    from .frames import read_frame, write_frame, write_text
     from .measures.score import parse_measures, score_groups
 
     measures = parse_measures(args.measures)  # fail on a typo before any model loads
+    out = Path(args.output)
+    if out.suffix.lower() not in (".parquet", ".jsonl", ".csv"):
+        out = out.with_suffix(".parquet")
+    source = Path(args.rollouts).resolve()
+    for target in (out, out.with_suffix(".csv"), out.with_suffix(".meta.json")):
+        if target.resolve() == source:
+            raise ValueError(f"output {target} is the input rollouts file; choose another -o "
+                             f"(the groups frame would replace the rollouts)")
     rollouts = read_frame(args.rollouts, kind="rollouts")
     groups = score_groups(
         rollouts, measures, embedder=args.embedder, judge=args.judge, threshold=args.threshold,
         use_full_completion=args.full_completion, alpha_base=args.alpha_base,
         r_min=args.r_min, r_max=args.r_max, progress=True,
     )
-    out = Path(args.output)
-    if out.suffix.lower() not in (".parquet", ".jsonl", ".csv"):
-        out = out.with_suffix(".parquet")
     meta = dict(groups.attrs.get("gcpo", {}), source=str(args.rollouts))
     groups.attrs = {}
     write_frame(groups, out)
     if args.csv:
         write_frame(groups, out.with_suffix(".csv"))
-    out.with_suffix(".meta.json").write_text(json.dumps(meta, indent=2, default=str))
+    write_text(out.with_suffix(".meta.json"), json.dumps(meta, indent=2, default=str))
     print(f"wrote {out} ({len(groups)} queries) and {out.with_suffix('.meta.json')}")
     return 0
 
@@ -111,8 +116,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (ValueError, FileNotFoundError) as err:
-        # Bad input is reported as one clear line, not a traceback.
+    except (ValueError, OSError) as err:
+        # Bad input and file-system errors (a folder where a file goes, a full disk) are one
+        # clear line naming the path, not a traceback.
         print(f"gcpo {args.command}: error: {err}", file=sys.stderr)
         return 2
 

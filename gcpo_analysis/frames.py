@@ -25,6 +25,11 @@ ROLLOUT_NUMERIC = ("reward", "token_entropy", "logprob", "ratio_var")
 GROUP_REQUIRED = ("query_id", "G")
 
 
+def _show(value) -> str:
+    """repr of a cell as a user wrote it (1, not np.int64(1))."""
+    return repr(value.item() if isinstance(value, np.generic) else value)
+
+
 class FrameError(ValueError):
     """A frame that does not follow DESIGN.md's schema; the message names column and row."""
 
@@ -61,6 +66,11 @@ def validate_rollouts(df: pd.DataFrame, source: str | None = None) -> pd.DataFra
     _check_columns(df, ROLLOUT_REQUIRED, "rollouts", source)
     if len(df) == 0:
         raise FrameError(f"rollouts frame{' in ' + source if source else ''} is empty")
+    for col in ("query_id", "rollout_id"):
+        _check_ids(df, col, "rollouts", source)
+    for col in ROLLOUT_NUMERIC:
+        if col in df.columns:
+            _check_numeric(df, col, "rollouts", source)
     _check_finite(df, [c for c in ROLLOUT_NUMERIC if c in df.columns], "rollouts", source)
     for col in ("completion", "answer"):
         nulls = df[col].isna().to_numpy()
@@ -86,9 +96,51 @@ def validate_rollouts(df: pd.DataFrame, source: str | None = None) -> pd.DataFra
     return out
 
 
+def _check_ids(df: pd.DataFrame, col: str, kind: str, source: str | None) -> None:
+    """An id column has no nulls and one type: 1 and "1" in one file would be two different
+    queries to pandas and a crash to pyarrow."""
+    where = f" in {source}" if source else ""
+    values = df[col]
+    nulls = values.isna().to_numpy()
+    if nulls.any():
+        row = int(np.flatnonzero(nulls)[0])
+        raise FrameError(f"{kind} frame{where}: column {col!r} is null at row {row}")
+    if values.dtype != object:
+        return
+    kinds = values.map(lambda v: "number" if isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+                       else "text" if isinstance(v, str) else type(v).__name__)
+    if kinds.nunique() > 1:
+        first = kinds.iloc[0]
+        row = int(np.flatnonzero((kinds != first).to_numpy())[0])
+        raise FrameError(f"{kind} frame{where}: column {col!r} mixes types: {_show(values.iloc[0])} ({first}) "
+                         f"at row 0 and {_show(values.iloc[row])} ({kinds.iloc[row]}) at row {row}; use one type")
+    if kinds.iloc[0] not in ("number", "text"):
+        raise FrameError(f"{kind} frame{where}: column {col!r} holds {kinds.iloc[0]} values "
+                         f"(e.g. {values.iloc[0]!r}); ids must be integers or strings")
+
+
+def _check_numeric(df: pd.DataFrame, col: str, kind: str, source: str | None) -> None:
+    """A numeric column holds real numbers: "1.5" (a string) and true (a bool) are refused, not
+    silently converted."""
+    values = df[col]
+    if pd.api.types.is_bool_dtype(values) or not (pd.api.types.is_numeric_dtype(values) or values.dtype == object):
+        bad = np.ones(len(values), bool)  # bool, text or datetime dtype: every row is wrong
+    elif values.dtype == object:
+        bad = values.map(lambda v: isinstance(v, bool) or not (isinstance(v, (int, float, np.number)) or v is None)).to_numpy()
+    else:
+        return
+    if bad.any():
+        where = f" in {source}" if source else ""
+        row = int(np.flatnonzero(bad)[0])
+        qid = df["query_id"].iloc[row] if "query_id" in df.columns else "?"
+        raise FrameError(f"{kind} frame{where}: column {col!r} must be numeric, got {_show(values.iloc[row])} "
+                         f"({type(values.iloc[row]).__name__}) at row {row} (query_id={_show(qid)})")
+
+
 def validate_groups(df: pd.DataFrame, source: str | None = None) -> pd.DataFrame:
     """Check a groups frame (one row per query); return it. Raises FrameError."""
     _check_columns(df, GROUP_REQUIRED, "groups", source)
+    _check_ids(df, "query_id", "groups", source)
     dup = df["query_id"].duplicated().to_numpy()
     if dup.any():
         row = int(np.flatnonzero(dup)[0])
@@ -148,20 +200,45 @@ def _read_jsonl(path: Path) -> pd.DataFrame:
 
 
 def write_frame(df: pd.DataFrame, path: str | Path) -> Path:
-    """Write a frame atomically (a temporary file then a rename, so nothing written is lost)."""
+    """Write a frame atomically (a temporary file then a rename, so nothing written is lost).
+    Any failure (the path is a folder, a parent is a file, the disk is full) removes the
+    temporary file and raises OSError naming the path."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    writers = {".parquet": lambda f: df.to_parquet(f, index=False),
+               ".jsonl": lambda f: df.to_json(f, orient="records", lines=True, force_ascii=False),
+               ".ndjson": lambda f: df.to_json(f, orient="records", lines=True, force_ascii=False),
+               ".csv": lambda f: df.to_csv(f, index=False)}
+    if suffix not in writers:
+        raise FrameError(f"{path}: unknown frame format {suffix!r} (use .parquet, .jsonl or .csv)")
+    _atomic(path, writers[suffix])
+    return path
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    """``write_frame``'s atomic write for a text file (sidecars, run cards)."""
+    path = Path(path)
+    _atomic(path, lambda f: Path(f).write_text(text, encoding="utf-8"))
+    return path
+
+
+def _atomic(path: Path, write) -> None:
     import os
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    suffix = path.suffix.lower()
-    if suffix == ".parquet":
-        df.to_parquet(tmp, index=False)
-    elif suffix in (".jsonl", ".ndjson"):
-        df.to_json(tmp, orient="records", lines=True, force_ascii=False)
-    elif suffix == ".csv":
-        df.to_csv(tmp, index=False)
-    else:
-        raise FrameError(f"{path}: unknown frame format {suffix!r} (use .parquet, .jsonl or .csv)")
-    os.replace(tmp, path)
-    return path
+    try:
+        if path.is_dir():
+            raise IsADirectoryError(21, "is a folder, not a file", str(path))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write(tmp)
+        os.replace(tmp, path)
+    except OSError as err:
+        if err.filename is None:
+            err.filename = str(path)
+        raise
+    finally:
+        try:
+            if tmp.exists():
+                tmp.unlink()
+        except OSError:
+            pass

@@ -169,6 +169,7 @@ def extract_qa_answer(completion: str) -> str:
 
 
 _BOX_COMMANDS = ("\\boxed", "\\fbox", "\\framebox")
+_BARE_BOX_TOKEN = re.compile(r"\s+([^\s$]+)")
 
 
 def _braced(text: str, open_idx: int) -> int | None:
@@ -184,26 +185,41 @@ def _braced(text: str, open_idx: int) -> int | None:
     return None
 
 
+def _matching_braces(text: str) -> dict[int, int]:
+    """{index of '{': index of its matching '}'} for every closed brace, in one linear pass.
+    Unclosed '{' are absent. One pass instead of a scan per box keeps a completion made of
+    thousands of unclosed ``\\boxed{`` linear, not quadratic, in its length."""
+    match, stack = {}, []
+    for k, ch in enumerate(text):
+        if ch == "{":
+            stack.append(k)
+        elif ch == "}" and stack:
+            match[stack.pop()] = k
+    return match
+
+
 def extract_boxed(text: str) -> str | None:
     """Content of the LAST complete ``\\boxed{...}`` / ``\\fbox{...}`` / ``\\framebox{...}``
     (MATH ``last_boxed_only_string``), nested braces matched by a counting scan. ``\\boxed 5``
     (no braces) yields the token up to the next space or ``$``. An unclosed box (a truncated
-    completion) is skipped in favour of the previous complete one. None if there is none."""
+    completion) is skipped in favour of the previous complete one. None if there is none.
+    Linear time in len(text), whatever it holds."""
     if not isinstance(text, str):
         return None
     starts = sorted(
         (m.start(), m.end()) for cmd in _BOX_COMMANDS for m in re.finditer(re.escape(cmd) + r"(?![A-Za-z])", text)
     )
+    match = _matching_braces(text) if starts else {}
     for start, end in reversed(starts):
-        rest = text[end:]
-        if rest.startswith("{"):
-            close = _braced(text, end)
+        rest = text[end:end + 1]
+        if rest == "{":
+            close = match.get(end)
             if close is not None:
                 return text[end + 1:close].strip()
-        elif rest.startswith(" "):
-            token = rest.lstrip().split("$")[0].split()
+        elif rest == " ":
+            token = _BARE_BOX_TOKEN.match(text, end)
             if token:
-                return token[0]
+                return token.group(1)
     return None
 
 
@@ -312,6 +328,21 @@ def _brace(g: str) -> str:
 # ----------------------------------------------------------------------------- math equivalence
 MAX_MATH_CHARS = 200  # longer answers are compared as strings only (guards sympy run time)
 MAX_EXPONENT = 10_000  # larger numeric exponents are not evaluated (an exact 9^9^9 never ends)
+MAX_BITS = 65_536  # numbers whose estimated size exceeds 2^MAX_BITS are not evaluated
+MAX_SYMBOLIC_EXPONENT = 64  # (x + 1)^n with larger n is not expanded
+MAX_NODES = 300  # expression trees with more nodes are compared as strings only
+_FALLBACKS: Counter = Counter()  # guard hits since the last reset: answers compared as strings
+
+
+def math_fallbacks(reset: bool = False) -> dict[str, int]:
+    """How many math comparisons fell back to string equality because an answer was over a
+    guard ({"length": n, "cost": m}), counted per ``math_equiv`` call since the last reset.
+    Callers that score many answers (``score_groups``, the study, the trainer) record it in
+    their output's metadata."""
+    out = dict(_FALLBACKS)
+    if reset:
+        _FALLBACKS.clear()
+    return out
 _FUNCS = {"sqrt", "sin", "cos", "tan", "cot", "sec", "csc", "log", "ln", "exp", "pi", "oo"}
 _LATEX_TO_PY = [
     (r"\cdot", "*"), (r"\times", "*"), (r"\div", "/"), (r"\pi", " pi "), (r"\infty", " oo "),
@@ -369,11 +400,60 @@ def _latex_to_sympy_str(s: str) -> str | None:
     return text
 
 
+def _log2_size(expr, sympy) -> float:
+    """An upper estimate of log2 |value| of a numeric sympy tree (symbols count as 7 bits, the
+    size of the random points they are evaluated at), computed in floats: 9999^9999^9999 is
+    sized without ever being built. inf when the estimate itself overflows."""
+    if expr.is_Integer or expr.is_Rational:
+        return float(max(abs(expr.p).bit_length(), abs(expr.q).bit_length()))
+    if expr.is_Float:
+        return float(abs(expr._mpf_[2]) + expr._mpf_[3]) if expr._mpf_[1] else 0.0
+    if expr.is_Symbol or expr.is_NumberSymbol or expr is sympy.I or not expr.args:
+        return 7.0
+    sizes = [_log2_size(a, sympy) for a in expr.args]
+    if expr.is_Pow:
+        base, exp = sizes
+        if exp > 60:
+            return math.inf
+        if not expr.exp.free_symbols:  # small enough to evaluate in floats: use its real size
+            exp_value = abs(complex(sympy.N(expr.exp, 15)))
+            return max(base, 1.0) * (exp_value if math.isfinite(exp_value) else math.inf)
+        return max(base, 1.0) * 2.0 ** exp
+    if expr.is_Mul:
+        return sum(sizes)
+    return max(sizes) + math.log2(len(sizes))  # Add, functions (sqrt, sin, log, ...)
+
+
+def _over_cost_guard(expr, sympy) -> bool:
+    """True if evaluating ``expr`` exactly could take unbounded time: too many nodes, a numeric
+    size over 2^MAX_BITS (towers such as (9999^9999)^9999, which a per-power exponent check
+    misses), a numeric exponent over MAX_EXPONENT, or a symbolic power over
+    MAX_SYMBOLIC_EXPONENT (its expansion). Checked before anything evaluates the expression."""
+    nodes = 0
+    for node in sympy.preorder_traversal(expr):
+        nodes += 1
+        if nodes > MAX_NODES:
+            return True
+        if node.is_Pow and node.exp.is_Number:
+            n = abs(float(node.exp))
+            limit = MAX_SYMBOLIC_EXPONENT if node.base.free_symbols else MAX_EXPONENT
+            if not math.isfinite(n) or n > limit:
+                return True
+    try:
+        return not _log2_size(expr, sympy) <= MAX_BITS
+    except (OverflowError, ValueError, TypeError, AttributeError):
+        return True
+
+
 @functools.lru_cache(maxsize=4096)  # a group's G completions share one reference; repeats are common
 def _to_sympy(s: str):
-    """A sympy expression for a normalised answer, or None (parse error, unsafe/huge input)."""
-    if not s or len(s) > MAX_MATH_CHARS:
-        return None
+    """(sympy expression or None, guard) for a normalised answer: guard is "length" or "cost"
+    when the answer is over a guard (then compared as a string), else None. None expression on
+    a parse error or unsafe input."""
+    if not s:
+        return None, None
+    if len(s) > MAX_MATH_CHARS:
+        return None, "length"
     import sympy
     from sympy.parsing.sympy_parser import (
         convert_xor, implicit_multiplication_application, parse_expr, standard_transformations,
@@ -399,25 +479,24 @@ def _to_sympy(s: str):
         except Exception:
             expr = None
     if expr is None or not isinstance(expr, sympy.Expr):
-        return None
-    # Refuse 9^9^9-style towers before anything evaluates them exactly: every power's exponent
-    # (towers included, atoms() lists nested powers) is sized with floating evalf, which is cheap.
-    try:
-        for p in expr.atoms(sympy.Pow):
-            if not p.exp.free_symbols and abs(complex(sympy.N(p.exp, 15))) > MAX_EXPONENT:
-                return None
-    except (TypeError, ValueError, OverflowError):
-        return None
-    return expr
+        return None, None
+    if _over_cost_guard(expr, sympy):
+        return None, "cost"
+    return expr, None
 
 
 @functools.lru_cache(maxsize=4096)
-def _scalar_equiv(a: str, b: str) -> bool:
+def _scalar_equiv(a: str, b: str) -> tuple[bool, str | None]:
+    """(equal, guard): guard names the guard that sent the comparison to string equality."""
     if a == b:
-        return True
-    ea, eb = _to_sympy(a), _to_sympy(b)
+        return True, None
+    (ea, ga), (eb, gb) = _to_sympy(a), _to_sympy(b)
     if ea is None or eb is None:
-        return False
+        return False, ga or gb
+    return _sympy_equiv(ea, eb), None
+
+
+def _sympy_equiv(ea, eb) -> bool:
     import sympy
 
     try:
@@ -489,26 +568,34 @@ def math_equiv(a, b) -> bool:
     within relative 1e-6; expressions with symbols are
     unequal if a - b ≠ 0 at one of 3 seeded random rational points, else equal if
     ``expand(a - b) == 0`` or ``simplify(a - b) == 0`` (simplify skipped above 60 operations).
-    Strings longer than MAX_MATH_CHARS are compared as strings only; numeric exponents above
-    MAX_EXPONENT are not evaluated; any parse error gives False (never raises, never hangs)."""
+    Strings longer than MAX_MATH_CHARS, and expressions over the cost guard (``_over_cost_guard``:
+    more than MAX_NODES nodes, a numeric size over 2^MAX_BITS — towers included — or an exponent
+    over MAX_EXPONENT / MAX_SYMBOLIC_EXPONENT), are compared as strings only and counted in
+    ``math_fallbacks()``; any parse error gives False (never raises, never hangs)."""
     if a is None or b is None:
         return False
     na, nb = normalize_math_answer(a), normalize_math_answer(b)
     if not na or not nb:
         return False
-    return _equiv_normalized(na, nb, depth=0)
+    guards: set = set()
+    equal = _equiv_normalized(na, nb, depth=0, guards=guards)
+    _FALLBACKS.update(guards)
+    return equal
 
 
-def _equiv_normalized(na: str, nb: str, depth: int) -> bool:
+def _equiv_normalized(na: str, nb: str, depth: int, guards: set) -> bool:
     if na == nb:
         return True
+    if len(na) > MAX_MATH_CHARS or len(nb) > MAX_MATH_CHARS:
+        guards.add("length")  # also bounds the tuple split below
+        return False
     (oa, pa, ca), (ob, pb, cb) = _split_top(na), _split_top(nb)
     if depth < 3 and (len(pa) > 1 or len(pb) > 1):
         if len(pa) != len(pb) or len(pa) > 20:
             return False
         if oa and ob and (oa, ca) != (ob, cb):
             return False
-        same = lambda x, y: _equiv_normalized(x, y, depth + 1)  # noqa: E731 - nested tuples
+        same = lambda x, y: _equiv_normalized(x, y, depth + 1, guards)  # noqa: E731 - nested tuples
         if all(same(x, y) for x, y in zip(pa, pb)):
             return True
         if oa or ob:
@@ -520,7 +607,10 @@ def _equiv_normalized(na: str, nb: str, depth: int) -> bool:
                 return False
             remaining.pop(hit)
         return True
-    return _scalar_equiv(na, nb)
+    equal, guard = _scalar_equiv(na, nb)
+    if guard:
+        guards.add(guard)
+    return equal
 
 
 # ----------------------------------------------------------------------------- rewards

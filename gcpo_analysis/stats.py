@@ -448,6 +448,29 @@ def _finite_column(groups: pd.DataFrame, col: str) -> np.ndarray:
     return pd.to_numeric(groups[col], errors="coerce").to_numpy(float)
 
 
+def _check_study_input(groups: pd.DataFrame, target: str, n_boot) -> None:
+    """Refuse what would make the statistics silently wrong: every query must be counted once
+    (a repeated query_id would narrow the CIs), the target must have a finite value."""
+    if isinstance(n_boot, bool) or not isinstance(n_boot, (int, np.integer)) or n_boot < 1:
+        raise ValueError(f"n_boot must be an integer >= 1 (bootstrap resamples), got {n_boot!r}")
+    if len(groups) == 0:
+        raise ValueError("the groups frame is empty: no query matched (check the query ids)")
+    if "query_id" in groups.columns:
+        ids = groups["query_id"]
+        nulls = ids.isna().to_numpy()
+        if nulls.any():
+            raise ValueError(f"groups frame: query_id is null at row {int(np.flatnonzero(nulls)[0])}")
+        dup = ids.duplicated(keep=False).to_numpy()
+        if dup.any():
+            rows = np.flatnonzero(dup)
+            first = ids.iloc[rows[0]]
+            first = first.item() if isinstance(first, np.generic) else first
+            raise ValueError(f"groups frame: query_id {first!r} appears {int((ids == ids.iloc[rows[0]]).sum())} "
+                             f"times (rows {rows[:5].tolist()}); each query must be counted once")
+    if target in groups.columns and not np.isfinite(_finite_column(groups, target)).any():
+        raise ValueError(f"target {target!r} has no finite value in the {len(groups)} rows")
+
+
 def gap_study(groups: pd.DataFrame, measures=DEFAULT_MEASURES, target: str = "grad_var",
               reference: str = "bot", trim: float = 20, n_boot: int = 10_000, top_frac: float = 0.1,
               k_folds: int = 5, seed: int = 0, success_column: str = "success_rate",
@@ -462,6 +485,7 @@ def gap_study(groups: pd.DataFrame, measures=DEFAULT_MEASURES, target: str = "gr
     All resamples come from ``np.random.default_rng(seed)``. See the module docstring for the
     bad-input policy.
     """
+    _check_study_input(groups, target, n_boot)
     measures = list(measures)
     known_missing = [m for m in measures if m not in groups.columns and m in MEASURE_LABELS]
     unknown = [m for m in measures if m not in groups.columns and m not in MEASURE_LABELS]
@@ -512,6 +536,10 @@ def gap_study(groups: pd.DataFrame, measures=DEFAULT_MEASURES, target: str = "gr
 
     rows_s, rows_r, rows_h, rows_c, rows_b = [], [], [], [], []
     has_success = success_column in frame.columns
+    if has_success and not np.isfinite(_finite_column(frame, success_column)).any():
+        warnings.warn(f"column {success_column!r} has no finite value: the success-rate table "
+                      f"(Table 3) is skipped", stacklevel=2)
+        has_success = False
     for m in measures:
         mask = masks[m]
         u, y = _finite_column(frame, m)[mask], y_all[mask]

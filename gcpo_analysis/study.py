@@ -92,8 +92,34 @@ def add_parser(sub) -> None:
 def _run_cli(args) -> int:
     values = dict(PRESETS.get(args.preset, {}))
     values.update({f.name: getattr(args, f.name) for f in fields(StudyConfig) if getattr(args, f.name) is not None})
+    if values.get("from_rollouts") and args.output is None:
+        values["output"] = str(reanalysis_folder(values["from_rollouts"]))
     run_study(StudyConfig(**values))
     return 0
+
+
+def reanalysis_folder(rollouts_file) -> Path:
+    """Default output of ``--from-rollouts``: a new folder ``reanalysis-N`` beside the source
+    run (N = 1, 2, ...), so a re-analysis never writes over the run it reads."""
+    parent = Path(rollouts_file).resolve().parent
+    n = 1
+    while (parent / f"reanalysis-{n}").exists():
+        n += 1
+    return parent / f"reanalysis-{n}"
+
+
+def _check_reanalysis_output(cfg: StudyConfig, out: Path) -> None:
+    """A re-analysis must not replace the frames it reads (nor any other run's frames)."""
+    sources = [Path(cfg.from_rollouts)]
+    sources.append(Path(cfg.target_from) if cfg.target_from else Path(cfg.from_rollouts).with_name("groups.parquet"))
+    for name in ("rollouts.parquet", "groups.parquet"):
+        target = out / name
+        if any(target.resolve() == src.resolve() for src in sources if src.exists()):
+            raise ValueError(f"--output {out} would replace {target}, which this re-analysis reads; "
+                             f"choose a new folder (the default is a new reanalysis-N beside the source)")
+        if target.exists():
+            raise ValueError(f"--output {out} already holds {name}; a re-analysis writes to a new folder "
+                             f"(omit --output for reanalysis-N beside the source)")
 
 
 # --------------------------------------------------------------------------- stages
@@ -172,8 +198,15 @@ def _from_rollouts(cfg: StudyConfig, timer: _Timer, card: dict):
             )
     if groups is None:
         return rollouts, pd.DataFrame({"query_id": rollouts["query_id"].unique()})
-    keep = ["query_id"] + [c for c in dict.fromkeys((cfg.target, "grad_var")) if c in groups.columns]
-    return rollouts, groups[keep]
+    known = set(groups["query_id"])
+    matched = [q for q in rollouts["query_id"].unique() if q in known]
+    if not matched:
+        raise ValueError(f"none of the {rollouts['query_id'].nunique()} query ids of {cfg.from_rollouts} "
+                         f"is in {target_file} (e.g. {rollouts['query_id'].iloc[0]!r} vs "
+                         f"{groups['query_id'].iloc[0]!r})")
+    # Every column of the source groups frame is carried over (grad_norm2_mean, t_generate, ...):
+    # a re-analysis adds what it computes and never drops what it did not.
+    return rollouts, groups
 
 
 def run_study(cfg: StudyConfig):
@@ -186,6 +219,8 @@ def run_study(cfg: StudyConfig):
     if cfg.reference not in measures:
         raise ValueError(f"reference measure {cfg.reference!r} is not among the measures {measures}")
     out = Path(cfg.output)
+    if cfg.from_rollouts:
+        _check_reanalysis_output(cfg, out)
     out.mkdir(parents=True, exist_ok=True)
     timer = _Timer()
     card: dict = {"settings": asdict(cfg), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}

@@ -2,10 +2,15 @@
 
 Layout: ``output_dir/checkpoints/step_000100/`` with ``trainable.pt`` (the parameters that
 require grad: LoRA adapters, or all weights under full fine-tuning), ``optimizer.pt``,
-``scheduler.pt``, ``rng.pt`` (python, numpy, torch), ``state.json`` (step, data position,
-config hash) and ``config.json``; LoRA runs also get ``adapter/`` (peft ``save_pretrained``)
+``scheduler.pt``, ``rng.pt`` (the torch RNG state, a tensor), ``rng.json`` (Python's and
+numpy's RNG states), ``state.json`` (step, data position, config hash) and ``config.json``; LoRA runs also get ``adapter/`` (peft ``save_pretrained``)
 for use outside gcpo. Written into a temporary folder, then ``os.replace``d into place, so a
 run killed mid-write never leaves a half checkpoint behind.
+
+Checkpoints are untrusted input (users resume folders they downloaded): every ``.pt`` is read
+with ``torch.load(weights_only=True)``, which unpickles tensors and plain containers only, and
+the RNG states that are not tensors are JSON. A file that fails the safe load is refused with
+its path named; ``usable_checkpoint`` falls back to the newest checkpoint that loads.
 """
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ import json
 import os
 import random
 import shutil
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -26,14 +32,41 @@ def checkpoint_dir(output_dir, step: int) -> Path:
     return Path(output_dir) / "checkpoints" / f"step_{step:06d}"
 
 
-def latest_checkpoint(output_dir) -> Path | None:
-    """The checkpoint folder with the highest step, or None (temporary folders are ignored)."""
+class UnreadableCheckpoint(ValueError):
+    """A checkpoint file that is truncated, corrupt or not a safe (weights-only) pickle."""
+
+
+def complete_checkpoints(output_dir) -> list[Path]:
+    """Checkpoint folders that finished writing (state.json present), newest first."""
     root = Path(output_dir) / "checkpoints"
     if not root.exists():
-        return None
+        return []
     done = [p for p in root.glob("step_*") if p.is_dir() and (p / "state.json").exists()
-            and not p.name.endswith(".tmp")]
-    return max(done, key=lambda p: int(p.name.split("_")[1])) if done else None
+            and not p.name.endswith(".tmp") and p.name[5:].isdigit()]
+    return sorted(done, key=lambda p: int(p.name[5:]), reverse=True)
+
+
+def latest_checkpoint(output_dir) -> Path | None:
+    """The checkpoint folder with the highest step, or None (temporary folders are ignored)."""
+    done = complete_checkpoints(output_dir)
+    return done[0] if done else None
+
+
+def load_latest_usable(output_dir, **objects) -> tuple[dict, Path] | tuple[None, None]:
+    """Restore the newest checkpoint that loads (``load_checkpoint``); an unreadable one is
+    skipped with a warning naming the bad file. (None, None) when there is no checkpoint;
+    ``UnreadableCheckpoint`` naming every bad file when none is usable. A checkpoint of another
+    configuration is an error, not a fallback."""
+    bad = []
+    for path in complete_checkpoints(output_dir):
+        try:
+            return load_checkpoint(path, **objects), path
+        except UnreadableCheckpoint as err:
+            warnings.warn(f"skipping checkpoint {path.name}: {err}; trying the previous one")
+            bad.append(str(err))
+    if bad:
+        raise UnreadableCheckpoint("no usable checkpoint in " f"{Path(output_dir) / 'checkpoints'}: " + "; ".join(bad))
+    return None, None
 
 
 def trainable_state(model) -> dict:
@@ -52,8 +85,8 @@ def save_checkpoint(output_dir, step: int, *, model, optimizer, scheduler, confi
     torch.save(trainable_state(model), tmp / "trainable.pt")
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
     torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
-    torch.save({"python": random.getstate(), "numpy": np.random.get_state(),
-                "torch": torch.get_rng_state()}, tmp / "rng.pt")
+    torch.save({"torch": torch.get_rng_state()}, tmp / "rng.pt")
+    (tmp / "rng.json").write_text(json.dumps(rng_states_to_json()))
     if config.use_lora and hasattr(model, "save_pretrained"):
         model.save_pretrained(tmp / "adapter")
     (tmp / "config.json").write_text(json.dumps(config.to_dict(), indent=2, default=str))
@@ -67,10 +100,10 @@ def save_checkpoint(output_dir, step: int, *, model, optimizer, scheduler, confi
 
 def check_compatible(path: Path, config: TrainConfig) -> dict:
     """Refuse a checkpoint written under another configuration, naming the differing keys."""
-    state = json.loads((Path(path) / "state.json").read_text())
+    state = _read_json(Path(path) / "state.json", ("step", "data_position", "config_hash"))
     if state["config_hash"] == config.config_hash():
         return state
-    saved = json.loads((Path(path) / "config.json").read_text())
+    saved = _read_json(Path(path) / "config.json", ())
     mine = config.identity()
     keys = sorted(k for k in set(saved) | set(mine)
                   if k in mine and json.dumps(saved.get(k), default=str) != json.dumps(mine.get(k), default=str))
@@ -79,10 +112,21 @@ def check_compatible(path: Path, config: TrainConfig) -> dict:
                      f"{diffs or '(hash differs, no key differs: gcpo version change?)'}")
 
 
+def _read_json(path: Path, keys) -> dict:
+    try:
+        obj = json.loads(path.read_text())
+        missing = [k for k in keys if k not in obj]
+    except (OSError, ValueError, TypeError) as err:
+        raise UnreadableCheckpoint(f"{path} is unreadable ({type(err).__name__}: {err})") from None
+    if missing:
+        raise UnreadableCheckpoint(f"{path} lacks {missing}")
+    return obj
+
+
 def load_trainable(model, path: Path) -> None:
     """Copy ``trainable.pt`` into the model's trainable parameters (names must match exactly)."""
     torch = require("torch")
-    saved = torch.load(Path(path) / "trainable.pt", map_location="cpu", weights_only=True)
+    saved = safe_load(Path(path) / "trainable.pt")
     params = dict(model.named_parameters())
     missing = [n for n in saved if n not in params]
     if missing:
@@ -92,15 +136,50 @@ def load_trainable(model, path: Path) -> None:
             params[name].copy_(value.to(params[name].device, params[name].dtype))
 
 
-def load_checkpoint(path: Path, *, model, optimizer, scheduler, config: TrainConfig) -> dict:
-    """Restore weights, optimizer, scheduler and RNG states; returns state.json (step, position)."""
+def rng_states_to_json() -> dict:
+    """Python's and numpy's global RNG states as JSON-safe lists (no pickle)."""
+    version, internal, gauss = random.getstate()
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    return {"python": [version, list(internal), gauss],
+            "numpy": [name, keys.tolist(), int(pos), int(has_gauss), float(cached)]}
+
+
+def rng_states_from_json(obj: dict) -> None:
+    version, internal, gauss = obj["python"]
+    random.setstate((version, tuple(internal), gauss))
+    name, keys, pos, has_gauss, cached = obj["numpy"]
+    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+
+
+def safe_load(path: Path):
+    """``torch.load(path, weights_only=True)``; a file that is not a plain tensor/container
+    pickle (a crafted object, a truncated write) is refused with its path named."""
     torch = require("torch")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # UnpicklingError for crafted objects, EOF/zip errors for truncation
+        text = str(err).strip()
+        if "Weights only load failed" in text:
+            why = "it holds objects other than tensors and plain containers (unpickling it could run code)"
+        else:
+            why = f"{type(err).__name__}: {text.splitlines()[0] if text else 'unreadable'}"
+        raise UnreadableCheckpoint(f"refusing checkpoint file {path}: {why}") from None
+
+
+def load_checkpoint(path: Path, *, model, optimizer, scheduler, config: TrainConfig) -> dict:
+    """Restore weights, optimizer, scheduler and RNG states; returns state.json (step, position).
+    Every file is read and checked before anything is restored, so a bad file leaves the
+    model and optimizer untouched."""
+    torch = require("torch")
+    path = Path(path)
     state = check_compatible(path, config)
+    optim_state = safe_load(path / "optimizer.pt")
+    sched_state = safe_load(path / "scheduler.pt")
+    rng = safe_load(path / "rng.pt")
+    rng_json = _read_json(path / "rng.json", ("python", "numpy"))
     load_trainable(model, path)
-    optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location="cpu", weights_only=False))
-    scheduler.load_state_dict(torch.load(path / "scheduler.pt", map_location="cpu", weights_only=False))
-    rng = torch.load(path / "rng.pt", map_location="cpu", weights_only=False)
-    random.setstate(rng["python"])
-    np.random.set_state(rng["numpy"])
+    optimizer.load_state_dict(optim_state)
+    scheduler.load_state_dict(sched_state)
+    rng_states_from_json(rng_json)
     torch.set_rng_state(rng["torch"])
     return state

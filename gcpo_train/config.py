@@ -13,6 +13,8 @@ import dataclasses
 import difflib
 import hashlib
 import json
+import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,11 +22,13 @@ DATASETS = ("narrativeqa", "qasper", "hotpotqa", "math500", "olympiadbench", "ai
 MATH_DATASETS = ("math500", "olympiadbench", "aime24")
 LOSS_AGGREGATIONS = ("sequence", "token")
 BACKENDS = ("hf", "vllm")
+DTYPES = ("float32", "bfloat16", "float16")
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 
 # Fields that do not change what is trained: a resumed run may differ in these.
 NON_IDENTITY_KEYS = frozenset({
     "steps", "output_dir", "resume", "log_every", "checkpoint_every", "eval_every",
-    "eval_n", "progress", "device", "tensorboard", "save_rollouts",
+    "eval_n", "progress", "device", "tensorboard", "save_rollouts", "overwrite",
 })
 
 
@@ -114,7 +118,9 @@ class TrainConfig:
     checkpoint_every: int = _f(100, "Checkpoint every N steps (0 = only at the end).")
     eval_every: int = _f(0, "Evaluate on eval_split every N steps (0 = never during training).")
     eval_n: int = _f(None, "Queries evaluated during training (None = all).")
-    resume: bool = _f(False, "Continue from the latest checkpoint in output_dir.")
+    resume: bool = _f(False, "Continue from the latest usable checkpoint in output_dir.")
+    overwrite: bool = _f(False, "Replace the run already in output_dir (its log.jsonl, run.json, "
+                         "checkpoints/ and rollouts/); without it such a rerun is refused.")
     progress: bool = _f(True, "Show a tqdm bar.")
     tensorboard: bool = _f(True, "Also log to TensorBoard when it is installed.")
 
@@ -123,7 +129,11 @@ class TrainConfig:
 
     # ------------------------------------------------------------------
     def validate(self) -> None:
-        """Refuse a configuration that cannot run, naming the field and the allowed values."""
+        """Refuse a configuration that cannot run, naming the field and the allowed values.
+        Types first (``_coerce_types``: "1e-4" for a float field is read as the float YAML 1.1
+        leaves as a string; ``steps: '3'``, ``use_lora: 'no'``, ``group_size: 2.5`` are refused),
+        then ranges."""
+        self._coerce_types()
         if self.group_size is None or int(self.group_size) < 2:
             raise ValueError(f"group_size must be >= 2 (GRPO needs a group to normalise "
                              f"rewards), got {self.group_size!r}")
@@ -142,6 +152,45 @@ class TrainConfig:
             raise ValueError(f"r_max ({self.r_max}) must be > r_min ({self.r_min})")
         if self.temperature <= 0:
             raise ValueError(f"temperature must be > 0 for sampling, got {self.temperature}")
+        for key, ok, rule in (
+            ("beta", self.beta >= 0, ">= 0"), ("eps", self.eps > 0, "> 0"),
+            ("top_p", 0 < self.top_p <= 1, "in (0, 1]"), ("train_frac", 0 < self.train_frac < 1, "in (0, 1)"),
+            ("alpha_base", self.alpha_base >= 0, ">= 0 (a negative α flips the sign of the advantages)"),
+            ("clip_epsilon", self.clip_epsilon > 0, "> 0"), ("learning_rate", self.learning_rate >= 0, ">= 0"),
+            ("max_grad_norm", self.max_grad_norm >= 0, ">= 0"), ("nli_threshold", 0 <= self.nli_threshold <= 1, "in [0, 1]"),
+        ):
+            value = getattr(self, key)
+            if not (math.isfinite(value) and ok):
+                raise ValueError(f"{key} must be a finite number {rule}, got {value!r}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+        out = Path(self.output_dir)
+        if out.exists() and not out.is_dir():
+            raise ValueError(f"output_dir {self.output_dir!r} is a file, not a folder")
+        if any(p.exists() and not p.is_dir() for p in out.parents):
+            raise ValueError(f"output_dir {self.output_dir!r}: a parent of it is a file")
+
+    def _coerce_types(self) -> None:
+        """Check every field against its annotation, naming the field. Numbers written in
+        scientific notation arrive as strings from YAML 1.1 (``1e-4``): those become floats."""
+        for f in dataclasses.fields(self):
+            value, kind = getattr(self, f.name), str(f.type).replace("typing.", "")
+            if value is None and f.default is None:
+                continue
+            if kind == "float":
+                if isinstance(value, str) and _NUMBER.fullmatch(value.strip()):
+                    value = float(value)
+                if isinstance(value, bool) or not isinstance(value, (int, float)):
+                    raise ValueError(f"{f.name} must be a number, got {value!r} ({type(value).__name__})")
+                setattr(self, f.name, float(value))
+            elif kind == "int" and (isinstance(value, bool) or not isinstance(value, int)):
+                raise ValueError(f"{f.name} must be an integer, got {value!r} ({type(value).__name__})")
+            elif kind == "bool" and not isinstance(value, bool):
+                raise ValueError(f"{f.name} must be true or false, got {value!r} ({type(value).__name__})")
+            elif kind == "str" and not isinstance(value, str):
+                raise ValueError(f"{f.name} must be a string, got {value!r} ({type(value).__name__})")
+            elif kind in ("list", "dict") and not isinstance(value, {"list": (list, tuple), "dict": dict}[kind]):
+                raise ValueError(f"{f.name} must be a {kind}, got {value!r} ({type(value).__name__})")
 
     @property
     def task_is_math(self) -> bool:

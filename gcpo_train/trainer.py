@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 import time
 import warnings
 from pathlib import Path
@@ -41,6 +42,7 @@ from .config import TrainConfig
 from .loss import grpo_loss, masked_var, token_logprobs_and_entropy
 from .modulation import Measurer
 from .policy import Reference, generate_groups, load_model_and_tokenizer, wrap_lora
+from .runlog import read_log, write_atomic_text
 
 TIMING_KEYS = ("time_generate", "time_reward", "time_logprobs", "time_measure", "time_forward_backward",
                "time_step", "time_total", "tokens_per_s")
@@ -183,8 +185,9 @@ class GRPOTrainer:
         return torch.cat(logps), (torch.cat(ents) if ents else None)
 
     def _rewards(self, qrows: pd.DataFrame, texts: list[str], G: int):
-        from gcpo_analysis.rewards import extract_answer
+        from gcpo_analysis.rewards import extract_answer, math_fallbacks
 
+        before = sum(math_fallbacks().values())
         rewards, answers, failed = [], [], []
         for j, text in enumerate(texts):
             row = qrows.iloc[j // G]
@@ -198,6 +201,8 @@ class GRPOTrainer:
                 r, ok = 0.0, False
             rewards.append(r)
             failed.append(not ok)
+        # answers the math grader compared as strings (over its size/cost guards), for the log
+        self.math_fallbacks = sum(math_fallbacks().values()) - before
         return np.asarray(rewards), answers, np.asarray(failed)
 
     # ------------------------------------------------------------------ one step
@@ -288,7 +293,7 @@ class GRPOTrainer:
                "frac_zero_std": float((R.std(axis=1) == 0).mean()), "loss": losses[0], "kl": kls[0],
                "grad_norm": grad_norms[0], "clip_frac": clips[-1], "lr": lr,
                "adv_abs_mean": float(adv.abs().mean()), "completion_tokens": n_tokens / n,
-               "reward_failures": int(failed.sum())}
+               "reward_failures": int(failed.sum()), "reward_math_fallbacks": int(self.math_fallbacks)}
         for key in sorted({k for info in infos for k in info}):
             row[key] = float(np.mean([info[key] for info in infos if key in info]))
         for k, v in mstats.items():
@@ -325,25 +330,34 @@ class GRPOTrainer:
 
     # ------------------------------------------------------------------ run
     def _prepare_output(self) -> None:
-        cfg = self.config
-        latest = ckpt.latest_checkpoint(self.out)
-        if cfg.resume and latest is not None:
-            state = ckpt.load_checkpoint(latest, model=self.policy, optimizer=self.optimizer,
-                                         scheduler=self.scheduler, config=cfg)
+        """Resume from the newest usable checkpoint, or start a fresh run; never lose a run's
+        files silently: a rerun over an existing run folder needs ``overwrite``."""
+        cfg, main = self.config, self.accelerator.is_main_process
+        log = self.out / "log.jsonl"
+        if cfg.resume:
+            state, latest = ckpt.load_latest_usable(self.out, model=self.policy, optimizer=self.optimizer,
+                                                    scheduler=self.scheduler, config=cfg)
+            rows = read_log(log) if log.exists() else []
+            if latest is None:
+                if rows:
+                    raise ValueError(f"--resume: {self.out} has a log.jsonl with {len(rows)} step(s) but no "
+                                     f"checkpoint to resume from; pass --overwrite to start over, or choose "
+                                     f"another output_dir")
+                warnings.warn(f"--resume: no checkpoint in {self.out}/checkpoints; starting at step 1")
+                return
             self.start_step = state["step"] + 1
             self.resumed_from = str(latest)
-            log = self.out / "log.jsonl"
-            if log.exists() and self.accelerator.is_main_process:  # drop steps logged after it
-                keep = [ln for ln in log.read_text().splitlines()
-                        if ln.strip() and json.loads(ln)["step"] <= state["step"]]
-                log.write_text("".join(ln + "\n" for ln in keep))
-        elif cfg.resume:
-            warnings.warn(f"--resume: no checkpoint in {self.out}/checkpoints; starting at step 1")
-        elif latest is not None:
-            raise ValueError(f"{self.out} already holds checkpoints (latest {latest.name}); pass "
-                             f"--resume to continue or choose another output_dir")
-        elif (self.out / "log.jsonl").exists() and self.accelerator.is_main_process:
-            (self.out / "log.jsonl").unlink()
+            if main and log.exists():  # drop steps logged after the checkpoint (and a partial line)
+                keep = [r for r in rows if r["step"] <= state["step"]]
+                write_atomic_text(log, "".join(json.dumps(r) + "\n" for r in keep))
+            return
+        existing = [p for p in (log, self.out / "checkpoints", self.out / "run.json", self.out / "rollouts") if p.exists()]
+        if existing and not cfg.overwrite:
+            raise ValueError(f"{self.out} already holds a run ({', '.join(p.name for p in existing)}); pass "
+                             f"--resume to continue it, --overwrite to replace it, or choose another output_dir")
+        if existing and main:
+            for p in existing:
+                shutil.rmtree(p) if p.is_dir() else p.unlink()
 
     def _write_run_info(self) -> None:
         import torch

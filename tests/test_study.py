@@ -136,3 +136,26 @@ def test_notebook_01_regenerates_the_figures(study, tmp_path):
             os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
     for name in ("figure1.png", "figure1.svg", "correlations.png", "correlations.svg"):
         assert (tmp_path / "figs" / name).exists(), name
+
+
+def test_from_rollouts_default_output_is_a_new_folder_that_keeps_every_column(study):
+    out, _, _ = study
+    before = (out / "groups.parquet").read_bytes()
+    rc = main(["study", "--from-rollouts", str(out / "rollouts.parquet"), "--judge", "lexical",
+               "--n-boot", "300", "--trim", "1", "--k-folds", "3"])
+    assert rc == 0
+    assert (out / "groups.parquet").read_bytes() == before  # the source run is untouched
+    new = out / "reanalysis-1"
+    again = pd.read_parquet(new / "groups.parquet")
+    original = pd.read_parquet(out / "groups.parquet")
+    assert set(original.columns) <= set(again.columns)  # grad_norm2_mean, t_generate, t_gradvar kept
+    for col in ("grad_norm2_mean", "t_generate", "t_gradvar"):
+        assert again[col].to_numpy() == pytest.approx(original[col].to_numpy())
+
+
+def test_from_rollouts_refuses_to_write_over_what_it_reads(study, capsys):
+    out, _, _ = study
+    before = (out / "groups.parquet").read_bytes()
+    rc = main(["study", "--from-rollouts", str(out / "rollouts.parquet"), "--output", str(out)])
+    assert rc == 2 and "which this re-analysis reads" in capsys.readouterr().err
+    assert (out / "groups.parquet").read_bytes() == before

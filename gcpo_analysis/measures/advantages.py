@@ -46,6 +46,9 @@ def grpo_advantages_batch(rewards, eps: float = EPS) -> np.ndarray:
     r = np.asarray(rewards, dtype=np.float64)
     if r.ndim != 2:
         raise ValueError(f"rewards must have shape (N, G), got {r.shape}")
+    if not np.isfinite(r).all():
+        idx = tuple(int(i) for i in np.argwhere(~np.isfinite(r))[0])
+        raise ValueError(f"NaN or infinite reward at index {idx}")
     centred = r - r.mean(axis=1, keepdims=True)
     std = r.std(axis=1, keepdims=True)
     out = centred / (std + eps)

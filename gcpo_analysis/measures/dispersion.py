@@ -30,8 +30,14 @@ def _as_embeddings(embeddings, *, batch: bool) -> np.ndarray:
     if e.shape[-2] == 0:
         raise ValueError("empty group: embeddings have G = 0 rows")
     sq = np.einsum("...d,...d->...", e, e, dtype=np.float64)  # NaN/inf propagate into it
-    if not np.isfinite(sq).all():
-        raise ValueError("embeddings contain NaN or infinite values")
+    if not np.isfinite(sq).all() or (sq < 1e-24).any():
+        if not np.isfinite(e).all():
+            raise ValueError("embeddings contain NaN or infinite values")
+        # Finite rows whose squared norm over- or underflows (|x| ~ 1e200 or 1e-200): scale each
+        # row by its largest entry first; the direction, all the measures see, is unchanged.
+        peak = np.abs(e).max(axis=-1, keepdims=True)
+        e = np.divide(e, peak, out=np.zeros_like(e), where=peak > 0)
+        sq = np.einsum("...d,...d->...", e, e, dtype=np.float64)
     zero = sq < 1e-24
     if zero.any():
         idx = np.argwhere(zero)[0]
@@ -64,6 +70,33 @@ def _as_rewards(rewards, r_min: float, r_max: float, *, batch: bool) -> np.ndarr
     return r
 
 
+def check_alpha_base(alpha_base) -> float:
+    """alpha_base must be a finite number >= 0: a negative one flips the sign of advantages
+    (omega_geo > 1, omega_RD < 1), NaN makes every weight NaN."""
+    try:
+        a = float(alpha_base)
+    except (TypeError, ValueError):
+        raise ValueError(f"alpha_base must be a number, got {alpha_base!r}") from None
+    if isinstance(alpha_base, bool) or not math.isfinite(a) or a < 0:
+        raise ValueError(f"alpha_base must be a finite number >= 0, got {alpha_base!r}")
+    return a
+
+
+def check_labels(c: np.ndarray, where: str = "") -> np.ndarray:
+    """Cluster labels: any hashable values, but never missing (NaN or None), which would make
+    every rollout a cluster of its own without a word."""
+    if c.dtype.kind == "f":
+        bad = np.isnan(c)
+    elif c.dtype == object:
+        bad = np.frompyfunc(lambda v: v is None or (isinstance(v, float) and v != v), 1, 1)(c).astype(bool)
+    else:
+        return c
+    if bad.any():
+        idx = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise ValueError(f"cluster label{where} at index {idx} is missing (NaN or None)")
+    return c
+
+
 def _check_G(G) -> int:
     if int(G) != G or G < 1:
         raise ValueError(f"group size G must be an integer >= 1, got {G!r}")
@@ -77,7 +110,8 @@ def alpha_g(G: int, alpha_base: float = ALPHA_BASE) -> float:
     G = 1 has no dispersion to modulate; alpha_G is defined as 0 there (every weight is 1).
     """
     G = _check_G(G)
-    return 0.0 if G == 1 else float(alpha_base) / math.log(G)
+    a = check_alpha_base(alpha_base)
+    return 0.0 if G == 1 else a / math.log(G)
 
 
 def geometry_weight(u, G: int, alpha_base: float = ALPHA_BASE):
@@ -86,7 +120,10 @@ def geometry_weight(u, G: int, alpha_base: float = ALPHA_BASE):
     ``u`` may be a scalar or an array of groups of the same size G.
     """
     a = alpha_g(G, alpha_base)
-    w = np.clip(1.0 - a * np.square(np.asarray(u, dtype=np.float64)), 0.0, 1.0)
+    u = np.asarray(u, dtype=np.float64)
+    if not np.isfinite(u).all():
+        raise ValueError("the measure u of geometry_weight is NaN or infinite")
+    w = np.clip(1.0 - a * np.square(u), 0.0, 1.0)
     return float(w) if np.ndim(w) == 0 else w
 
 
@@ -94,8 +131,8 @@ def rd_weight(rd, G: int, alpha_base: float = ALPHA_BASE):
     """omega_RD = 1 + alpha_G * RD, in [1, 1 + alpha_G] (Section 3.3)."""
     a = alpha_g(G, alpha_base)
     rd = np.asarray(rd, dtype=np.float64)
-    if np.any((rd < 0) | (rd > 1)):
-        raise ValueError("RD must lie in [0, 1]")
+    if not np.all((rd >= 0) & (rd <= 1)):  # NaN fails this too
+        raise ValueError("RD must lie in [0, 1] (and not be NaN)")
     w = 1.0 + a * rd
     return float(w) if np.ndim(w) == 0 else w
 
@@ -131,6 +168,7 @@ def _check_clusters(clusters, G: int, where: str = "") -> np.ndarray:
             f"clusters{where} have length {len(c) if c.ndim == 1 else c.shape} but there are "
             f"{G} embeddings: one cluster label per rollout is needed"
         )
+    check_labels(c, where)
     _, labels = np.unique(c, return_inverse=True)
     return labels
 
@@ -154,7 +192,7 @@ def barycentric_transport_batch(embeddings, clusters) -> np.ndarray:
     c = np.asarray(clusters)
     if c.shape != e.shape[:2]:
         raise ValueError(f"clusters have shape {c.shape} but embeddings have groups {e.shape[:2]}")
-    return _bot_from_labels(e, _relabel_rows(c))
+    return _bot_from_labels(e, _relabel_rows(check_labels(c)))
 
 
 def _relabel_rows(c: np.ndarray) -> np.ndarray:

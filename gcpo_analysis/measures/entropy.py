@@ -12,6 +12,8 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import entr, logsumexp
 
+from .dispersion import check_labels
+
 KLE_T = 0.3  # heat-kernel time; lm-polygraph's KernelLanguageEntropy default, taken from Nikitin et al.
 
 
@@ -29,7 +31,7 @@ def _as_labels_batch(clusters) -> np.ndarray:
         raise ValueError(f"clusters must have shape (N, G), got {c.shape}")
     if c.shape[1] == 0:
         raise ValueError("empty group: clusters have G = 0 columns")
-    return c
+    return check_labels(c)
 
 
 def _as_logprobs(logprobs, shape: tuple, name: str = "logprobs") -> np.ndarray:

@@ -16,7 +16,7 @@ from typing import Callable
 import numpy as np
 
 from .advantages import EPS, gcpo_weight, grpo_advantages
-from .dispersion import ALPHA_BASE, R_MAX, R_MIN, _as_rewards, alpha_g, rd_weight, reward_dispersion
+from .dispersion import ALPHA_BASE, R_MAX, R_MIN, _as_rewards, alpha_g, check_alpha_base, rd_weight, reward_dispersion
 
 
 @dataclass
@@ -244,4 +244,8 @@ def modulate(
     if name not in MODULATORS:
         raise ValueError(f"unknown modulator {name!r}; choose one of {sorted(MODULATORS)}")
     _as_rewards(group.rewards, r_min, r_max, batch=False)
+    check_alpha_base(alpha_base)
+    for key in ("q_alpha", "eg_alpha"):
+        if key in params:
+            check_alpha_base(params[key])
     return MODULATORS[name](group, alpha=alpha_base, r_min=r_min, r_max=r_max, eps=eps, **params)

@@ -18,6 +18,7 @@ from .dispersion import (
     R_MAX,
     R_MIN,
     barycentric_transport_batch,
+    check_alpha_base,
     cosine_dispersion_batch,
     geometry_weight,
     rd_weight,
@@ -83,7 +84,11 @@ def score_groups(
     """
     from .modulators import GroupRollouts, modulate
 
+    from ..rewards import math_fallbacks
+
     measures = parse_measures(measures)
+    check_alpha_base(alpha_base)
+    fallbacks_before = math_fallbacks()
     df = validate_rollouts(rollouts)
     for m in measures:
         col = MEASURE_COLUMNS.get(m)
@@ -178,5 +183,12 @@ def score_groups(
             stacklevel=2,
         )
     meta["alpha_G"] = {int(G): (0.0 if G == 1 else alpha_base / math.log(G)) for G in np.unique(sizes)}
+    # Answers over the math grader's guards were compared as strings: say how many.
+    after = math_fallbacks()
+    meta["math_fallbacks"] = {k: after[k] - fallbacks_before.get(k, 0) for k in after
+                              if after[k] != fallbacks_before.get(k, 0)}
+    if meta["math_fallbacks"]:
+        warnings.warn(f"math judge: {meta['math_fallbacks']} comparison(s) fell back to string "
+                      f"equality (answers over the grader's size/cost guards)", stacklevel=2)
     out.attrs["gcpo"] = meta
     return out

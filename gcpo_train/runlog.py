@@ -1,0 +1,45 @@
+"""The training log ``output_dir/log.jsonl``: one JSON object per logged step.
+
+A run killed mid-write can leave a partial last line; ``read_log`` drops it with a warning (so
+``--resume`` and ``gcpo plot-train`` still work) and refuses a bad line anywhere else, naming it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from pathlib import Path
+
+
+def read_log(path) -> list[dict]:
+    """Rows of a log.jsonl. A partial (unparseable) LAST line is dropped with a warning; an
+    unparseable line before it, or a row without an integer ``step``, is an error naming it."""
+    path = Path(path)
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    rows = []
+    for k, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as err:
+            if k == len(lines):
+                warnings.warn(f"{path}: dropping a partial last line {k} ({err}); a crash mid-write leaves one")
+                break
+            raise ValueError(f"{path}: line {k} is not JSON ({err})") from None
+        if not isinstance(row, dict) or not isinstance(row.get("step"), int):
+            raise ValueError(f"{path}: line {k} has no integer 'step'")
+        rows.append(row)
+    return rows
+
+
+def write_atomic_text(path, text: str) -> None:
+    """Write ``text`` to a temporary file beside ``path``, then rename it into place."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
