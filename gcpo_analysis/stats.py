@@ -29,16 +29,18 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+from .measures.score import DEFAULT_MEASURES  # one home for the measure names
+
 MEASURE_LABELS = {
     "token_entropy": "Entropy",
     "se": "SE",
+    "se_lw": "SE (likelihood)",
     "kle": "KLE",
     "cd": "CD",
     "bot": "BoT",
     "rd": "RD",
 }
-DEFAULT_MEASURES = ("token_entropy", "se", "kle", "cd", "bot", "rd")
-_TABLE_ORDER = ("token_entropy", "se", "cd", "bot", "kle", "rd")
+_TABLE_ORDER = ("token_entropy", "se", "se_lw", "cd", "bot", "kle", "rd")
 
 
 # --------------------------------------------------------------------------- trimming

@@ -144,25 +144,46 @@ def test_mean_token_entropy_hand_worked():
 
 
 # --------------------------------------------------------------------------- KLE
-def _kle_brute(W, t):
+def _kle_brute(W, t, normalize="diag"):
+    """KLE written from the paper's definition with a matrix exponential and logarithm."""
     W = np.maximum(np.array(W, dtype=float), 0.0)
     np.fill_diagonal(W, 0.0)
     L = np.diag(W.sum(1)) - W
     K = linalg.expm(-t * L)
-    K = K / np.trace(K)
-    return float(-np.trace(K @ linalg.logm(K)).real)
+    if normalize == "diag":  # the KLE authors' / lm-polygraph's normalize=True
+        G = len(K)
+        rho = np.empty_like(K)
+        for i in range(G):
+            for j in range(G):
+                rho[i, j] = K[i, j] / math.sqrt(K[i, i] * K[j, j]) / G
+    else:
+        rho = K / np.trace(K)
+    return float(-np.trace(rho @ linalg.logm(rho)).real)
 
 
+@pytest.mark.parametrize("normalize", ["diag", "trace"])
 @pytest.mark.parametrize("t", [0.1, 0.3, 1.0])
-def test_kle_matches_expm_logm(t):
+def test_kle_matches_expm_logm_on_random_graphs(t, normalize):
     rng = np.random.default_rng(3)
-    for G in (2, 5, 9):
+    for G in range(2, 17):
         e = rng.normal(size=(G, 6))
         en = e / np.linalg.norm(e, axis=1, keepdims=True)
-        assert kernel_language_entropy(e, t=t) == pytest.approx(_kle_brute(en @ en.T, t), abs=1e-8)
+        got = kernel_language_entropy(e, t=t, normalize=normalize)
+        assert got == pytest.approx(_kle_brute(en @ en.T, t, normalize), abs=1e-8)
         S = rng.uniform(0, 1, size=(G, G))
         S = (S + S.T) / 2
-        assert kernel_language_entropy(similarity=S, t=t) == pytest.approx(_kle_brute(S, t), abs=1e-8)
+        got = kernel_language_entropy(similarity=S, t=t, normalize=normalize)
+        assert got == pytest.approx(_kle_brute(S, t, normalize), abs=1e-8)
+
+
+def test_the_two_kle_normalisations_differ_on_uneven_graphs():
+    rng = np.random.default_rng(5)
+    S = rng.uniform(0, 1, size=(8, 8)) ** 4  # uneven degrees: diag(K) varies
+    S = (S + S.T) / 2
+    diag, trace = (kernel_language_entropy(similarity=S, normalize=n) for n in ("diag", "trace"))
+    assert abs(diag - trace) > 1e-4
+    with pytest.raises(ValueError, match="normalize must be one of"):
+        kernel_language_entropy(similarity=S, normalize="none")
 
 
 def test_kle_edge_cases():

@@ -48,7 +48,7 @@ HOSTILE_ANSWERS = {
 
 @pytest.mark.parametrize("name", sorted(HOSTILE_ANSWERS))
 def test_a_hostile_answer_is_scored_within_the_time_bound(name):
-    rewards.task_reward("math", r"\boxed{1}", ["1"])  # imports sympy outside the clock
+    rewards.task_reward("math", r"\boxed{\frac{49}{27}}", ["1"])  # imports and warms up sympy outside the clock
     text = HOSTILE_ANSWERS[name]
     assert len(text) <= 64 * 1024 + 16
     t0 = time.perf_counter()

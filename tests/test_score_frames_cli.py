@@ -59,14 +59,15 @@ def test_score_groups_matches_per_group_functions(rollouts):
         assert row.rd == pytest.approx(D.reward_dispersion(g["reward"]))
         assert row.w_cd == pytest.approx(max(0, 1 - a * row.cd**2))
         assert row.w_rd == pytest.approx(1 + a * row.rd)
-        assert row.se == pytest.approx(semantic_entropy(c, g["logprob"].to_numpy()))
+        assert row.se == pytest.approx(semantic_entropy(c))  # discrete: empirical cluster mass
+        assert row.se_lw == pytest.approx(semantic_entropy(c, g["logprob"].to_numpy()))
         assert row.kle == pytest.approx(kernel_language_entropy(embeddings=e))
         assert row.n_clusters == len(set(c))
         assert row.token_entropy == pytest.approx(g["token_entropy"].mean())
         assert row.pe == pytest.approx(-g["logprob"].mean())
         assert row.success_rate == pytest.approx(g["success"].mean())
     meta = groups.attrs["gcpo"]
-    assert meta["judge"]["kind"] == "lexical" and meta["se_variant"].startswith("likelihood")
+    assert meta["judge"]["kind"] == "lexical" and meta["se"].startswith("discrete") and meta["se_lw"].startswith("likelihood")
 
 
 def test_group_of_one_scores_zero_with_a_warning():

@@ -193,7 +193,7 @@ def test_gap_study_bad_input_policy():
     with pytest.warns(UserWarning) as rec:
         res = S.gap_study(df, n_boot=100, trim=0)
     msgs = " ".join(str(w.message) for w in rec)
-    assert "2 row(s)" in msgs and "['kle', 'rd']" in msgs
+    assert "2 row(s)" in msgs and "'kle', 'rd']" in msgs
     assert res.dropped["cd"] == 2 and res.dropped["bot"] == 0
     assert res.spearman.set_index("measure").loc["cd", "n"] == 118
     with pytest.raises(ValueError, match="unknown measure.*'nope'"):

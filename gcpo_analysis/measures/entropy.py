@@ -198,44 +198,57 @@ def _similarity_graph(embeddings, similarity, batch: bool) -> np.ndarray:
     return np.maximum(W, 0.0)
 
 
-def kernel_language_entropy_batch(embeddings=None, similarity=None, t: float = KLE_T) -> np.ndarray:
+KLE_NORMALIZATIONS = ("diag", "trace")
+
+
+def kernel_language_entropy_batch(embeddings=None, similarity=None, t: float = KLE_T,
+                                  normalize: str = "diag") -> np.ndarray:
     """KLE for N groups: embeddings (N, G, d) or similarity (N, G, G) -> (N,). See kernel_language_entropy."""
     if not t > 0:
         raise ValueError(f"heat-kernel time t must be > 0, got {t!r}")
+    if normalize not in KLE_NORMALIZATIONS:
+        raise ValueError(f"normalize must be one of {KLE_NORMALIZATIONS}, got {normalize!r}")
     W = _similarity_graph(embeddings, similarity, batch=True)
     G = W.shape[-1]
     idx = np.arange(G)
     W[..., idx, idx] = 0.0  # self-loops cancel in D - W anyway; zeroing keeps D meaningful
     L = np.einsum("nij->ni", W)[..., None] * np.eye(G) - W
-    lam = np.linalg.eigvalsh(L)  # batched symmetric eigensolver (LAPACK syevd per group)
-    # Eigenvalues of K = exp(-tL)/Tr exp(-tL) are softmax(-t*lam): no second decomposition.
-    log_k = -t * lam - logsumexp(-t * lam, axis=-1, keepdims=True)
-    return entr(np.exp(log_k)).sum(axis=-1)
+    if normalize == "trace":
+        lam = np.linalg.eigvalsh(L)  # batched symmetric eigensolver (LAPACK syevd per group)
+        # Eigenvalues of K = exp(-tL)/Tr exp(-tL) are softmax(-t*lam): no second decomposition.
+        log_k = -t * lam - logsumexp(-t * lam, axis=-1, keepdims=True)
+        return entr(np.exp(log_k)).sum(axis=-1)
+    # K = exp(-tL) = V diag(e^{-t lam}) V^T from one eigendecomposition (no expm), then the
+    # authors' cosine normalisation K_ij / sqrt(K_ii K_jj) / G (unit diagonal / G: unit trace).
+    lam, V = np.linalg.eigh(L)
+    K = np.einsum("nik,nk,njk->nij", V, np.exp(-t * lam), V)
+    d = np.sqrt(np.einsum("nii->ni", K))
+    rho = K / (d[..., :, None] * d[..., None, :]) / G
+    ev = np.clip(np.linalg.eigvalsh(rho), 0.0, None)  # rounding can give -1e-17
+    return entr(ev).sum(axis=-1)
 
 
-def kernel_language_entropy(embeddings=None, similarity=None, t: float = KLE_T) -> float:
-    """Kernel Language Entropy KLE = VNE(K) = -Tr(K ln K) (Nikitin et al. 2024, NeurIPS; App. E).
+def kernel_language_entropy(embeddings=None, similarity=None, t: float = KLE_T, normalize: str = "diag") -> float:
+    """Kernel Language Entropy KLE = VNE(rho) = -Tr(rho ln rho) (Nikitin et al. 2024, NeurIPS; App. E).
 
     Semantic graph over the G rollouts with weights W_ij = max(0, mu_i^T mu_j) for i != j from
     L2-normalised ``embeddings`` (G, d), or W_ij = max(0, S_ij) from a symmetric ``similarity``
     (G, G) — e.g. an NLI graph such as lm-polygraph's S = P(entail) + 0.5 P(neutral),
-    symmetrised. Laplacian L = D - W (D_ii = sum_j W_ij); heat kernel K = exp(-t L) / Tr exp(-t L)
-    (unit trace, positive definite). VNE = -sum_j lambda_j ln lambda_j over the eigenvalues of
-    K. K shares L's eigenvectors, so its eigenvalues are softmax(-t lambda(L)): one symmetric
-    eigendecomposition of L (LAPACK syevd through numpy's batched ``eigvalsh``, the routine
-    behind scipy.linalg.eigh) and no matrix exponential; an eigenvalue that underflows to 0
-    contributes 0.
+    symmetrised. Laplacian L = D - W (D_ii = sum_j W_ij), heat kernel K = exp(-t L), density
+    matrix rho = K_ij / sqrt(K_ii K_jj) / G (``normalize="diag"``, the default: the KLE authors'
+    code and lm-polygraph's ``normalize=True``), or rho = K / Tr K (``normalize="trace"``, the
+    unit-trace form, whose eigenvalues are softmax(-t lambda(L)) with no second decomposition).
+    VNE = -sum_j lambda_j ln lambda_j over rho's eigenvalues, in nats (lm-polygraph's optional
+    division by ln G is not applied). K comes from one symmetric eigendecomposition of L (numpy's
+    batched ``eigh``), not a matrix exponential.
 
-    Default t = 0.3, lm-polygraph's default (taken from the KLE paper). Unlike lm-polygraph,
-    which builds "W - D" and rescales K to diagonal 1/G then divides VNE by ln G, we follow the
-    paper's unit-trace heat kernel of the graph Laplacian and report nats. Values: G = 1 gives 0;
-    G orthogonal (or negatively correlated) answers give ln G (W = 0, K = I/G); G identical
-    answers give the complete-graph value -(a ln a + (G-1) b ln b) with
-    a = 1/(1 + (G-1) e^{-tG}), b = e^{-tG} a — not 0, because the heat kernel keeps some mass
-    off the consensus direction at finite t.
+    Default t = 0.3, lm-polygraph's default (taken from the KLE paper). Values (both forms):
+    G = 1 gives 0; G orthogonal (or negatively correlated) answers give ln G (W = 0, rho = I/G);
+    G identical answers do not give 0, because the heat kernel keeps some mass off the
+    consensus direction at finite t.
     """
     e = None if embeddings is None else np.asarray(embeddings)[None]
     s = None if similarity is None else np.asarray(similarity)[None]
     if e is not None and e.ndim != 3 or s is not None and s.ndim != 3:
         raise ValueError("embeddings must have shape (G, d) and similarity (G, G) for one group")
-    return float(kernel_language_entropy_batch(e, s, t)[0])
+    return float(kernel_language_entropy_batch(e, s, t, normalize)[0])

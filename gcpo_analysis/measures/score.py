@@ -30,16 +30,18 @@ MEASURES = {
     "token_entropy": set(),
     "pe": set(),
     "se": {"clu"},
+    "se_lw": {"clu"},
     "kle": {"emb"},
     "cd": {"emb"},
     "bot": {"emb", "clu"},
     "rd": set(),
 }
 # measures read from a rollouts column instead
-MEASURE_COLUMNS = {"token_entropy": "token_entropy", "pe": "logprob"}
-DEFAULT_MEASURES = ("token_entropy", "se", "kle", "cd", "bot", "rd")
-# query-level baseline weights written next to the measures (from the modulator registry)
-BASELINE_WEIGHTS = {"se": "w_se", "kle": "w_kle"}
+MEASURE_COLUMNS = {"token_entropy": "token_entropy", "pe": "logprob", "se_lw": "logprob"}
+DEFAULT_MEASURES = ("token_entropy", "se", "se_lw", "kle", "cd", "bot", "rd")
+# query-level baseline weights written next to the measures (from the modulator registry):
+# measure -> (modulator, weight column)
+BASELINE_WEIGHTS = {"se": ("se", "w_se"), "se_lw": ("se", "w_se_lw"), "kle": ("kle", "w_kle")}
 
 
 def parse_measures(measures) -> list[str]:
@@ -155,28 +157,30 @@ def score_groups(
         from .entropy import predictive_entropy
 
         out["pe"] = [predictive_entropy(g["logprob"].to_numpy(float)) for g in groups]
-    for name in ("se", "kle"):
+    for name in ("se", "se_lw", "kle"):
         if name not in measures:
             continue
+        modulator, weight_col = BASELINE_WEIGHTS[name]
         values, weights = [], []
         for i, g in enumerate(groups):
+            likelihood = name == "se_lw"  # se: discrete (empirical cluster mass, BoT's Pi_k)
             group = GroupRollouts(
                 rewards=rewards[i],
                 embeddings=None if embeddings is None else embeddings[i],
                 clusters=None if clusters is None else clusters[i],
-                logprobs=g["logprob"].to_numpy(float) if "logprob" in g.columns else None,
-                n_tokens=g["n_tokens"].to_numpy(float) if "n_tokens" in g.columns else None,
+                logprobs=g["logprob"].to_numpy(float) if likelihood else None,
+                n_tokens=g["n_tokens"].to_numpy(float) if likelihood and "n_tokens" in g.columns else None,
             )
-            _, info = modulate(name, group, alpha_base=alpha_base, r_min=r_min, r_max=r_max)
-            values.append(info[name])
-            weights.append(info[BASELINE_WEIGHTS[name]])
+            _, info = modulate(modulator, group, alpha_base=alpha_base, r_min=r_min, r_max=r_max)
+            values.append(info[modulator])
+            weights.append(info["w_" + modulator])
         out[name] = values
-        out[BASELINE_WEIGHTS[name]] = weights
-    if "se" in measures and "logprob" in df.columns:
-        norm = "length-normalised (logprob / n_tokens)" if "n_tokens" in df.columns else "sequence logprob"
-        meta["se_variant"] = f"likelihood-weighted, {norm}"
-    elif "se" in measures:
-        meta["se_variant"] = "discrete (empirical cluster fractions)"
+        out[weight_col] = weights
+    if "se" in measures:
+        meta["se"] = "discrete: C_k = |k| / G (empirical cluster mass, the mass BoT uses)"
+    if "se_lw" in measures:
+        norm = "mean token log-probability (logprob / n_tokens)" if "n_tokens" in df.columns else "sequence log-probability"
+        meta["se_lw"] = f"likelihood-weighted: C_k = sum_(i in k) p_i / sum_i p_i, p_i from the {norm}"
     if (sizes == 1).any():
         warnings.warn(
             f"{int((sizes == 1).sum())} group(s) have G = 1: no dispersion, measures 0 and weights 1",
