@@ -65,10 +65,12 @@ def simulate_study(n_queries: int = 300, G: int = 16, d_embed: int = 32, d_grad:
                    anisotropy: float = 0.9, lipschitz: bool = True, reward_coupling: float = 0.8,
                    k_max: int = 6, theta_mid: float = 0.6, paraphrase: float = 0.15,
                    lipschitz_const: float = 3.0, grad_noise: float = 0.1, reward_noise: float = 0.15,
-                   seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
+                   zero_reward_frac: float = 0.0, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Simulate ``n_queries`` groups of G rollouts; return (rollouts_frame, groups_frame).
 
-    See the module docstring for the generative model. The frames follow DESIGN.md's schema:
+    See the module docstring for the generative model. ``zero_reward_frac`` plants a block of
+    queries (chosen at random, independently of their answers) whose G rewards are all 0, as
+    a weak policy's hopeless queries: their advantages, RD and V(q) are exactly 0. The frames follow DESIGN.md's schema:
     rollouts (query_id, rollout_id, completion, answer, reward, cluster, token_entropy) and
     groups (query_id, G, se, cd, bot, rd, token_entropy, n_clusters, success_rate, mean_reward,
     grad_var, mean_update_norm = ||g_hat||, g_hat = (1/G) sum_i A_i g_i).
@@ -105,6 +107,10 @@ def simulate_study(n_queries: int = 300, G: int = 16, d_embed: int = 32, d_grad:
     level = 2.0 * (reward_coupling * np.clip(1 - theta / (np.pi / 2), 0, 1)
                    + (1 - reward_coupling) * rng.uniform(0, 1, size=theta.shape))
     rewards = np.clip(level[rows, labels] + reward_noise * rng.normal(size=(n, G)), 0.0, 2.0)
+    if not 0 <= zero_reward_frac <= 1:
+        raise ValueError(f"zero_reward_frac must lie in [0, 1], got {zero_reward_frac}")
+    planted = rng.permutation(n)[: int(round(zero_reward_frac * n))]
+    rewards[planted] = 0.0
     # measures and target
     adv = grpo_advantages_batch(rewards)
     g_hat = (adv[..., None] * grads).mean(axis=1)

@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+from .decomposition import paired_retrieval_bootstrap, v_zero_decomposition
 from .measures.score import DEFAULT_MEASURES  # one home for the measure names
 
 MEASURE_LABELS = {
@@ -372,6 +373,9 @@ class GapStudyResult:
     n_trimmed: int
     dropped: dict = field(default_factory=dict)
     name: str = "data"
+    # our additions (``gcpo_analysis.decomposition``), absent from results saved before them
+    decomposition: pd.DataFrame | None = None
+    retrieval_bootstrap: pd.DataFrame | None = None
 
     def _paper_rows(self, table: pd.DataFrame) -> pd.DataFrame:
         cols = [m for m in _TABLE_ORDER if m in set(table["measure"])]
@@ -393,8 +397,9 @@ class GapStudyResult:
 
     def tables(self) -> dict[str, pd.DataFrame]:
         out = {k: getattr(self, k) for k in ("spearman", "retrieval", "bootstrap", "heldout")}
-        if self.success is not None:
-            out["success"] = self.success
+        for key in ("success", "decomposition", "retrieval_bootstrap"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
         return out
 
     def to_markdown(self) -> str:
@@ -405,8 +410,12 @@ class GapStudyResult:
                  f"B = {self.settings.get('n_boot')} resamples, seed = {self.settings.get('seed')}"]
         if any(self.dropped.values()):
             parts.append(f"Rows dropped for non-finite values: {self.dropped}")
+        titles = {"decomposition": "decomposition (our addition, not the paper's: (a) AUC for 1[V > 0], "
+                                   "(b) rho(u, V) within V > 0, (c) paired delta-rho within V > 0)",
+                  "retrieval_bootstrap": "retrieval_bootstrap (our addition: paired bootstrap of AUC and "
+                                         "P@10% differences, reference minus u)"}
         for key, table in self.tables().items():
-            parts += [f"\n## {key}", table.to_markdown(index=False, floatfmt=".4g")]
+            parts += [f"\n## {titles.get(key, key)}", table.to_markdown(index=False, floatfmt=".4g")]
         return "\n".join(parts) + "\n"
 
     def save(self, folder) -> Path:
@@ -432,7 +441,8 @@ class GapStudyResult:
         return cls(spearman=tables["spearman"], retrieval=tables["retrieval"], bootstrap=tables["bootstrap"],
                    heldout=tables["heldout"], success=tables.get("success"), settings=blob["settings"],
                    n_queries=blob["n_queries"], n_trimmed=blob["n_trimmed"], dropped=blob["dropped"],
-                   name=blob["name"])
+                   name=blob["name"], decomposition=tables.get("decomposition"),
+                   retrieval_bootstrap=tables.get("retrieval_bootstrap"))
 
 
 def paper_table(results: dict, which: str = "table4") -> pd.DataFrame:
@@ -474,7 +484,7 @@ def _check_study_input(groups: pd.DataFrame, target: str, n_boot) -> None:
 
 
 def gap_study(groups: pd.DataFrame, measures=DEFAULT_MEASURES, target: str = "grad_var",
-              reference: str = "bot", trim: float = 20, n_boot: int = 10_000, top_frac: float = 0.1,
+              reference: str = "bot", trim: float = 0.02, n_boot: int = 10_000, top_frac: float = 0.1,
               k_folds: int = 5, seed: int = 0, success_column: str = "success_rate",
               level: float = 0.95, name: str = "data") -> GapStudyResult:
     """Run the gap study of App. D on a groups frame (DESIGN.md "gap study").
@@ -579,6 +589,15 @@ def gap_study(groups: pd.DataFrame, measures=DEFAULT_MEASURES, target: str = "gr
                                         [reference, m], reference, level, point))
     bootstrap = (pd.concat(rows_b, ignore_index=True) if rows_b
                  else pd.DataFrame(columns=_TABLE_COLUMNS["bootstrap"]))
+    # Our additions on the rows where the target and every measure are finite (paired draws).
+    common = ok_y & np.logical_and.reduce([masks[m] for m in measures])
+    Xc = np.column_stack([_finite_column(frame, m)[common] for m in measures])
+    decomposition = v_zero_decomposition(Xc, measures, y_all[common], reference if reference in measures else None,
+                                         rng, n_boot=n_boot, level=level)
+    retrieval_boot = None
+    if reference in measures and len(measures) > 1:
+        idx = rng.integers(0, int(common.sum()), size=(n_boot, int(common.sum())))
+        retrieval_boot = paired_retrieval_bootstrap(Xc, measures, y_all[common], reference, idx, top_frac, level)
     settings = dict(measures=measures, target=target, reference=reference, trim=trim, n_boot=n_boot,
                     top_frac=top_frac, k_folds=k_folds, seed=seed, success_column=success_column,
                     level=level, precision_tie_rule="expected precision under random tie-breaking",
@@ -590,4 +609,5 @@ def gap_study(groups: pd.DataFrame, measures=DEFAULT_MEASURES, target: str = "gr
         heldout=pd.DataFrame(rows_h, columns=_TABLE_COLUMNS["heldout"]),
         success=pd.DataFrame(rows_c, columns=_TABLE_COLUMNS["success"]) if has_success else None,
         settings=settings, n_queries=len(frame), n_trimmed=n_trimmed, dropped=dropped, name=name,
+        decomposition=decomposition, retrieval_bootstrap=retrieval_boot,
     )

@@ -215,3 +215,24 @@ def test_weight_ranges(u, G, alpha_base):
     a = D.alpha_g(G, alpha_base)
     assert 0.0 <= D.geometry_weight(u, G, alpha_base) <= 1.0
     assert 1.0 <= D.rd_weight(u, G, alpha_base) <= 1.0 + a + 1e-12
+
+
+def test_float64_in_float64_out_and_float32_kept_fast():
+    from fractions import Fraction
+
+    rng = np.random.default_rng(11)
+    e = rng.normal(size=(7, 24))
+    e /= np.linalg.norm(e, axis=1, keepdims=True)
+    # exact reference: rational arithmetic on the float64 unit vectors as given
+    ef = [[Fraction(float(x)) for x in row] for row in e]
+    total = Fraction(0)
+    for i in range(7):
+        for j in range(7):
+            if i != j:
+                dot = sum(a * b for a, b in zip(ef[i], ef[j]))
+                total += min(max(1 - dot, Fraction(0)), Fraction(1))
+    exact = float(total / 49)
+    assert D.cosine_dispersion(e) == pytest.approx(exact, rel=1e-14)
+    got32 = D.cosine_dispersion(e.astype(np.float32))
+    assert got32 == pytest.approx(exact, rel=1e-5) and got32 != pytest.approx(exact, rel=1e-14)
+    assert D._as_embeddings(e.astype(np.float32), batch=False).dtype == np.float32
