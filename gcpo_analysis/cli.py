@@ -72,6 +72,8 @@ def _add_proofs(sub):
     p.add_argument("--instances", type=int, default=2000, help="random instances per claim")
     p.add_argument("--seed", type=int, default=0, help="random seed")
     p.add_argument("-o", "--output", default=None, help="also write the table as CSV")
+    p.add_argument("--json", default=None, metavar="PATH",
+                   help="also write the table as JSON (settings and one record per claim; the README quotes it)")
     p.add_argument("--strict", action="store_true",
                    help="exit 1 when any claim fails (the paper's literal BoT constant does: see its note)")
     p.set_defaults(func=_run_proofs)
@@ -80,10 +82,16 @@ def _add_proofs(sub):
 def _run_proofs(args) -> int:
     from .proofs import check_all, format_table
 
+    from .frames import write_text
+
     table = check_all(n_instances=args.instances, seed=args.seed)
     print(format_table(table))
     if args.output:
-        table.to_csv(args.output, index=False)
+        write_text(args.output, table.to_csv(index=False))
+    if args.json:
+        blob = {"settings": {"instances": args.instances, "seed": args.seed},
+                "claims": json.loads(table.to_json(orient="records"))}
+        write_text(args.json, json.dumps(blob, indent=2) + "\n")
     return 1 if args.strict and not bool(table["holds"].all()) else 0
 
 

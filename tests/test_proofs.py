@@ -15,7 +15,7 @@ def table():
 
 
 def test_schema_and_every_claim_present(table):
-    assert list(table.columns) == ["claim", "where", "instances", "worst_violation", "holds", "note"]
+    assert list(table.columns) == ["claim", "where", "instances", "worst_violation", "holds", "note", "worst_ratio", "median"]
     assert len(table) == 15
     assert (table.instances > 0).all()
     assert np.isfinite(table.worst_violation).all()
