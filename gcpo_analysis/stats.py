@@ -600,7 +600,8 @@ def gap_study(groups: pd.DataFrame, measures=DEFAULT_MEASURES, target: str = "gr
         retrieval_boot = paired_retrieval_bootstrap(Xc, measures, y_all[common], reference, idx, top_frac, level)
     settings = dict(measures=measures, target=target, reference=reference, trim=trim, n_boot=n_boot,
                     top_frac=top_frac, k_folds=k_folds, seed=seed, success_column=success_column,
-                    level=level, precision_tie_rule="expected precision under random tie-breaking",
+                    level=level, target_mean=float(np.nanmean(y_all)),
+                    precision_tie_rule="expected precision under random tie-breaking",
                     top_rule="target >= k-th largest, k = round(top_frac N)")
     return GapStudyResult(
         spearman=pd.DataFrame(rows_s, columns=_TABLE_COLUMNS["spearman"]),

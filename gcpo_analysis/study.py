@@ -263,6 +263,7 @@ def run_study(cfg: StudyConfig):
         figs.mkdir(exist_ok=True)
         plots.figure1({cfg.dataset: result}, path=figs / "figure1")
         plots.correlation_heatmap(result, path=figs / "correlations")
+        plots.decomposition(result, path=figs / "decomposition")
         import matplotlib.pyplot as plt
 
         plt.close("all")

@@ -249,3 +249,20 @@ def modulate(
         if key in params:
             check_alpha_base(params[key])
     return MODULATORS[name](group, alpha=alpha_base, r_min=r_min, r_max=r_max, eps=eps, **params)
+
+
+def group_weight_from(advantages, rewards, eps: float = EPS) -> float:
+    """The group weight omega(q) of a group-level modulator, read off its output: the scalar
+    with ``advantages = omega * grpo_advantages(rewards, eps)`` (least squares; 1 when every
+    GRPO advantage is 0, equal rewards, where there is nothing to weight). Raises when the
+    advantages are not one multiple of the GRPO ones (a per-rollout modulator)."""
+    adv = np.asarray(advantages, dtype=np.float64)
+    base = grpo_advantages(rewards, eps)
+    denom = float(base @ base)
+    if denom == 0.0:
+        return 1.0
+    w = float(adv @ base / denom)
+    if not np.allclose(adv, w * base, rtol=1e-9, atol=1e-12):
+        raise ValueError("these advantages are not one weight times the GRPO advantages: "
+                         "the modulator weights rollouts individually")
+    return w

@@ -1,0 +1,188 @@
+"""GCPO inside TRL: ``GCPOConfig`` and ``GCPOTrainer``, drop-in subclasses of TRL's GRPO.
+
+    from gcpo_train.trl import GCPOConfig, GCPOTrainer
+    args = GCPOConfig(output_dir="out", modulator="bot_rd", num_generations=8, r_max=1.0)
+    trainer = GCPOTrainer(model="Qwen/Qwen2.5-1.5B-Instruct", reward_funcs=my_reward,
+                          args=args, train_dataset=dataset)
+    trainer.train()
+
+Everything that is not advantage modulation stays TRL's: generation (transformers or vLLM),
+loss types, ``scale_rewards``, KL, logging (every ``report_to`` backend), checkpoints, and
+multi-process training through accelerate (DDP, DeepSpeed ZeRO, FSDP; see configs/accelerate/).
+
+Semantics (paper Section 3.4). After TRL has computed the group-standardised advantages A_i,
+each rollout's advantage becomes A_i * omega(q), omega(q) the weight of its group from
+``gcpo_analysis.measures.modulators`` — the code ``gcpo_train``'s own loop uses; there is no
+second formula here. The weight is read off ``modulate``'s output as the scalar that maps our
+GRPO advantages onto the modulated ones (``modulators.group_weight``), so it does not depend on
+TRL's choice of standard deviation. A group's G completions can live on several processes: the
+texts and rewards of the whole generation batch are gathered first (accelerate's
+``gather_object``; TRL gathers the rewards itself), every process computes the weights of all
+groups from all G rollouts, and multiplies its own slice (TRL's ``process_slice``).
+
+Only modulators whose effect is one weight per group run under TRL (``TRL_MODULATORS``):
+``none, se, kle, care, cd, bot, rd, cd_rd, bot_rd, q_hawkeye``. Refused at construction, with
+the reason: ``eg_spo`` (per-rollout gates from token entropies), ``r2vpo`` (per-rollout
+variance of the policy ratio against the reference policy) and ``empo`` (it replaces the reward
+by cluster frequency instead of weighting the advantage). Under TRL, ``se`` is the discrete SE
+(TRL computes no sequence log-probabilities before the advantages).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+from accelerate.utils import gather_object
+from trl import GRPOConfig, GRPOTrainer
+
+from gcpo_analysis.measures.advantages import EPS
+from gcpo_analysis.measures.modulators import MODULATORS
+
+TRL_MODULATORS = ("none", "se", "kle", "care", "cd", "bot", "rd", "cd_rd", "bot_rd", "q_hawkeye")
+REFUSED = {
+    "eg_spo": "it gates each rollout by its token entropy (a per-rollout weight, not a group weight)",
+    "r2vpo": "it weights each rollout by the variance of its policy ratio against the reference "
+             "policy, which TRL has not computed when the advantages are made",
+    "empo": "it replaces the reward by the cluster frequency instead of weighting the advantage",
+}
+
+
+def check_trl_modulator(name: str) -> None:
+    """Refuse a modulator that cannot run under TRL, naming it and the reason."""
+    if name not in MODULATORS:
+        raise ValueError(f"unknown modulator {name!r}; choices: {', '.join(sorted(MODULATORS))}")
+    if name not in TRL_MODULATORS:
+        raise ValueError(f"modulator {name!r} cannot run inside TRL's GRPOTrainer: {REFUSED[name]}. "
+                         f"Use gcpo_train's own loop (gcpo train --backend gcpo) or one of {', '.join(TRL_MODULATORS)}")
+
+
+@dataclass
+class GCPOConfig(GRPOConfig):
+    """``trl.GRPOConfig`` plus the GCPO fields (paper Section 3.4, Appendix E)."""
+
+    modulator: str = field(default="bot_rd", metadata={"help": "Advantage modulator from gcpo_analysis.measures."
+                           "modulators: " + ", ".join(TRL_MODULATORS) + " (eg_spo, r2vpo, empo are refused under TRL)."})
+    alpha_base: float = field(default=0.6, metadata={"help": "alpha_base; alpha_G = alpha_base / ln G (Section 3.4). Finite, >= 0."})
+    r_min: float = field(default=0.0, metadata={"help": "Lower end of the reward range (RD normalisation). Rewards outside [r_min, r_max] are refused."})
+    r_max: float = field(default=2.0, metadata={"help": "Upper end of the reward range (the paper's rewards live on [0, 2]; set 1.0 for 0/1 rewards)."})
+    judge: str = field(default="embedding", metadata={"help": "Clustering judge for SE/BoT/CARE: 'embedding' (offline MiniLM similarity), 'lexical', 'math', 'nli' or 'nli:<model>' (the paper: roberta-large-mnli)."})
+    embedder: str | None = field(default=None, metadata={"help": "sentence-transformers name or path for the answer embeddings (None = the packaged all-MiniLM-L6-v2)."})
+    nli_threshold: float = field(default=0.35, metadata={"help": "Entailment threshold of the greedy clustering (Appendix E)."})
+    use_full_completion: bool = field(default=True, metadata={"help": "Embed and cluster the full completion (True, the paper's choice for math) or the extracted QA answer (False)."})
+    modulator_params: dict | None = field(default=None, metadata={"help": "Extra keyword arguments passed to modulate() verbatim (e.g. {'q_alpha': 0.6})."})
+    log_group_measures: bool = field(default=False, metadata={"help": "Also write each step's per-group measures and weights as output_dir/gcpo_groups/step_XXXXXX.parquet (main process)."})
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_trl_modulator(self.modulator)
+        from gcpo_analysis.measures.dispersion import check_alpha_base
+
+        check_alpha_base(self.alpha_base)
+        if not self.r_max > self.r_min:
+            raise ValueError(f"r_max ({self.r_max}) must be > r_min ({self.r_min})")
+        if not 0 <= self.nli_threshold <= 1:
+            raise ValueError(f"nli_threshold must lie in [0, 1], got {self.nli_threshold}")
+
+
+def completion_text(completion) -> str:
+    """TRL passes plain strings, or (conversational) a list of messages: take the last content."""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, list) and completion and isinstance(completion[-1], dict):
+        content = completion[-1].get("content", "")
+        return content if isinstance(content, str) else " ".join(
+            part.get("text", "") for part in content if isinstance(part, dict))
+    return str(completion)
+
+
+class GCPOTrainer(GRPOTrainer):
+    """``trl.GRPOTrainer`` whose advantages are multiplied by the GCPO group weights.
+
+    Same constructor as TRL's; ``args`` must be a ``GCPOConfig``. ``embedder`` / ``judge``
+    (keyword-only) inject ready objects (tests, offline runs); otherwise they are built from
+    the config on first use, so ``modulator="none"``/``"rd"`` never loads an embedding model.
+    """
+
+    def __init__(self, *args, embedder=None, judge=None, **kwargs):
+        config = kwargs.get("args", args[2] if len(args) > 2 else None)
+        if not isinstance(config, GCPOConfig):
+            raise TypeError(f"GCPOTrainer needs args=GCPOConfig(...), got {type(config).__name__}")
+        check_trl_modulator(config.modulator)
+        from .modulation import Measurer
+
+        settings = SimpleNamespace(
+            modulator=config.modulator, embedder=config.embedder, judge=config.judge,
+            nli_threshold=config.nli_threshold, alpha_base=config.alpha_base, r_min=config.r_min,
+            r_max=config.r_max, eps=EPS, q_hawkeye_alpha=config.alpha_base, eg_spo_alpha=1.0,
+            r2vpo_lambda=1.0, empo_low=0.0, empo_high=0.5, modulator_params=config.modulator_params)
+        self.measurer = Measurer(settings, embedder=embedder, judge=judge)
+        self._gcpo_batch = None
+        self.gcpo_last = None  # the last step's gathered texts, rewards and weights (for tests and logs)
+        super().__init__(*args, **kwargs)
+
+    # TRL's reward step runs on every process with the local completions and returns the rewards
+    # of the whole generation batch: gather the texts alongside, in the same order.
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self._gcpo_batch = (gather_object([completion_text(c) for c in completions]), rewards_per_func)
+        return rewards_per_func
+
+    def _generate_and_score_completions(self, inputs):
+        out = super()._generate_and_score_completions(inputs)
+        mode = "train" if self.model.training else "eval"
+        G = self.num_generations if mode == "train" else self.num_generations_eval
+        texts, rewards_per_func = self._gcpo_batch
+        rewards = (rewards_per_func * self.reward_weights.to(rewards_per_func.device).unsqueeze(0)).nansum(dim=1)
+        rewards = rewards.detach().cpu().double().numpy()
+        weights, rows = self.group_weights(texts, rewards, G)
+        local = slice(self.accelerator.process_index * len(inputs), (self.accelerator.process_index + 1) * len(inputs))
+        w = torch.as_tensor(np.repeat(weights, G)[local], dtype=out["advantages"].dtype, device=out["advantages"].device)
+        out["advantages"] = out["advantages"] * (w if out["advantages"].dim() == 1 else w[:, None])
+        self.gcpo_last = dict(texts=texts, rewards=rewards, weights=weights, rows=rows, local=local)
+        self._log_gcpo(mode, weights, rows)
+        return out
+
+    def group_weights(self, texts: list[str], rewards: np.ndarray, G: int) -> tuple[np.ndarray, list[dict]]:
+        """omega(q) of every group of the gathered batch (consecutive blocks of G, TRL's layout)
+        and each group's measures (``modulate``'s info)."""
+        from gcpo_analysis.measures.modulators import group_weight_from
+        from gcpo_analysis.rewards import extract_qa_answer
+
+        cfg = self.args
+        n = len(texts) // G
+        if n * G != len(texts):
+            raise ValueError(f"{len(texts)} completions do not split into groups of {G}")
+        r = np.nan_to_num(np.asarray(rewards, float), nan=cfg.r_min)  # unscorable: TRL zeroes their advantage
+        r_groups = [r[k * G:(k + 1) * G] for k in range(n)]
+        t_groups = [texts[k * G:(k + 1) * G] for k in range(n)]
+        shown = t_groups if cfg.use_full_completion else [[extract_qa_answer(t) for t in g] for g in t_groups]
+        if cfg.modulator == "none":
+            return np.ones(n), [{} for _ in range(n)]
+        advantages, infos, _ = self.measurer.modulate_groups(r_groups, shown, shown)
+        weights = np.array([group_weight_from(adv, rg) for adv, rg in zip(advantages, r_groups)])
+        return weights, infos
+
+    def _log_gcpo(self, mode: str, weights: np.ndarray, rows: list[dict]) -> None:
+        self._metrics[mode]["gcpo/weight_mean"].append(float(np.mean(weights)))
+        self._metrics[mode]["gcpo/weight_min"].append(float(np.min(weights)))
+        for key in sorted({k for row in rows for k in row}):
+            values = [row[key] for row in rows if key in row]
+            self._metrics[mode][f"gcpo/{key}"].append(float(np.mean(values)))
+        if self.args.log_group_measures and self.accelerator.is_main_process:
+            import pandas as pd
+
+            from gcpo_analysis.frames import write_frame
+
+            frame = pd.DataFrame(rows).assign(group=np.arange(len(weights)), weight=weights,
+                                              step=self.state.global_step, mode=mode)
+            write_frame(frame, Path(self.args.output_dir) / "gcpo_groups" / f"{mode}_step_{self.state.global_step:06d}.parquet")
+
+
+def gcpo_config_fields() -> list[str]:
+    """The fields GCPOConfig adds to GRPOConfig (for docs and the CLI)."""
+    base = {f.name for f in dataclasses.fields(GRPOConfig)}
+    return [f.name for f in dataclasses.fields(GCPOConfig) if f.name not in base]
