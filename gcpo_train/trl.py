@@ -147,24 +147,10 @@ class GCPOTrainer(GRPOTrainer):
         return out
 
     def group_weights(self, texts: list[str], rewards: np.ndarray, G: int) -> tuple[np.ndarray, list[dict]]:
-        """omega(q) of every group of the gathered batch (consecutive blocks of G, TRL's layout)
-        and each group's measures (``modulate``'s info)."""
-        from gcpo_analysis.measures.modulators import group_weight_from
-        from gcpo_analysis.rewards import extract_qa_answer
-
-        cfg = self.args
-        n = len(texts) // G
-        if n * G != len(texts):
-            raise ValueError(f"{len(texts)} completions do not split into groups of {G}")
-        r = np.nan_to_num(np.asarray(rewards, float), nan=cfg.r_min)  # unscorable: TRL zeroes their advantage
-        r_groups = [r[k * G:(k + 1) * G] for k in range(n)]
-        t_groups = [texts[k * G:(k + 1) * G] for k in range(n)]
-        shown = t_groups if cfg.use_full_completion else [[extract_qa_answer(t) for t in g] for g in t_groups]
-        if cfg.modulator == "none":
-            return np.ones(n), [{} for _ in range(n)]
-        advantages, infos, _ = self.measurer.modulate_groups(r_groups, shown, shown)
-        weights = np.array([group_weight_from(adv, rg) for adv, rg in zip(advantages, r_groups)])
-        return weights, infos
+        """omega(q) of every group of the gathered batch (``group_weights``)."""
+        a = self.args
+        return group_weights(texts, rewards, G, measurer=self.measurer, modulator=a.modulator, r_min=a.r_min,
+                             use_full_completion=a.use_full_completion)
 
     def _log_gcpo(self, mode: str, weights: np.ndarray, rows: list[dict]) -> None:
         self._metrics[mode]["gcpo/weight_mean"].append(float(np.mean(weights)))
@@ -180,6 +166,28 @@ class GCPOTrainer(GRPOTrainer):
             frame = pd.DataFrame(rows).assign(group=np.arange(len(weights)), weight=weights,
                                               step=self.state.global_step, mode=mode)
             write_frame(frame, Path(self.args.output_dir) / "gcpo_groups" / f"{mode}_step_{self.state.global_step:06d}.parquet")
+
+
+def group_weights(texts: list[str], rewards, G: int, *, measurer, modulator: str, r_min: float = 0.0,
+                  use_full_completion: bool = True) -> tuple[np.ndarray, list[dict]]:
+    """omega(q) of every group of a gathered generation batch — consecutive blocks of G, TRL's
+    layout — and each group's measures (``modulate``'s info). A pure function of the texts and
+    rewards: every process computes the same weights from the same gathered batch."""
+    from gcpo_analysis.measures.modulators import group_weight_from
+    from gcpo_analysis.rewards import extract_qa_answer
+
+    n = len(texts) // G
+    if n * G != len(texts):
+        raise ValueError(f"{len(texts)} completions do not split into groups of {G}")
+    r = np.nan_to_num(np.asarray(rewards, float), nan=r_min)  # unscorable: TRL zeroes their advantage
+    r_groups = [r[k * G:(k + 1) * G] for k in range(n)]
+    t_groups = [list(texts[k * G:(k + 1) * G]) for k in range(n)]
+    shown = t_groups if use_full_completion else [[extract_qa_answer(t) for t in g] for g in t_groups]
+    if modulator == "none":
+        return np.ones(n), [{} for _ in range(n)]
+    advantages, infos, _ = measurer.modulate_groups(r_groups, shown, shown)
+    weights = np.array([group_weight_from(adv, rg) for adv, rg in zip(advantages, r_groups)])
+    return weights, infos
 
 
 def gcpo_config_fields() -> list[str]:

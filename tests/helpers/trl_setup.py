@@ -1,0 +1,46 @@
+"""A tiny TRL/GCPO run shared by tests/test_trl.py and the 2-process script (no network)."""
+import zlib
+
+import numpy as np
+
+WORDS = {"king", "city", "house", "war", "man", "the"}
+PROMPTS = ["who is the king ?", "what is the city ?", "where is the house ?", "who won the war ?"]
+
+
+def word_reward(completions, **kwargs):
+    """Dense deterministic reward in [0, 2] so groups rarely tie."""
+    return [2.0 * sum(t in WORDS for t in c.split()) / max(1, len(c.split())) for c in completions]
+
+
+class HashEmbedder:
+    """Deterministic unit vectors from a text hash (no model)."""
+
+    def encode(self, texts, **kwargs):
+        out = np.stack([np.random.default_rng(zlib.crc32(t.encode())).normal(size=16) for t in texts])
+        return (out / np.linalg.norm(out, axis=1, keepdims=True)).astype(np.float32)
+
+    def describe(self):
+        return {"kind": "hash"}
+
+
+def save_tiny_model(path):
+    from gcpo_analysis.testing import tiny_causal_lm, tiny_tokenizer
+
+    tok = tiny_tokenizer()
+    tiny_causal_lm("llama", vocab_size=len(tok), seed=0).save_pretrained(path)
+    tok.save_pretrained(path)
+    return tok
+
+
+def config_kwargs(output_dir, **overrides):
+    kw = dict(output_dir=str(output_dir), per_device_train_batch_size=8, num_generations=4,
+              max_completion_length=6, max_steps=2, logging_steps=1, seed=0, learning_rate=1e-2, beta=0.04,
+              report_to=[], use_cpu=True, save_strategy="no", temperature=1.0, disable_tqdm=True)
+    kw.update(overrides)
+    return kw
+
+
+def dataset():
+    from datasets import Dataset
+
+    return Dataset.from_dict({"prompt": PROMPTS * 4})
