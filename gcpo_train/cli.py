@@ -65,6 +65,13 @@ def run_train(args) -> int:
     from .trainer import GRPOTrainer
 
     cfg = config_from_args(args)
+    if cfg.backend == "trl":  # the same config through TRL's GRPOTrainer (gcpo_train.trl)
+        from .trl_backend import run
+
+        rows = run(cfg)
+        if rows:
+            print(json.dumps({k: rows[-1][k] for k in ("step", "reward", "kl", "loss") if k in rows[-1]}))
+        return 0
     trainer = GRPOTrainer(cfg)
     rows = trainer.train()
     if rows:

@@ -21,7 +21,7 @@ from pathlib import Path
 DATASETS = ("narrativeqa", "qasper", "hotpotqa", "math500", "olympiadbench", "aime24")
 MATH_DATASETS = ("math500", "olympiadbench", "aime24")
 LOSS_AGGREGATIONS = ("sequence", "token")
-BACKENDS = ("hf", "vllm")
+BACKENDS = ("gcpo", "trl", "hf", "vllm")
 DTYPES = ("float32", "bfloat16", "float16")
 _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 
@@ -104,7 +104,9 @@ class TrainConfig:
                                "(TRL 'bnpo'/DAPO-style).")
     micro_batch_size: int = _f(16, "Sequences per forward/backward chunk (gradient accumulation).")
     # --- generation ---
-    backend: str = _f("hf", "Generation backend: 'hf' (transformers generate); 'vllm' is not implemented.")
+    backend: str = _f("gcpo", "Training engine: 'gcpo' (this package's reference loop, transformers generate; "
+                      "'hf' is an alias) or 'trl' (gcpo_train.trl.GCPOTrainer on TRL's GRPOTrainer: accelerate, "
+                      "DeepSpeed, FSDP, vLLM). 'vllm' for the gcpo loop is not implemented.")
     temperature: float = _f(0.9, "Sampling temperature (also scales logits in the loss, as TRL).")
     top_p: float = _f(1.0, "Nucleus sampling p.")
     max_new_tokens: int = _f(256, "Completion length cap.")

@@ -91,7 +91,11 @@ class GRPOTrainer:
         torch = require("torch")
         accelerate = require("accelerate")
         if config.backend == "vllm":
-            raise NotImplementedError("backend 'vllm' is not implemented; use backend: hf")
+            raise NotImplementedError("backend 'vllm' is not implemented for the gcpo loop; use backend: trl "
+                                      "(TRL's vLLM generation) or backend: gcpo")
+        if config.backend == "trl":
+            raise ValueError("backend 'trl' runs through gcpo_train.trl_backend (gcpo train --backend trl), "
+                             "not this loop")
         self.config = cfg = config
         self.accelerator = accelerate.Accelerator(cpu=(cfg.device == "cpu"))
         self.out = Path(cfg.output_dir)

@@ -155,3 +155,15 @@ def test_two_processes_split_groups_and_agree_with_one(model_dir, tmp_path):
     for r in ranks:
         lo, hi = r["local"]
         np.testing.assert_allclose(r["after"], np.asarray(r["before"]) * np.repeat(weights, G)[lo:hi], rtol=1e-6)
+
+
+def test_gcpo_train_backend_trl_runs_a_shipped_config(tmp_path, capsys):
+    from gcpo_analysis.cli import main
+
+    rc = main(["train", "--config", str(ROOT / "configs" / "cpu_smoke.yaml"), "--backend", "trl",
+               "--model", "tiny:llama", "--steps", "1", "--group_size", "4", "--queries_per_step", "2",
+               "--max_new_tokens", "4", "--judge", "lexical", "--modulator", "cd_rd", "--checkpoint_every", "0", "--n_train", "8",
+               "--output_dir", str(tmp_path / "run"), "--progress", "false"])
+    assert rc == 0
+    last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert "loss" in last and np.isfinite(last["loss"])
