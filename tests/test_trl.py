@@ -167,3 +167,16 @@ def test_gcpo_train_backend_trl_runs_a_shipped_config(tmp_path, capsys):
     assert rc == 0
     last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert "loss" in last and np.isfinite(last["loss"])
+
+
+@pytest.mark.parametrize("name", ["ddp", "deepspeed_zero2", "deepspeed_zero3", "fsdp"])
+def test_accelerate_configs_parse_and_name_an_existing_training_config(name):
+    import re
+
+    import yaml
+
+    path = ROOT / "configs" / "accelerate" / f"{name}.yaml"
+    cfg = yaml.safe_load(path.read_text())
+    assert cfg["distributed_type"] in ("MULTI_GPU", "DEEPSPEED", "FSDP") and cfg["num_processes"] >= 1
+    used = re.findall(r"--config (configs/\S+\.yaml)", path.read_text())
+    assert used and all((ROOT / u).exists() for u in used)
