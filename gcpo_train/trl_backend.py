@@ -14,9 +14,10 @@ import dataclasses
 from .config import TrainConfig
 
 
-def gcpo_config_from(cfg: TrainConfig, **overrides):
-    """The GCPOConfig of a TrainConfig (one generation batch of queries_per_step x G per step)."""
-    from .trl import GCPOConfig
+def gcpo_config_from(cfg: TrainConfig, plain_trl: bool = False, **overrides):
+    """The GCPOConfig of a TrainConfig (one generation batch of queries_per_step x G per step);
+    ``plain_trl``: TRL's GRPOConfig of the same run, without the GCPO fields."""
+    from .trl import GCPOConfig, gcpo_config_fields
 
     loss_type = {"sequence": "grpo", "token": "bnpo"}[cfg.loss_aggregation]
     kwargs = dict(
@@ -34,6 +35,10 @@ def gcpo_config_from(cfg: TrainConfig, **overrides):
         modulator_params=cfg.modulator_params, disable_tqdm=not cfg.progress,
     )
     kwargs.update(overrides)
+    if plain_trl:
+        import trl
+
+        return trl.GRPOConfig(**{k: v for k, v in kwargs.items() if k not in gcpo_config_fields()})
     return GCPOConfig(**kwargs)
 
 
@@ -71,8 +76,9 @@ def task_reward_fn(completions, references, task, **_):
     return [task_reward(t, completion_text(c), list(refs)) for c, refs, t in zip(completions, references, task)]
 
 
-def build_trl_trainer(cfg: TrainConfig, *, embedder=None, judge=None, **overrides):
-    """A ready GCPOTrainer for ``cfg`` (not yet trained)."""
+def build_trl_trainer(cfg: TrainConfig, *, embedder=None, judge=None, plain_trl: bool = False, **overrides):
+    """A ready GCPOTrainer for ``cfg`` (not yet trained); ``plain_trl`` builds TRL's own
+    GRPOTrainer on the same workload instead (benchmarks)."""
     from .policy import load_model_and_tokenizer
     from .trl import GCPOTrainer
 
@@ -83,6 +89,12 @@ def build_trl_trainer(cfg: TrainConfig, *, embedder=None, judge=None, **override
         if getattr(cfg, key):
             raise ValueError(f"{key} has no --backend trl counterpart here ({why}); unset it")
     model, tokenizer = load_model_and_tokenizer(cfg.model, cfg.dtype)
+    if getattr(getattr(model, "hf_quantizer", None), "quantization_config", None) is not None and \
+            str(model.hf_quantizer.quantization_config.quant_method).lower().endswith("gguf"):
+        # transformers dequantises GGUF weights into ordinary float tensors on load; only the
+        # marker stays behind, and HF's Trainer refuses any marked model. The weights train fine.
+        model.hf_quantizer = None
+        model.is_quantized = False
     peft_config = None
     if cfg.use_lora:
         from peft import LoraConfig
@@ -92,9 +104,14 @@ def build_trl_trainer(cfg: TrainConfig, *, embedder=None, judge=None, **override
     elif cfg.beta > 0 and (cfg.model == "packaged" or cfg.model.startswith("tiny:")):
         raise ValueError("full fine-tuning with beta > 0 under --backend trl needs a model TRL can reload as "
                          "its reference (a hub name or a local folder), not 'packaged'/'tiny:'; use LoRA or beta: 0")
-    args = gcpo_config_from(cfg, **overrides)
-    return GCPOTrainer(model=model, reward_funcs=task_reward_fn, args=args, train_dataset=prompts_dataset(cfg, tokenizer),
-                       processing_class=tokenizer, peft_config=peft_config, embedder=embedder, judge=judge)
+    args = gcpo_config_from(cfg, plain_trl=plain_trl, **overrides)
+    common = dict(model=model, reward_funcs=task_reward_fn, train_dataset=prompts_dataset(cfg, tokenizer),
+                  processing_class=tokenizer, peft_config=peft_config)
+    if plain_trl:
+        import trl
+
+        return trl.GRPOTrainer(args=args, **common)
+    return GCPOTrainer(args=args, embedder=embedder, judge=judge, **common)
 
 
 def run(cfg: TrainConfig) -> list[dict]:
