@@ -1,6 +1,6 @@
 """Collect a study's rollouts: G samples per query, rewards, entropies and gradient variance.
 
-DESIGN.md ("How data flows", the gap study): for each query, G completions are sampled from
+docs/conventions.md ("How data flows", the gap study): for each query, G completions are sampled from
 the policy, scored with the task reward, and -- when asked -- the query's gradient variance
 V(q) (``gcpo_analysis.gradvar``) is computed with GRPO advantages. The output is the
 rollouts frame and the groups frame of ``gcpo_analysis.frames``.
@@ -131,7 +131,7 @@ def collect_rollouts(model, tokenizer, queries: pd.DataFrame, *, G: int = 16, te
                      top_p: float = 1.0, max_new_tokens: int = 32, reward_fn=None, answer_fn=None,
                      success_fn=None, grad_var: bool = True, params="all", out_dir=None, seed: int = 0,
                      progress: bool = True, batch_generate: bool = True):
-    """Sample G rollouts per query and build the (rollouts, groups) frames (DESIGN.md).
+    """Sample G rollouts per query and build the (rollouts, groups) frames (docs/conventions.md).
 
     queries: DataFrame with query_id, prompt (chat-formatted text), references (list[str]),
     task ('qa_f1' | 'hotpot' | 'math'), optionally dataset. reward_fn(task, completion,

@@ -1,5 +1,5 @@
 """Benchmark loaders and prompts shared by the study and the trainer (paper §5 "Benchmarks",
-Appendix C; DESIGN.md "data from local files or registry packages").
+Appendix C; docs/conventions.md "data from local files or registry packages").
 
 Every loader returns one row per query with the columns of ``QUERY_COLUMNS``:
 ``query_id`` (``f"{dataset}/{split}/{source id or record index}"``, stable across runs),

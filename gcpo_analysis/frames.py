@@ -1,4 +1,4 @@
-"""The two data frames every part of gcpo passes around (DESIGN.md, "How data flows").
+"""The two data frames every part of gcpo passes around (docs/conventions.md, "How data flows").
 
 rollouts frame (long, one row per rollout)
     required: query_id, rollout_id, completion, answer, reward
@@ -31,7 +31,7 @@ def _show(value) -> str:
 
 
 class FrameError(ValueError):
-    """A frame that does not follow DESIGN.md's schema; the message names column and row."""
+    """A frame that does not follow docs/conventions.md's frames; the message names column and row."""
 
 
 def _check_columns(df: pd.DataFrame, required, kind: str, source: str | None) -> None:

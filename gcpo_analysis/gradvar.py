@@ -1,6 +1,6 @@
 """Exact per-query gradient variance from the G x G Gram matrix of per-rollout gradients.
 
-DESIGN.md ("Gradient variance of a query"); paper Appendix "Statistical analysis", "Target
+docs/conventions.md ("Gradient variance of a query"); paper Appendix "Statistical analysis", "Target
 Quantity: Sample-level Gradient Variance" (and Sec. 2.3, Var(A(Y) g(Y))):
 
     V(q) = (1/G) sum_i || A_i g_i - (1/G) sum_j A_j g_j ||^2,
@@ -46,7 +46,7 @@ _CHUNK_FLOATS = 1 << 25  # elements of one materialised per-sample-gradient chun
 
 
 def gradient_variance(gram, advantages) -> float:
-    """V(q) from the Gram matrix K_ij = g_i . g_j and the advantages A_i (DESIGN.md; paper
+    """V(q) from the Gram matrix K_ij = g_i . g_j and the advantages A_i (docs/conventions.md; paper
     Appendix "Target Quantity: Sample-level Gradient Variance").
 
     With h_i = A_i g_i and m = (1/G) sum_j h_j,
@@ -389,7 +389,7 @@ def group_gradient_gram(model, input_ids, attention_mask, completion_mask, param
                         method: str = "auto") -> np.ndarray:
     """K_ij = g_i . g_j with g_i = grad_theta log pi(y_i | q), one forward + one backward.
 
-    See the module docstring for the per-layer rules (DESIGN.md, gradient variance). ``params``:
+    See the module docstring for the per-layer rules (docs/conventions.md, gradient variance). ``params``:
     "all" (every parameter of the model), "lora" (names containing "lora_") or an iterable of
     parameters. Left or right padding; completion_mask marks the scored tokens. ``method``:
     "auto" picks the cheaper of the ghost and materialised forms per weight, "ghost" or

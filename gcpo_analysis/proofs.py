@@ -207,7 +207,7 @@ def check_bot_bound(rng, n, L=2.0):
 
     Cluster gradients mu_k^g = (L / sqrt 2) P mu_k with ||P|| <= 1. Then
     sum_k Pi_k ||mu_k^g - mu_bar^g||^2 <= L^2 sum_k Pi_k (1 - mu_k.mu*) = 2 L^2 BoT, because the
-    implemented BoT (DESIGN.md) carries a factor 1/2; the ratio to L^2 BoT can reach 2.
+    implemented BoT (docs/conventions.md) carries a factor 1/2; the ratio to L^2 BoT can reach 2.
     """
     G, d, K = 12, 6, 4
     e = _lipschitz_embeddings(rng, n, G, d, positive=False)

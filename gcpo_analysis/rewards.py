@@ -1,5 +1,5 @@
 """Task rewards, answer extraction and evaluation metrics (paper Appendix E, Table
-"Per-task reward definitions"; DESIGN.md "Rewards").
+"Per-task reward definitions"; docs/conventions.md "Rewards").
 
 Rewards live on [0, 2]:
 

@@ -70,7 +70,7 @@ def simulate_study(n_queries: int = 300, G: int = 16, d_embed: int = 32, d_grad:
 
     See the module docstring for the generative model. ``zero_reward_frac`` plants a block of
     queries (chosen at random, independently of their answers) whose G rewards are all 0, as
-    a weak policy's hopeless queries: their advantages, RD and V(q) are exactly 0. The frames follow DESIGN.md's schema:
+    a weak policy's hopeless queries: their advantages, RD and V(q) are exactly 0. The frames follow docs/conventions.md's frames:
     rollouts (query_id, rollout_id, completion, answer, reward, cluster, token_entropy) and
     groups (query_id, G, se, cd, bot, rd, token_entropy, n_clusters, success_rate, mean_reward,
     grad_var, mean_update_norm = ||g_hat||, g_hat = (1/G) sum_i A_i g_i).

@@ -1,6 +1,6 @@
 """The gap study: do uncertainty measures track GRPO's gradient variance? (paper Sec. 2, App. D).
 
-Pure numpy cores, pandas adapters on top. Per measure u and target V (DESIGN.md, "gap study"):
+Pure numpy cores, pandas adapters on top. Per measure u and target V (docs/conventions.md, "gap study"):
 
 * Spearman rho(u, V) with its p-value (scipy.stats.spearmanr) and a percentile bootstrap CI;
 * retrieval of H = top ``top_frac`` of queries by V: AUC = P(u(q+) > u(q-)) (ties count 1/2,
@@ -487,7 +487,7 @@ def gap_study(groups: pd.DataFrame, measures=DEFAULT_MEASURES, target: str = "gr
               reference: str = "bot", trim: float = 0.02, n_boot: int = 10_000, top_frac: float = 0.1,
               k_folds: int = 5, seed: int = 0, success_column: str = "success_rate",
               level: float = 0.95, name: str = "data") -> GapStudyResult:
-    """Run the gap study of App. D on a groups frame (DESIGN.md "gap study").
+    """Run the gap study of App. D on a groups frame (docs/conventions.md "gap study").
 
     1. drop the ``trim`` queries with the largest target (``trim_top``);
     2. per measure u: Spearman rho(u, V) with p and a bootstrap percentile CI; AUC and

@@ -3,7 +3,7 @@
 queries -> G rollouts per query -> rewards -> measures (token entropy, SE, KLE, CD, BoT, RD,
 success rate) -> exact per-query gradient variance -> trim -> statistics -> one folder:
 
-    rollouts.parquet, groups.parquet      the two frames (DESIGN.md)
+    rollouts.parquet, groups.parquet      the two frames (docs/conventions.md)
     tables/                               Tables 3 and 4 (markdown, CSV) and every statistic
     figures/figure1.{png,svg}, ...        Figure 1 panels and the correlation heatmaps
     run_card.json                         versions, model, judge, embedder, seeds, settings,

@@ -1,6 +1,6 @@
 """Gather what a modulator needs for every group of a step and call ``modulate`` on each.
 
-The trainer has no formula of its own (DESIGN.md): weights and advantages come from
+The trainer has no formula of its own (docs/conventions.md): weights and advantages come from
 ``gcpo_analysis.measures.modulators.modulate``. This module only batches the inputs — one
 embedding call for all texts of the step, one batched greedy clustering over all groups — and
 computes nothing a modulator does not ask for (``Modulator.needs``).

@@ -1,4 +1,4 @@
-"""Greedy entailment clustering of a group's answers (paper Appendix E; DESIGN.md "Clustering").
+"""Greedy entailment clustering of a group's answers (paper Appendix E; docs/conventions.md "Clustering").
 
 Rule (order-dependent, as in the paper): the first response opens cluster 0; each next response
 h_i is scored against the representative (first member) rep_k of every open cluster with

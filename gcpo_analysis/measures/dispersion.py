@@ -3,7 +3,7 @@
 Every function takes one group (arrays of length G) and has a ``*_batch`` twin over N groups
 of equal size stacked on a leading axis, so a study of 10,000 groups is a few array ops.
 
-Conventions (DESIGN.md): rollout weights pi_i = 1/G; embeddings are L2-normalised;
+Conventions (docs/conventions.md): rollout weights pi_i = 1/G; embeddings are L2-normalised;
 alpha_G = alpha_base / ln G; G = 1 has no dispersion, so every measure is 0 and every weight 1.
 """
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 These are the baselines GCPO is compared with: semantic entropy (Seed-GRPO, EMPO), predictive
 entropy, mean token entropy and kernel language entropy (KLE). Natural logarithms everywhere
-(DESIGN.md); a group of size G = 1 has no dispersion, so every measure is 0 there.
+(docs/conventions.md); a group of size G = 1 has no dispersion, so every measure is 0 there.
 
 Each function takes one group; the ``*_batch`` twins take N groups of equal size stacked on a
 leading axis and are vectorised (no Python loop over groups).
@@ -90,7 +90,7 @@ def predictive_entropy(logprobs, lengths=None) -> float:
     The sample estimate of the sequence entropy of Malinin & Gales (2021, ICLR, "Uncertainty
     estimation in autoregressive structured prediction"), as used by Kuhn et al. (2023). With
     ``lengths`` (tokens per rollout) each term is length-normalised: -(1/G) sum_i log p_i / L_i.
-    G = 1 gives 0 (no dispersion, DESIGN.md convention).
+    G = 1 gives 0 (no dispersion, docs/conventions.md convention).
     """
     lp = np.asarray(logprobs, dtype=np.float64)
     if lp.ndim != 1:
@@ -144,7 +144,7 @@ def mean_token_entropy(token_entropies, mask=None) -> float:
     ``token_entropies``: a (G,) array of per-rollout means (the rollouts frame's
     ``token_entropy`` column), or a (G, T) array of per-token entropies with an optional (G, T)
     ``mask`` of real tokens. Each rollout is averaged over its own tokens first, so long
-    rollouts do not dominate. G = 1 gives 0 (no dispersion, DESIGN.md convention).
+    rollouts do not dominate. G = 1 gives 0 (no dispersion, docs/conventions.md convention).
     """
     h = _finite(np.asarray(token_entropies, dtype=np.float64), "token_entropies")
     if h.ndim == 1:

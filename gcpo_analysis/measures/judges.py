@@ -1,4 +1,4 @@
-"""Entailment judges for semantic clustering (paper Appendix E; DESIGN.md "Clustering").
+"""Entailment judges for semantic clustering (paper Appendix E; docs/conventions.md "Clustering").
 
 A judge scores (premise, hypothesis) pairs with an entailment probability in [0, 1]:
 
@@ -238,7 +238,7 @@ class LexicalJudge(_RuleJudge):
     """Offline judge p = token-F1(premise, hypothesis) with SQuAD normalisation (symmetric).
 
     F1 = 2 |P ∩ H| / (|P| + |H|) over bags of tokens after lower-casing, removing punctuation
-    and the articles a/an/the, and collapsing whitespace — the QA reward's F1 (DESIGN.md,
+    and the articles a/an/the, and collapsing whitespace — the QA reward's F1 (docs/conventions.md,
     "Rewards"): ``gcpo_analysis.rewards.token_f1``. Two empty answers score 1, one empty 0.
     """
 
@@ -254,7 +254,7 @@ class LexicalJudge(_RuleJudge):
 class MathJudge(_RuleJudge):
     """Offline judge for math answers: p = 1 if the two answers are equivalent, else 0.
 
-    Equivalence is ``gcpo_analysis.rewards.math_equiv``, the math reward's rule (DESIGN.md).
+    Equivalence is ``gcpo_analysis.rewards.math_equiv``, the math reward's rule (docs/conventions.md).
     """
 
     name = "math"

@@ -1,4 +1,4 @@
-"""Score rollout groups: the rollouts frame in, the groups frame out (DESIGN.md).
+"""Score rollout groups: the rollouts frame in, the groups frame out (docs/conventions.md).
 
 One batched embedding call for all groups (identical texts embedded once), one batched judge
 call per greedy clustering round for all groups, then the measures vectorised over groups of
