@@ -29,13 +29,13 @@ def _add_score(sub):
     p.add_argument("--embedder", default=None,
                    help="sentence-transformers name or path (default: the packaged all-MiniLM-L6-v2)")
     p.add_argument("--threshold", type=float, default=0.35, help="entailment threshold for clustering")
-    p.add_argument("--full-completion", action="store_true",
+    p.add_argument("--full-completion", "--full_completion", action="store_true",
                    help="embed/cluster the full completion instead of the extracted answer (math)")
-    p.add_argument("--alpha-base", type=float, default=0.6, help="alpha_base; alpha_G = alpha_base / ln G")
-    p.add_argument("--r-min", type=float, default=0.0, help="lower end of the reward range")
-    p.add_argument("--r-max", type=float, default=2.0, help="upper end of the reward range")
+    p.add_argument("--alpha-base", "--alpha_base", type=float, default=0.6, help="alpha_base; alpha_G = alpha_base / ln G")
+    p.add_argument("--r-min", "--r_min", type=float, default=0.0, help="lower end of the reward range")
+    p.add_argument("--r-max", "--r_max", type=float, default=2.0, help="upper end of the reward range")
     p.add_argument("--csv", action="store_true", help="also write a CSV next to the Parquet file")
-    p.set_defaults(func=_run_score)
+    p.set_defaults(func=_run_score, _parser=p)
 
 
 def _run_score(args) -> int:
@@ -76,7 +76,7 @@ def _add_proofs(sub):
                    help="also write the table as JSON (settings and one record per claim; the README quotes it)")
     p.add_argument("--strict", action="store_true",
                    help="exit 1 when any claim fails (the paper's literal BoT constant does: see its note)")
-    p.set_defaults(func=_run_proofs)
+    p.set_defaults(func=_run_proofs, _parser=p)
 
 
 def _run_proofs(args) -> int:
@@ -100,6 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="gcpo",
         description="Uncertainty-calibrated GRPO: measures, the gap study, proofs, training.",
     )
+    parser.add_argument("--version", action="version", version=f"gcpo {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     from . import study
 
@@ -119,9 +120,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("gcpo")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def main(argv=None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # an unknown flag: name it with close matches, as `python -m gcpo_train` does
+        import difflib
+
+        sub = getattr(args, "_parser", None) or parser
+        flags = list(sub._option_string_actions)
+        close = difflib.get_close_matches(extra[0].split("=")[0], flags, n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        sub.error(f"unknown option {extra[0]!r}{hint}")
     try:
         return int(args.func(args) or 0)
     except (ValueError, OSError) as err:

@@ -83,10 +83,11 @@ def add_parser(sub) -> None:
     )
     p.add_argument("--preset", choices=sorted(PRESETS), help="paper: 1,000 queries, G=16, roberta-large-mnli, trim 20, Qwen2.5-1.5B-Instruct; cpu-large: 200 NarrativeQA queries, G=8, 192-token passages, trim 2%% (about 1.5 h on 2 cores)")
     for f in fields(StudyConfig):
-        flag = "--" + f.name.replace("_", "-")
+        flags = dict.fromkeys(["--" + f.name.replace("_", "-"), "--" + f.name])  # both spellings
         kind = {int: int, float: float}.get(type(f.default), str)
-        p.add_argument(flag, dest=f.name, type=kind, default=None, help=f.metadata["help"] + f" (default: {f.default})")
-    p.set_defaults(func=_run_cli)
+        help_text = f.metadata["help"].replace("%", "%%")  # argparse %-formats help strings
+        p.add_argument(*flags, dest=f.name, type=kind, default=None, help=f"{help_text} (default: {f.default})")
+    p.set_defaults(func=_run_cli, _parser=p)
 
 
 def _run_cli(args) -> int:

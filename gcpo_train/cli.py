@@ -34,7 +34,8 @@ def add_train_parser(subparsers) -> argparse.ArgumentParser:
                       help=f"{f.metadata['help']} (default: {f.default!r})", metavar="V")
         if f.type in (bool, "bool"):
             kwargs.update(nargs="?", const=True)
-        p.add_argument(f"--{f.name}", **kwargs)
+        spellings = dict.fromkeys([f"--{f.name}", f"--{f.name.replace('_', '-')}"])  # --group_size or --group-size
+        p.add_argument(*spellings, **kwargs)
     p.set_defaults(func=run_train, _parser=p)
     return p
 
@@ -45,13 +46,14 @@ def add_eval_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("checkpoint", help="checkpoint folder (output_dir/checkpoints/step_N), "
                    "'packaged', or a model name/path")
     p.add_argument("--dataset", default=None, help="benchmark (default: the checkpoint's)")
-    p.add_argument("--split", default="test")
-    p.add_argument("--n", type=int, default=None, help="evaluate the first n queries")
-    p.add_argument("--data_path", default=None)
-    p.add_argument("--max_new_tokens", type=int, default=None)
-    p.add_argument("--batch_size", type=int, default=8)
-    p.add_argument("--output", default=None, help="JSON file for the metrics")
-    p.add_argument("--no_progress", action="store_true")
+    p.add_argument("--split", default="test", help="split to evaluate (default: test)")
+    p.add_argument("--n", type=int, default=None, help="evaluate the first n queries (default: all)")
+    p.add_argument("--data_path", "--data-path", default=None, help="local benchmark file (default: the packaged/default source)")
+    p.add_argument("--max_new_tokens", "--max-new-tokens", type=int, default=None,
+                   help="completion cap (default: the checkpoint's eval_max_new_tokens or max_new_tokens)")
+    p.add_argument("--batch_size", "--batch-size", type=int, default=8, help="prompts per greedy generation batch (default: 8)")
+    p.add_argument("--output", default=None, help="JSON file for the metrics (default: print only)")
+    p.add_argument("--no_progress", "--no-progress", action="store_true", help="hide the progress bar")
     p.set_defaults(func=run_eval, _parser=p)
     return p
 
