@@ -35,6 +35,11 @@ def _add_score(sub):
     p.add_argument("--r-min", "--r_min", type=float, default=0.0, help="lower end of the reward range")
     p.add_argument("--r-max", "--r_max", type=float, default=2.0, help="upper end of the reward range")
     p.add_argument("--csv", action="store_true", help="also write a CSV next to the Parquet file")
+    for name, what in (("query", "the query id (e.g. 'prompt' in a TRL frame)"), ("rollout", "the rollout id (default: derived, the order within the query)"),
+                       ("completion", "the completion text"), ("answer", "the extracted answer (needed only by measures that read it)"),
+                       ("reward", "the reward")):
+        p.add_argument(f"--{name}-col", f"--{name}_col", dest=f"{name}_col", default=None, metavar="COLUMN",
+                       help=f"the input column holding {what}")
     p.set_defaults(func=_run_score, _parser=p)
 
 
@@ -51,7 +56,7 @@ def _run_score(args) -> int:
         if target.resolve() == source:
             raise ValueError(f"output {target} is the input rollouts file; choose another -o "
                              f"(the groups frame would replace the rollouts)")
-    rollouts = read_frame(args.rollouts, kind="rollouts")
+    rollouts = _read_rollouts(args, measures)
     groups = score_groups(
         rollouts, measures, embedder=args.embedder, judge=args.judge, threshold=args.threshold,
         use_full_completion=args.full_completion, alpha_base=args.alpha_base,
@@ -65,6 +70,31 @@ def _run_score(args) -> int:
     write_text(out.with_suffix(".meta.json"), json.dumps(meta, indent=2, default=str))
     print(f"wrote {out} ({len(groups)} queries) and {out.with_suffix('.meta.json')}")
     return 0
+
+
+def _read_rollouts(args, measures):
+    """The input as a rollouts frame: mapped columns renamed, rollout_id derived when absent, and
+    an ``answer`` column required only when a measure reads the answers."""
+    from .frames import map_rollout_columns, read_frame, read_table, validate_rollouts
+    from .measures.score import MEASURES
+
+    mapping = {"query_id": args.query_col, "rollout_id": args.rollout_col, "completion": args.completion_col,
+               "answer": args.answer_col, "reward": args.reward_col}
+    if not any(mapping.values()):
+        raw = read_table(args.rollouts)
+        if "answer" in raw.columns and "rollout_id" in raw.columns:
+            return read_frame(args.rollouts, kind="rollouts")
+    else:
+        raw = read_table(args.rollouts)
+    df = map_rollout_columns(raw, mapping, source=str(args.rollouts))
+    reads_answers = not args.full_completion and any(MEASURES[m] for m in measures)
+    if "answer" not in df.columns:
+        if reads_answers:
+            raise ValueError(f"{args.rollouts}: measures {[m for m in measures if MEASURES[m]]} read the answers, "
+                             f"and there is no 'answer' column: name one with --answer-col, or score the full "
+                             f"completions with --full-completion")
+        df = df.assign(answer=df["completion"] if "completion" in df.columns else "")
+    return validate_rollouts(df, source=str(args.rollouts))
 
 
 def _add_proofs(sub):

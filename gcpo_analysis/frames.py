@@ -163,6 +163,16 @@ def _as_str_list(value) -> list[str]:
 
 def read_frame(path: str | Path, kind: str = "rollouts") -> pd.DataFrame:
     """Read a Parquet, JSONL or CSV frame and validate it as ``kind`` ('rollouts' or 'groups')."""
+    df = read_table(path, kind)
+    if kind == "rollouts":
+        return validate_rollouts(df, source=str(path))
+    if kind == "groups":
+        return validate_groups(df, source=str(path))
+    raise ValueError(f"unknown frame kind {kind!r}; expected 'rollouts' or 'groups'")
+
+
+def read_table(path: str | Path, kind: str = "rollouts") -> pd.DataFrame:
+    """Read a Parquet, JSONL or CSV file as it is (no schema check; ``read_frame`` checks)."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no such {kind} file: {path}")
@@ -177,11 +187,22 @@ def read_frame(path: str | Path, kind: str = "rollouts") -> pd.DataFrame:
         df = pd.read_csv(path)
     else:
         raise FrameError(f"{path}: unknown frame format {suffix!r} (use .parquet, .jsonl or .csv)")
-    if kind == "rollouts":
-        return validate_rollouts(df, source=str(path))
-    if kind == "groups":
-        return validate_groups(df, source=str(path))
-    raise ValueError(f"unknown frame kind {kind!r}; expected 'rollouts' or 'groups'")
+    return df
+
+
+def map_rollout_columns(df: pd.DataFrame, columns: dict, source: str | None = None) -> pd.DataFrame:
+    """Rename a frame's columns to the rollouts frame's names (``columns``: ours -> theirs, e.g.
+    {"query_id": "prompt"} for a TRL-style frame) and derive what can be derived: a missing
+    ``rollout_id`` is the row's position within its query, in file order."""
+    where = f" in {source}" if source else ""
+    missing = {ours: theirs for ours, theirs in columns.items() if theirs and theirs not in df.columns}
+    if missing:
+        ours, theirs = next(iter(missing.items()))
+        raise FrameError(f"column {theirs!r} (given for {ours}) is not{where}; it has {list(df.columns)}")
+    out = df.rename(columns={theirs: ours for ours, theirs in columns.items() if theirs and theirs != ours})
+    if "rollout_id" not in out.columns and "query_id" in out.columns:
+        out["rollout_id"] = out.groupby("query_id", sort=False).cumcount()
+    return out
 
 
 def _read_jsonl(path: Path) -> pd.DataFrame:

@@ -36,3 +36,32 @@ def test_a_typo_gets_close_matches(command, typo, suggestion, capsys):
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert f"unknown option '{typo}'" in err and suggestion in err
+
+
+def test_score_reads_a_trl_style_frame_without_renaming(tmp_path):
+    import json
+
+    import pandas as pd
+
+    src = tmp_path / "trl.jsonl"
+    rows = [{"prompt": f"q{q}", "completion": c, "reward": r}
+            for q in range(3) for c, r in (("the king", 1.0), ("a city", 0.0), ("the king", 1.0), ("war", 0.0))]
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "g.parquet"
+    with pytest.warns(UserWarning, match="--r-max"):
+        assert main(["score", str(src), "-o", str(out), "--query-col", "prompt", "--measures", "rd"]) == 0
+    g = pd.read_parquet(out)
+    assert list(g["query_id"]) == ["q0", "q1", "q2"] and (g["rd"] == 0.5).all()  # [0, 2] range by default
+    meta = json.loads(out.with_suffix(".meta.json").read_text())
+    assert "--r-max" in meta["reward_range_warning"]
+    assert main(["score", str(src), "-o", str(out), "--query-col", "prompt", "--measures", "rd", "--r-max", "1"]) == 0
+    assert (pd.read_parquet(out)["rd"] == 1.0).all()
+
+
+def test_score_needs_answers_only_for_measures_that_read_them(tmp_path, capsys):
+    import json
+
+    src = tmp_path / "trl.jsonl"
+    src.write_text("".join(json.dumps({"prompt": "q", "completion": c, "reward": 1.0}) + "\n" for c in "ab"))
+    rc = main(["score", str(src), "-o", str(tmp_path / "g.parquet"), "--query-col", "prompt", "--measures", "cd"])
+    assert rc == 2 and "--answer-col" in capsys.readouterr().err
