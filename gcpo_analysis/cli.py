@@ -147,6 +147,9 @@ def build_parser() -> argparse.ArgumentParser:
     else:
         add_train_parser(sub)
         add_eval_parser(sub)
+        from gcpo_train.plot_train import add_parser as add_plot_train
+
+        add_plot_train(sub)
     return parser
 
 

@@ -52,6 +52,17 @@ def latest_checkpoint(output_dir) -> Path | None:
     return done[0] if done else None
 
 
+def prune_checkpoints(output_dir, keep: int | None) -> list[Path]:
+    """Delete all but the newest ``keep`` complete checkpoints (None or 0 keeps all); returns
+    the deleted folders. Only ``step_*`` folders under ``output_dir/checkpoints`` are touched."""
+    if not keep:
+        return []
+    old = complete_checkpoints(output_dir)[keep:]
+    for path in old:
+        shutil.rmtree(path)
+    return old
+
+
 def load_latest_usable(output_dir, **objects) -> tuple[dict, Path] | tuple[None, None]:
     """Restore the newest checkpoint that loads (``load_checkpoint``); an unreadable one is
     skipped with a warning naming the bad file. (None, None) when there is no checkpoint;

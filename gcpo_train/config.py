@@ -28,7 +28,7 @@ _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 # Fields that do not change what is trained: a resumed run may differ in these.
 NON_IDENTITY_KEYS = frozenset({
     "steps", "output_dir", "resume", "log_every", "checkpoint_every", "eval_every",
-    "eval_n", "progress", "device", "tensorboard", "save_rollouts", "overwrite",
+    "eval_n", "progress", "device", "tensorboard", "save_rollouts", "overwrite", "save_total_limit",
 })
 
 
@@ -118,6 +118,8 @@ class TrainConfig:
     log_every: int = _f(1, "Write a log.jsonl row every N steps.")
     save_rollouts: bool = _f(True, "Write each step's rollouts frame to rollouts/step_XXXXXX.parquet.")
     checkpoint_every: int = _f(100, "Checkpoint every N steps (0 = only at the end).")
+    save_total_limit: int = _f(None, "Keep only the newest N checkpoints (each holds the trainable weights and "
+                               "optimizer state); None keeps all.")
     eval_every: int = _f(0, "Evaluate on eval_split every N steps (0 = never during training).")
     eval_n: int = _f(None, "Queries evaluated during training (None = all).")
     resume: bool = _f(False, "Continue from the latest usable checkpoint in output_dir.")

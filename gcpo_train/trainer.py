@@ -420,6 +420,7 @@ class GRPOTrainer:
                     ckpt.save_checkpoint(self.out, step, model=self.policy, optimizer=self.optimizer,
                                          scheduler=self.scheduler, config=cfg,
                                          data_position=step * cfg.queries_per_step)
+                    ckpt.prune_checkpoints(self.out, cfg.save_total_limit)
         if self._tb is not None:
             self._tb.close()
         return rows

@@ -65,3 +65,17 @@ def test_score_needs_answers_only_for_measures_that_read_them(tmp_path, capsys):
     src.write_text("".join(json.dumps({"prompt": "q", "completion": c, "reward": 1.0}) + "\n" for c in "ab"))
     rc = main(["score", str(src), "-o", str(tmp_path / "g.parquet"), "--query-col", "prompt", "--measures", "cd"])
     assert rc == 2 and "--answer-col" in capsys.readouterr().err
+
+
+def test_plot_train_draws_the_curves_of_a_log(tmp_path, capsys):
+    import json
+
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = [{"step": s, "reward_mean": 0.1 * s, "frac_zero_std": 0.5, "kl": 0.01 * s, "loss": 0.2, "w_bot": 0.9,
+             "w_rd": 1.1, "time_generate": 1.0, "time_step": 2.0} for s in (1, 2, 3)]
+    (run / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"step": 4, "rew')
+    with pytest.warns(UserWarning, match="partial last line"):
+        assert main(["plot-train", str(run)]) == 0
+    assert (run / "plots" / "training.png").stat().st_size > 10_000 and (run / "plots" / "training.svg").exists()
+    assert main(["plot-train", str(tmp_path / "nothing")]) == 2

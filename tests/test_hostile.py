@@ -357,3 +357,12 @@ class _HashEmbedder:
 
     def describe(self):
         return {"kind": "hash"}
+
+
+def test_save_total_limit_keeps_the_newest_checkpoints(tmp_path):
+    pytest.importorskip("torch")
+    from test_train_trainer import make
+
+    make(tmp_path, "run", steps=3, checkpoint_every=1, save_total_limit=2).train()
+    kept = sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir())
+    assert kept == ["step_000002", "step_000003"]

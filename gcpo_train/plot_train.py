@@ -1,0 +1,59 @@
+"""``gcpo plot-train RUN``: training curves from ``RUN/log.jsonl`` as PNG and SVG.
+
+Four panels over the step: reward (mean, and the share of groups with equal rewards), the KL
+to the reference and the loss, the modulator's weights (every ``w_*`` column), and the time per
+phase (every ``time_*`` column). Written to ``RUN/plots/training.{png,svg}`` unless ``-o``.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .runlog import read_log
+
+
+def plot_training(run_dir, output=None):
+    """Draw the curves of a run folder; returns the two written paths."""
+    import pandas as pd
+
+    from gcpo_analysis.plots import plt, save_figure
+
+    run_dir = Path(run_dir)
+    log = run_dir / "log.jsonl" if run_dir.is_dir() else run_dir
+    if not log.exists():
+        raise FileNotFoundError(f"no log.jsonl in {run_dir}")
+    df = pd.DataFrame(read_log(log))
+    if df.empty:
+        raise ValueError(f"{log} has no logged step")
+    fig, ax = plt.subplots(1, 4, figsize=(18, 3.6))
+    panels = [("(a) reward", [c for c in ("reward_mean", "frac_zero_std") if c in df]),
+              ("(b) KL to the reference and loss", [c for c in ("kl", "loss") if c in df]),
+              ("(c) advantage weights (group means)", [c for c in df if c.startswith("w_")]),
+              ("(d) seconds per phase", [c for c in df if c.startswith("time_")])]
+    for a, (title, cols) in zip(ax, panels):
+        for c in cols:
+            a.plot(df["step"], df[c], marker="o", ms=3, label=c)
+        a.set(title=title, xlabel="step")
+        if cols:
+            a.legend(fontsize=7)
+        else:
+            a.text(0.5, 0.5, "not logged in this run", ha="center", va="center", transform=a.transAxes)
+    fig.suptitle(f"training run {run_dir.name}", fontsize=11)
+    fig.tight_layout()
+    out = Path(output) if output else (log.parent / "plots" / "training")
+    paths = save_figure(fig, out)
+    plt.close(fig)
+    return paths
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("plot-train", help="draw a training run's curves (reward, KL, weights, timing) from log.jsonl",
+                       description=__doc__)
+    p.add_argument("run", help="run folder (holding log.jsonl) or the log.jsonl itself")
+    p.add_argument("-o", "--output", default=None, help="file stem for the PNG and SVG (default: RUN/plots/training)")
+    p.set_defaults(func=_run, _parser=p)
+
+
+def _run(args) -> int:
+    for path in plot_training(args.run, args.output):
+        print(f"wrote {path}")
+    return 0
