@@ -28,7 +28,7 @@ _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 # Fields that do not change what is trained: a resumed run may differ in these.
 NON_IDENTITY_KEYS = frozenset({
     "steps", "output_dir", "resume", "log_every", "checkpoint_every", "eval_every",
-    "eval_n", "progress", "device", "tensorboard", "save_rollouts", "overwrite", "save_total_limit",
+    "eval_n", "progress", "device", "tensorboard", "report_to", "save_rollouts", "overwrite", "save_total_limit",
 })
 
 
@@ -126,7 +126,9 @@ class TrainConfig:
     overwrite: bool = _f(False, "Replace the run already in output_dir (its log.jsonl, run.json, "
                          "checkpoints/ and rollouts/); without it such a rerun is refused.")
     progress: bool = _f(True, "Show a tqdm bar.")
-    tensorboard: bool = _f(True, "Also log to TensorBoard when it is installed.")
+    tensorboard: bool = _f(False, "Shorthand for report_to: [tensorboard] (kept for old configs).")
+    report_to: list = _f(None, "Also send each log row to these backends: tensorboard, wandb, trackio "
+                         "(each must be installed; an absent one is an error, not a silent skip).")
 
     def __post_init__(self):
         self.validate()
@@ -166,6 +168,9 @@ class TrainConfig:
             value = getattr(self, key)
             if not (math.isfinite(value) and ok):
                 raise ValueError(f"{key} must be a finite number {rule}, got {value!r}")
+        from .reporting import check_report_to
+
+        self.report_to = check_report_to((self.report_to or []) + (["tensorboard"] if self.tensorboard else []))
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
         out = Path(self.output_dir)

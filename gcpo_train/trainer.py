@@ -144,7 +144,7 @@ class GRPOTrainer:
         self.prompt_fn = prompt_fn
         self.start_step = 1
         self.resumed_from = None
-        self._tb = None
+        self._reporter = None
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -370,7 +370,7 @@ class GRPOTrainer:
         info = {"config": self.config.to_dict(), "config_hash": self.config.config_hash(),
                 "measurer": self.measurer.describe(), "device": str(self.accelerator.device),
                 "num_processes": self.accelerator.num_processes, "resumed_from": self.resumed_from,
-                "start_step": self.start_step, "tensorboard": self._tb is not None,
+                "start_step": self.start_step, "report_to": list(self.config.report_to),
                 "versions": {"torch": torch.__version__, "transformers": transformers.__version__}}
         (self.out / "run.json").write_text(json.dumps(info, indent=2, default=str))
 
@@ -385,22 +385,18 @@ class GRPOTrainer:
             return
         with open(self.out / "log.jsonl", "a", encoding="utf-8") as fh:
             fh.write(json.dumps(row) + "\n")
-        if self._tb is not None:
-            for k, v in row.items():
-                if k != "step":
-                    self._tb.add_scalar(k, v, row["step"])
+        if self._reporter is not None:  # the report_to backends
+            self._reporter.log(row)
 
     def train(self) -> list[dict]:
         """Run steps start_step..steps; returns the logged rows of this call."""
         cfg, acc = self.config, self.accelerator
         self.out.mkdir(parents=True, exist_ok=True)
         self._prepare_output()
-        if cfg.tensorboard and acc.is_main_process:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-                self._tb = SummaryWriter(str(self.out / "tensorboard"))
-            except ImportError:  # optional; recorded in run.json
-                self._tb = None
+        if cfg.report_to and acc.is_main_process:
+            from .reporting import Reporter
+
+            self._reporter = Reporter(cfg.report_to, self.out, cfg.to_dict(), self.out.name)
         if acc.is_main_process:
             self._write_run_info()
         tqdm = require("tqdm").tqdm
@@ -421,8 +417,8 @@ class GRPOTrainer:
                                          scheduler=self.scheduler, config=cfg,
                                          data_position=step * cfg.queries_per_step)
                     ckpt.prune_checkpoints(self.out, cfg.save_total_limit)
-        if self._tb is not None:
-            self._tb.close()
+        if self._reporter is not None:
+            self._reporter.close()
         return rows
 
     def evaluate(self, tag: str = "final") -> dict:

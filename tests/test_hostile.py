@@ -366,3 +366,34 @@ def test_save_total_limit_keeps_the_newest_checkpoints(tmp_path):
     make(tmp_path, "run", steps=3, checkpoint_every=1, save_total_limit=2).train()
     kept = sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir())
     assert kept == ["step_000002", "step_000003"]
+
+
+def test_report_to_refuses_a_backend_that_is_not_installed_and_logs_to_one_that_is(tmp_path, monkeypatch):
+    import sys
+    import types
+
+    from gcpo_train.config import TrainConfig
+
+    with pytest.raises(ValueError, match="report_to: unknown backend 'comet'"):
+        TrainConfig(report_to=["comet"])
+    import importlib.machinery
+    import importlib.util
+
+    if importlib.util.find_spec("wandb") is None:
+        with pytest.raises(ValueError, match="'wandb' is not installed"):
+            TrainConfig(report_to=["wandb"])
+    logged = []
+    fake = types.ModuleType("trackio")
+    fake.__spec__ = importlib.machinery.ModuleSpec("trackio", None)
+    fake.init = lambda **kw: types.SimpleNamespace(finish=lambda: logged.append("finish"))
+    fake.log = lambda row, step: logged.append((step, row))
+    monkeypatch.setitem(sys.modules, "trackio", fake)
+    from gcpo_train import reporting
+
+    monkeypatch.setattr(reporting, "installed", lambda module: module == "trackio")
+    pytest.importorskip("torch")
+    from test_train_trainer import make
+
+    make(tmp_path, "run", steps=2, report_to=["trackio"]).train()
+    steps = [entry[0] for entry in logged if entry != "finish"]
+    assert steps == [1, 2] and "loss" in logged[0][1] and logged[-1] == "finish"
