@@ -89,7 +89,7 @@ def v_zero_decomposition(X: np.ndarray, names: list[str], y: np.ndarray, referen
     """The (a) / (b) / (c) table of the module docstring for measures X (N, M) named ``names``
     and target y (N,), rows with NaN already removed. One row per measure
     (``DECOMPOSITION_COLUMNS``)."""
-    from .stats import bootstrap_rhos, spearman
+    from .rank_stats import bootstrap_rhos, spearman
 
     X = np.asarray(X, float)
     y = np.asarray(y, float)
@@ -134,7 +134,7 @@ def paired_retrieval_bootstrap(X: np.ndarray, names: list[str], y: np.ndarray, r
     precision_at_10}: X (N, M), y (N,), idx (B, N) row draws shared by every measure. ``delta``
     is the full-sample difference; CI and p_le_0 (fraction of resamples with Delta <= 0) come
     from the resamples in which H and its complement are both non-empty."""
-    from .stats import precision_at_top, retrieval, top_labels
+    from .rank_stats import precision_at_top, retrieval, top_labels
 
     X = np.asarray(X, float)
     y = np.asarray(y, float)

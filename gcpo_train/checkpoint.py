@@ -194,3 +194,21 @@ def load_checkpoint(path: Path, *, model, optimizer, scheduler, config: TrainCon
     rng_states_from_json(rng_json)
     torch.set_rng_state(rng["torch"])
     return state
+
+
+def load_trained(path, device=None):
+    """(model, tokenizer, config) from a checkpoint folder written by the trainer."""
+    from .policy import load_model_and_tokenizer, wrap_lora
+
+    path = Path(path)
+    saved = json.loads((path / "config.json").read_text())
+    # reporting backends of the run that wrote it are not needed (nor maybe installed) to load it
+    cfg = TrainConfig(**{**saved, "tensorboard": False, "report_to": None})
+    model, tok = load_model_and_tokenizer(cfg.model, cfg.dtype)
+    if cfg.use_lora:
+        model = wrap_lora(model, cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_target_modules)
+    load_trainable(model, path)
+    if device:
+        model.to(device)
+    model.eval()
+    return model, tok, cfg

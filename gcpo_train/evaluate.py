@@ -13,24 +13,6 @@ import numpy as np
 from gcpo_analysis.models import require
 
 
-def load_trained(path, device=None):
-    """(model, tokenizer, config) from a checkpoint folder written by the trainer."""
-    from .checkpoint import load_trainable
-    from .config import TrainConfig
-    from .policy import load_model_and_tokenizer, wrap_lora
-
-    path = Path(path)
-    cfg = TrainConfig(**json.loads((path / "config.json").read_text()))
-    model, tok = load_model_and_tokenizer(cfg.model, cfg.dtype)
-    if cfg.use_lora:
-        model = wrap_lora(model, cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_target_modules)
-    load_trainable(model, path)
-    if device:
-        model.to(device)
-    model.eval()
-    return model, tok, cfg
-
-
 def evaluate(checkpoint_or_model, dataset: str | None = None, split: str = "test", n: int | None = None, *,
              tokenizer=None, config=None, queries=None, data_path: str | None = None,
              max_new_tokens: int | None = None, max_context_tokens: int | None = None,
@@ -50,6 +32,8 @@ def evaluate(checkpoint_or_model, dataset: str | None = None, split: str = "test
 
     desc = checkpoint_or_model if isinstance(checkpoint_or_model, (str, Path)) else type(checkpoint_or_model).__name__
     if isinstance(checkpoint_or_model, (str, Path)) and (Path(checkpoint_or_model) / "trainable.pt").exists():
+        from .checkpoint import load_trained
+
         model, tokenizer, config = load_trained(checkpoint_or_model, device)
     elif isinstance(checkpoint_or_model, (str, Path)):
         model, tokenizer = load_model_and_tokenizer(str(checkpoint_or_model))
@@ -71,7 +55,7 @@ def evaluate(checkpoint_or_model, dataset: str | None = None, split: str = "test
         # the held-out part of the run's own split_queries split, never its training queries
         import dataclasses
 
-        from .trainer import load_split
+        from .splits import load_split
 
         queries = load_split(dataclasses.replace(config, data_path=data_path or config.data_path), split)
     elif queries is None:

@@ -27,7 +27,7 @@ def load_model_and_tokenizer(name: str, dtype: str = "float32"):
     if torch_dtype is None:
         raise ValueError(f"dtype must be float32, bfloat16 or float16, got {dtype!r}")
     if name.startswith("tiny:"):
-        from gcpo_analysis.testing import tiny_causal_lm, tiny_tokenizer
+        from gcpo_analysis.tiny_models import tiny_causal_lm, tiny_tokenizer
 
         tok = tiny_tokenizer()
         model = tiny_causal_lm(name.split(":", 1)[1], vocab_size=len(tok)).to(torch_dtype)

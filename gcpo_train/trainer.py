@@ -43,6 +43,7 @@ from .loss import grpo_loss, masked_var, token_logprobs_and_entropy
 from .modulation import Measurer
 from .policy import Reference, generate_groups, load_model_and_tokenizer, wrap_lora
 from .runlog import read_log, write_atomic_text
+from .splits import load_split, query_indices
 
 TIMING_KEYS = ("time_generate", "time_reward", "time_logprobs", "time_measure", "time_forward_backward",
                "time_step", "time_total", "tokens_per_s")
@@ -51,28 +52,6 @@ TIMING_KEYS = ("time_generate", "time_reward", "time_logprobs", "time_measure", 
 def step_seed(seed: int, step: int) -> int:
     """A 32-bit seed derived from (seed, step) with numpy's SeedSequence."""
     return int(np.random.SeedSequence([int(seed), int(step)]).generate_state(1)[0])
-
-
-def query_indices(n_queries: int, seed: int, start: int, count: int) -> np.ndarray:
-    """Positions start..start+count-1 of an endless stream of per-epoch permutations
-    (permutation of epoch e drawn from default_rng([seed, e]))."""
-    out = []
-    for k in range(start, start + count):
-        epoch, pos = divmod(k, n_queries)
-        out.append(np.random.default_rng([seed, epoch]).permutation(n_queries)[pos])
-    return np.asarray(out, dtype=np.int64)
-
-
-def load_split(config: TrainConfig, split: str) -> pd.DataFrame:
-    """Queries of ``split``; single-split benchmarks are split with split_queries(train_frac)."""
-    from gcpo_analysis.data import load_queries, split_queries
-
-    if config.split_from_single:
-        df = load_queries(config.dataset, path=config.data_path, split="test", seed=config.seed)
-        train, test = split_queries(df, train_frac=config.train_frac, seed=config.seed,
-                                    group=config.split_group)
-        return (train if split == config.train_split else test).reset_index(drop=True)
-    return load_queries(config.dataset, path=config.data_path, split=split, seed=config.seed)
 
 
 class GRPOTrainer:

@@ -54,7 +54,7 @@ def prompts_dataset(cfg: TrainConfig, tokenizer):
 
     from gcpo_analysis.data import build_prompt
 
-    from .trainer import load_split
+    from .splits import load_split
 
     queries = load_split(cfg, cfg.train_split)
     if cfg.n_train:
