@@ -32,6 +32,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+from .rank_stats import _percentile_ci as _ci
+from .rank_stats import bootstrap_rhos, precision_at_top, retrieval, spearman, top_labels
+
 DECOMPOSITION_COLUMNS = [
     "measure", "n_pos", "n_zero", "auc_pos", "auc_pos_ci_low", "auc_pos_ci_high",
     "rho_pos", "rho_pos_p", "rho_pos_ci_low", "rho_pos_ci_high",
@@ -75,22 +78,11 @@ def precision_at_top_batch(scores: np.ndarray, labels: np.ndarray, top_frac: flo
     return ((labels & above).sum(axis=1) + slots * tied_rate) / k
 
 
-def _ci(samples: np.ndarray, level: float) -> tuple[float, float]:
-    s = samples[np.isfinite(samples)]
-    if len(s) == 0:
-        return float("nan"), float("nan")
-    a = (1 - level) / 2
-    lo, hi = np.quantile(s, [a, 1 - a])
-    return float(lo), float(hi)
-
-
 def v_zero_decomposition(X: np.ndarray, names: list[str], y: np.ndarray, reference: str | None,
                          rng: np.random.Generator, n_boot: int = 10_000, level: float = 0.95) -> pd.DataFrame:
     """The (a) / (b) / (c) table of the module docstring for measures X (N, M) named ``names``
     and target y (N,), rows with NaN already removed. One row per measure
     (``DECOMPOSITION_COLUMNS``)."""
-    from .rank_stats import bootstrap_rhos, spearman
-
     X = np.asarray(X, float)
     y = np.asarray(y, float)
     pos = y > 0
@@ -134,8 +126,6 @@ def paired_retrieval_bootstrap(X: np.ndarray, names: list[str], y: np.ndarray, r
     precision_at_10}: X (N, M), y (N,), idx (B, N) row draws shared by every measure. ``delta``
     is the full-sample difference; CI and p_le_0 (fraction of resamples with Delta <= 0) come
     from the resamples in which H and its complement are both non-empty."""
-    from .rank_stats import precision_at_top, retrieval, top_labels
-
     X = np.asarray(X, float)
     y = np.asarray(y, float)
     r = names.index(reference)
