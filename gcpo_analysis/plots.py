@@ -41,105 +41,150 @@ def _errorbars(ax, x, y, lo, hi, color):
                 fmt="none", ecolor="black", capsize=3, lw=1)
 
 
+def _measure_ticks(ax, labels):
+    """Measure names under a panel, slanted so that seven of them never overlap."""
+    ax.set_xticks(np.arange(len(labels)), labels, rotation=30, ha="right", rotation_mode="anchor")
+    ax.set_xlim(-0.6, len(labels) - 0.4)
+    ax.set_xlabel("")
+
+
+def _mark_reference(ax, labels, ref):
+    """Write 'reference' where the reference measure's (undefined) Delta would be."""
+    ref_label = MEASURE_LABELS.get(ref, ref)
+    if ref_label in list(labels):
+        ax.annotate("reference", (list(labels).index(ref_label), 0), ha="center", va="bottom",
+                    xytext=(0, 4), textcoords="offset points", fontsize=8, color="dimgrey")
+
+
 def figure1(results, path=None):
     """Figure 1 (Sec. 2, App. D): one row per dataset, four panels.
 
-    (a) Spearman rho(u, V) with bootstrap CIs; (b) AUC and precision@10% for the top-10% by V;
-    (c) paired-bootstrap Delta rho = rho(ref, V) - rho(u, V) with CIs and a zero line;
-    (d) held-out MAE and Spearman (mean ± std over folds).
+    (a) Spearman rho(u, V) with bootstrap CIs; (b) AUC and precision@10% for the top-10% by V,
+    with the AUC = 0.5 chance line; (c) paired-bootstrap Delta rho = rho(ref, V) - rho(u, V) with
+    CIs and a zero line; (d) held-out V_hat = b0 + b1 u: MAE divided by the mean V (unit-free)
+    and Spearman rho(V_hat, V), mean ± sd over folds, on one axis.
     """
     if isinstance(results, GapStudyResult):
         results = {results.name: results}
     if not results:
         raise ValueError("figure1 needs at least one GapStudyResult")
     palette = sns.color_palette("deep")
-    fig, axes = plt.subplots(len(results), 4, figsize=(18, 3.8 * len(results)), squeeze=False)
-    for row, (name, res) in enumerate(results.items()):
-        ax = axes[row]
+    fig = plt.figure(figsize=(18, 4.4 * len(results)), layout="constrained")
+    rows = np.atleast_1d(fig.subfigures(len(results), 1))
+    for sub, (name, res) in zip(rows, results.items()):
+        ax = sub.subplots(1, 4)
+        sub.suptitle(f"{_human(name)} (N = {res.n_queries} queries)", fontsize=13, fontweight="bold")
         s = _label(res.spearman)
-        ax[0].bar(s["label"], s["rho"], color=palette[0])
-        _errorbars(ax[0], np.arange(len(s)), s["rho"], s["ci_low"], s["ci_high"], palette[0])
+        x = np.arange(len(s))
+        ax[0].bar(x, s["rho"], color=palette[0])
+        _errorbars(ax[0], x, s["rho"], s["ci_low"], s["ci_high"], palette[0])
         ax[0].axhline(0, color="grey", lw=0.8)
-        title = _human(name)
-        ax[0].set(title=f"{title}: (a) Spearman ρ with V (95% CI)", ylabel="ρ")
-        r = _label(res.retrieval).melt(id_vars=["label"], value_vars=["auc", "precision_at_10"],
-                                       var_name="metric", value_name="value")
-        r["metric"] = r["metric"].map({"auc": "AUC", "precision_at_10": "Precision@10%"})
-        sns.barplot(data=r, x="label", y="value", hue="metric", ax=ax[1], palette=palette[1:3])
-        ax[1].axhline(0.5, color="grey", lw=1, ls=":", label="AUC = 0.5 (chance)")
-        for bars in ax[1].containers:  # a zero-height bar is a value of 0, not a missing one
-            for bar in bars:
+        ax[0].set(title="(a) Spearman ρ(u, V), 95% bootstrap CI", ylabel="ρ")
+        _measure_ticks(ax[0], s["label"])
+
+        r = _label(res.retrieval)
+        x = np.arange(len(r))
+        bars = [ax[1].bar(x - 0.2, r["auc"], 0.4, color=palette[1], label="AUC"),
+                ax[1].bar(x + 0.2, r["precision_at_10"], 0.4, color=palette[2], label="Precision@10%")]
+        for group in bars:  # a zero-height bar is a value of 0, not a missing one
+            for bar in group:
                 if np.isfinite(bar.get_height()) and abs(bar.get_height()) < 1e-9:
-                    ax[1].annotate("0", (bar.get_x() + bar.get_width() / 2, 0), ha="center", va="bottom", fontsize=8)
-        ax[1].set(title="(b) retrieval of the top-10% V queries", xlabel="", ylabel="", ylim=(0, 1.05))
-        ax[1].legend(fontsize=8, loc="upper left")
+                    ax[1].annotate("0", (bar.get_x() + bar.get_width() / 2, 0), ha="center", va="bottom",
+                                   xytext=(0, 1), textcoords="offset points", fontsize=8)
+        ax[1].axhline(0.5, color="black", lw=1, ls=":", label="AUC = 0.5 (chance)")
+        ax[1].set(title="(b) retrieval of the top-10% V queries", ylabel="AUC / precision", ylim=(0, 1.05))
+        _measure_ticks(ax[1], r["label"])
+        ax[1].legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3, frameon=False)
+
         b = _label(res.bootstrap)
-        ax[2].errorbar(b["label"], b["delta"], yerr=[b["delta"] - b["ci_low"], b["ci_high"] - b["delta"]],
+        order = list(s["label"])  # every measure keeps its place; the reference has no Delta
+        xb = b["label"].map(order.index)
+        ax[2].errorbar(xb, b["delta"], yerr=[b["delta"] - b["ci_low"], b["ci_high"] - b["delta"]],
                        fmt="o", color=palette[3], capsize=4)
         ax[2].axhline(0, color="black", lw=1, ls="--")
         ref = res.settings.get("reference", "bot")
-        ax[2].set(title=f"(c) paired Δρ = ρ({MEASURE_LABELS.get(ref, ref)}) − ρ(u) (95% CI)", ylabel="Δρ")
+        _mark_reference(ax[2], order, ref)
+        ax[2].set(title=f"(c) paired Δρ = ρ({MEASURE_LABELS.get(ref, ref)}) − ρ(u), 95% CI", ylabel="Δρ")
+        _measure_ticks(ax[2], order)
+
         h = _label(res.heldout)
         x = np.arange(len(h))
         # MAE is in V's units; divided by the mean V it reads as a fraction of a typical V.
-        y_scale = float(res.settings.get("target_mean") or np.nan)
-        scale = y_scale if np.isfinite(y_scale) and y_scale > 0 else 1.0
-        unit = "MAE / mean V" if scale != 1.0 else "MAE (units of V)"
-        mae = ax[3].bar(x - 0.2, h["mae_mean"] / scale, 0.4, yerr=h["mae_std"] / scale, capsize=3, color=palette[4])
-        twin = ax[3].twinx()
-        rho = twin.bar(x + 0.2, h["spearman_mean"], 0.4, yerr=h["spearman_std"], capsize=3, color=palette[5])
-        ax[3].set_xticks(x, h["label"])
-        ax[3].set(title="(d) held-out V̂ = b₀ + b₁u (k-fold, mean ± sd)", ylabel=unit)
-        twin.set_ylabel("Spearman ρ(V̂, V)")
-        ax[3].legend(handles=[mae, rho], labels=[f"{unit} (left axis)", "Spearman ρ (right axis)"], fontsize=8,
-                     loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2, frameon=False)
-        for a in ax[:3]:
-            a.set_xlabel("")
-    fig.tight_layout()
+        mean_v = float(res.settings.get("target_mean") or np.nan)
+        scale = mean_v if np.isfinite(mean_v) and mean_v > 0 else 1.0
+        mae_label = f"MAE ÷ mean V (mean V = {mean_v:.3g})" if scale != 1.0 else "MAE (units of V)"
+        ax[3].bar(x - 0.2, h["mae_mean"] / scale, 0.4, yerr=h["mae_std"] / scale, capsize=3,
+                  color=palette[4], label=mae_label)
+        ax[3].bar(x + 0.2, h["spearman_mean"], 0.4, yerr=h["spearman_std"], capsize=3,
+                  color=palette[5], label="Spearman ρ(V̂, V)")
+        ax[3].axhline(0, color="grey", lw=0.8)
+        ax[3].set(title=f"(d) held-out V̂ = b₀ + b₁u ({res.settings.get('k_folds', 'k')}-fold, mean ± sd)",
+                  ylabel="MAE ÷ mean V  /  ρ")
+        _measure_ticks(ax[3], h["label"])
+        ax[3].legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
+        for a in ax:
+            a.title.set_fontsize(11)
     if path is not None:
         save_figure(fig, path)
     return fig
 
 
+_NAMES = {"narrativeqa": "NarrativeQA", "qasper": "Qasper", "hotpotqa": "HotpotQA", "math500": "MATH500",
+          "aime24": "AIME24", "olympiadbench": "OlympiadBench",
+          "lipschitz=True": "Simulated: gradients follow the embedding (Lipschitz)",
+          "lipschitz=False": "Simulated: gradients unrelated to the embedding",
+          "grad_var": "gradient variance V(q)", "success_rate": "success rate", "success": "success rate"}
+
+
 def _human(name: str) -> str:
-    """A panel title from an identifier: 'narrativeqa' -> 'NarrativeQA', 'lipschitz=True' -> ..."""
-    known = {"narrativeqa": "NarrativeQA", "qasper": "Qasper", "hotpotqa": "HotpotQA", "math500": "MATH500",
-             "aime24": "AIME24", "olympiadbench": "OlympiadBench",
-             "lipschitz=True": "gradients follow the embedding (Lipschitz)",
-             "lipschitz=False": "gradients unrelated to the embedding"}
-    return known.get(str(name), str(name))
+    """A title from an identifier: 'narrativeqa' -> 'NarrativeQA', 'lipschitz=True' -> a sentence."""
+    return _NAMES.get(str(name), str(name))
 
 
 def decomposition(result, path=None):
     """Our addition, not the paper's: the V = 0 decomposition (``gcpo_analysis.decomposition``).
 
-    (a) AUC of u for 1[V > 0] over all groups, with an AUC = 0.5 line; (b) Spearman rho(u, V)
-    within the V > 0 groups; (c) the paired bootstrap Delta rho = rho(reference, V) - rho(u, V)
-    within V > 0, with a zero line. Every point carries its 95% percentile bootstrap CI.
+    ``result``: a GapStudyResult or its ``decomposition`` frame (columns ``DECOMPOSITION_COLUMNS``).
+    (a) AUC of u for 1[V > 0] over all groups, with the AUC = 0.5 chance line; (b) Spearman
+    rho(u, V) within the V > 0 groups; (c) the paired bootstrap Delta rho = rho(reference, V) -
+    rho(u, V) within V > 0, with a zero line. Every point carries its 95% percentile bootstrap CI.
     """
-    d = result.decomposition if isinstance(result, GapStudyResult) else result
+    is_result = isinstance(result, GapStudyResult)
+    d = result.decomposition if is_result else result
     if d is None or len(d) == 0:
         raise ValueError("decomposition: this result has no decomposition table (re-run gap_study)")
+    needed = ["measure", "n_pos", "n_zero"] + [f"{k}{s}" for k in ("auc_pos", "rho_pos", "delta_rho_pos")
+                                               for s in ("", "_ci_low", "_ci_high")]
+    missing = [c for c in needed if c not in d.columns]
+    if missing:
+        raise ValueError(f"decomposition: column(s) {missing} missing from the decomposition frame")
     d = _label(d)
-    ref = result.settings.get("reference", "bot") if isinstance(result, GapStudyResult) else "bot"
+    # the reference is the measure without a Delta (NaN by the contract); BoT when unknown
+    no_delta = d.loc[d["delta_rho_pos"].isna(), "measure"]
+    ref = result.settings.get("reference", "bot") if is_result else next(iter(no_delta), "bot")
     n_pos, n_zero = int(d["n_pos"].iloc[0]), int(d["n_zero"].iloc[0])
     palette = sns.color_palette("deep")
-    fig, ax = plt.subplots(1, 3, figsize=(15, 3.8))
-    panels = [("auc_pos", f"(a) AUC for 1[V > 0] ({n_pos} with V > 0, {n_zero} with V = 0)", 0.5, "AUC"),
-              ("rho_pos", f"(b) Spearman ρ(u, V) within the {n_pos} V > 0 groups", 0.0, "ρ"),
-              ("delta_rho_pos", f"(c) Δρ = ρ({MEASURE_LABELS.get(ref, ref)}) − ρ(u) within V > 0", 0.0, "Δρ")]
-    for a, (col, title, line, ylabel), color in zip(ax, panels, palette):
+    fig, ax = plt.subplots(1, 3, figsize=(15, 4.4), layout="constrained")
+    panels = [("auc_pos", f"(a) AUC of u for 1[V > 0]\n({n_pos} groups with V > 0, {n_zero} with V = 0)", 0.5, "AUC",
+               "AUC = 0.5 (chance)"),
+              ("rho_pos", f"(b) Spearman ρ(u, V)\nwithin the {n_pos} groups with V > 0", 0.0, "ρ", None),
+              ("delta_rho_pos", f"(c) paired Δρ = ρ({MEASURE_LABELS.get(ref, ref)}, V) − ρ(u, V)\nwithin V > 0",
+               0.0, "Δρ", None)]
+    for a, (col, title, line, ylabel, line_label), color in zip(ax, panels, palette):
         ok = d[col].notna()
         x = np.flatnonzero(ok.to_numpy())
         y, lo, hi = d.loc[ok, col], d.loc[ok, col + "_ci_low"], d.loc[ok, col + "_ci_high"]
         a.errorbar(x, y, yerr=[y - lo, hi - y], fmt="o", color=color, capsize=4)
-        a.axhline(line, color="grey", lw=1, ls="--")
-        a.set_xticks(np.arange(len(d)), d["label"])
-        a.set(title=title, ylabel=ylabel, xlim=(-0.5, len(d) - 0.5))
+        a.axhline(line, color="grey", lw=1, ls="--", label=line_label)
+        if line_label:
+            a.legend(fontsize=8, loc="best")
+        a.set(title=title, ylabel=ylabel)
         a.title.set_fontsize(10)
-    fig.suptitle(f"{_human(getattr(result, 'name', ''))}: our addition, not the paper's — the V = 0 decomposition "
-                 "(95% bootstrap CIs)", fontsize=11)
-    fig.tight_layout()
+        _measure_ticks(a, d["label"])
+    _mark_reference(ax[2], list(d["label"]), ref)
+    name = _human(getattr(result, "name", "")) if is_result else ""
+    fig.suptitle(f"{name + ': ' if name else ''}the V = 0 decomposition — our addition, not the paper's "
+                 "(95% bootstrap CIs)", fontsize=12)
     if path is not None:
         save_figure(fig, path)
     return fig
@@ -160,13 +205,16 @@ def ablation_plot(frame: pd.DataFrame, x: str = "alpha", y: str = "f1", hue: str
     return fig
 
 
+STARS_NOTE = "* p < 0.05, ** p < 0.01, *** p < 0.001 (two-sided Spearman test, no multiple-comparison correction)"
+
+
 def _stars(p: float) -> str:
     return "" if not np.isfinite(p) else "***" if p < 0.001 else "**" if p < 0.01 else "*" if p < 0.05 else ""
 
 
 def correlation_heatmap(result, path=None, title: str | None = None):
     """Correlation table as a heatmap: rows = datasets/targets, columns = measures, cells
-    annotated with rho and significance stars (* p<0.05, ** p<0.01, *** p<0.001).
+    annotated with rho and significance stars (``STARS_NOTE``, printed under the figure).
 
     ``result``: a GapStudyResult (rows: the target and, if present, the success rate), a dict
     {name: GapStudyResult}, or a tidy frame with columns row, measure, rho, p.
@@ -176,9 +224,9 @@ def correlation_heatmap(result, path=None, title: str | None = None):
     if isinstance(result, dict):
         parts = []
         for name, res in result.items():
-            tables = {f"{name} · {res.settings.get('target', 'V')}": res.spearman}
+            tables = {f"{_human(name)}\nρ with {_human(res.settings.get('target', 'V'))}": res.spearman}
             if res.success is not None:
-                tables[f"{name} · success"] = res.success
+                tables[f"{_human(name)}\nρ with the success rate"] = res.success
             for row, t in tables.items():
                 parts.append(t.assign(row=row)[["row", "measure", "rho", "p"]])
         tidy = pd.concat(parts, ignore_index=True)
@@ -189,16 +237,16 @@ def correlation_heatmap(result, path=None, title: str | None = None):
         raise ValueError(f"correlation_heatmap: column(s) {missing} missing; need row, measure, rho, p")
     tidy = _label(tidy)
     order = [MEASURE_LABELS.get(m, m) for m in dict.fromkeys(tidy["measure"])]
-    rho = tidy.pivot(index="row", columns="label", values="rho")[order]
-    p = tidy.pivot(index="row", columns="label", values="p")[order]
+    rows = list(dict.fromkeys(tidy["row"]))
+    rho = tidy.pivot(index="row", columns="label", values="rho").loc[rows, order]
+    p = tidy.pivot(index="row", columns="label", values="p").loc[rows, order]
     annot = rho.map(lambda v: f"{v:.2f}") + p.map(_stars)
-    fig, ax = plt.subplots(figsize=(1.3 * len(order) + 2.5, 0.7 * len(rho) + 1.5))
+    fig, ax = plt.subplots(figsize=(1.1 * len(order) + 4.5, 0.8 * len(rho) + 1.8), layout="constrained")
     sns.heatmap(rho, annot=annot, fmt="", cmap="vlag", vmin=-1, vmax=1, center=0, ax=ax,
-                cbar_kws={"label": "Spearman ρ"})
-    ax.set(xlabel="", ylabel="", title=title or "")
-    ax.text(0, -0.02, "stars: two-sided Spearman p < 0.05 (*), < 0.01 (**), < 0.001 (***)",
-            transform=ax.transAxes, ha="left", va="top", fontsize=8)
-    fig.tight_layout()
+                cbar_kws={"label": "Spearman ρ(u, ·)"})
+    ax.set(xlabel="", ylabel="", title=title or "Spearman ρ of each measure u with the target")
+    ax.tick_params(axis="y", rotation=0)
+    fig.text(0.0, 0.0, STARS_NOTE, ha="left", va="top", fontsize=8)
     if path is not None:
         save_figure(fig, path)
     return fig
@@ -207,37 +255,58 @@ def correlation_heatmap(result, path=None, title: str | None = None):
 def simulation_gaps_plot(rho_table: pd.DataFrame, filter_table: pd.DataFrame, path=None):
     """The simulator's two gaps side by side.
 
-    Left: Spearman rho(u, V) per measure (``rho_table`` columns measure, rho, setting), one bar
-    group per setting (e.g. lipschitz=True / False). Right: the calibration gap, mean RD,
-    grad_var and ||g_hat|| of the kept vs all queries (``entropy_filter_effect`` output),
-    normalised by the 'all' row.
+    Left: Spearman rho(u, V) per measure (``rho_table`` columns measure, rho, setting and, when
+    present, ci_low/ci_high), one bar group per setting. Right: the calibration gap: mean RD, V(q)
+    and ||g_hat|| of the kept and removed queries relative to all queries (``entropy_filter_effect``
+    output; its ``rel_*_ci_low/high`` columns, when present, are drawn as 95% CIs), with tau.
     """
     for name, t, cols in (("rho_table", rho_table, ("measure", "rho", "setting")),
                           ("filter_table", filter_table, ("subset",))):
         missing = [c for c in cols if c not in t.columns]
         if missing:
             raise ValueError(f"simulation_gaps_plot: {name} lacks column(s) {missing}")
-    fig, (a, b) = plt.subplots(1, 2, figsize=(13, 4.2))
+    fig, (a, b) = plt.subplots(1, 2, figsize=(14, 5), layout="constrained")
     rt = _label(rho_table).assign(setting=lambda d: d["setting"].map(_human))
-    sns.barplot(data=rt, x="label", y="rho", hue="setting", ax=a)
-    if {"ci_low", "ci_high"} <= set(rt.columns):  # 95% bootstrap CIs on each bar
-        for bars, (_, part) in zip(a.containers, rt.groupby("setting", sort=False)):
-            xs = [bar.get_x() + bar.get_width() / 2 for bar in bars]
-            _errorbars(a, xs, part["rho"], part["ci_low"], part["ci_high"], None)
-    a.set(title="Anisotropic gap: Spearman ρ(u, V) with 95% bootstrap CIs", xlabel="", ylabel="ρ")
-    a.legend(title="", fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2, frameon=False)
-    metrics = [c for c in filter_table.columns if c.startswith("mean_")]
-    base = filter_table.set_index("subset").loc["all", metrics]
-    rel = (filter_table.set_index("subset")[metrics] / base).reset_index()
-    rel = rel.melt(id_vars="subset", var_name="metric", value_name="relative to all")
-    names = {"mean_rd": "mean RD", "mean_grad_var": "mean V(q)", "mean_update_norm": "mean ‖ĝ‖"}
-    rel["metric"] = rel["metric"].map(lambda m: names.get(m, m))
-    sns.barplot(data=rel, x="metric", y="relative to all", hue="subset", ax=b)
-    b.axhline(1, color="black", lw=0.8, ls="--")
-    tau = f" (τ = {filter_table['tau'].iloc[0]:.3g}, the median entropy)" if "tau" in filter_table.columns else ""
-    b.set(title=f"Calibration gap: keep queries with H ≤ τ{tau}", xlabel="", ylabel="mean / mean over all queries")
-    b.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=3, frameon=False)
-    fig.tight_layout()
+    settings = list(dict.fromkeys(rt["setting"]))
+    labels = list(dict.fromkeys(rt["label"]))
+    width = 0.8 / len(settings)
+    for i, (setting, color) in enumerate(zip(settings, sns.color_palette("deep"))):
+        part = rt[rt["setting"] == setting].set_index("label").reindex(labels)
+        x = np.arange(len(labels)) - 0.4 + width * (i + 0.5)
+        a.bar(x, part["rho"], width, color=color, label=setting)
+        if {"ci_low", "ci_high"} <= set(part.columns):
+            _errorbars(a, x, part["rho"], part["ci_low"], part["ci_high"], None)
+    a.axhline(0, color="grey", lw=0.8)
+    ci = " with 95% bootstrap CIs" if {"ci_low", "ci_high"} <= set(rt.columns) else ""
+    a.set(title=f"Anisotropic gap: Spearman ρ(u, V){ci}", ylabel="ρ(u, V)")
+    _measure_ticks(a, labels)
+    a.legend(fontsize=9, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=1, frameon=False)
+
+    names = {"rd": "mean RD", "grad_var": "mean V(q)", "update_norm": "mean ‖ĝ‖"}
+    ft = filter_table.set_index("subset")
+    metrics = [c[len("mean_"):] for c in ft.columns if c.startswith("mean_")]
+    subsets = [s for s in ("kept", "removed") if s in ft.index]
+    width = 0.8 / max(len(subsets), 1)
+    n = {s: int(ft.loc[s, "n"]) for s in subsets} if "n" in ft.columns else {}
+    for i, (subset, color) in enumerate(zip(subsets, sns.color_palette("deep")[2:])):
+        x = np.arange(len(metrics)) - 0.4 + width * (i + 0.5)
+        rel = np.array([ft.loc[subset, f"mean_{m}"] / ft.loc["all", f"mean_{m}"] for m in metrics])
+        label = {"kept": "kept: H ≤ τ", "removed": "removed: H > τ"}[subset] + (f" ({n[subset]} queries)" if n else "")
+        b.bar(x, rel, width, color=color, label=label)
+        if all(f"rel_{m}_ci_low" in ft.columns for m in metrics):
+            lo = ft.loc[subset, [f"rel_{m}_ci_low" for m in metrics]].to_numpy(float)
+            hi = ft.loc[subset, [f"rel_{m}_ci_high" for m in metrics]].to_numpy(float)
+            _errorbars(b, x, rel, lo, hi, None)
+    b.axhline(1, color="black", lw=1, ls="--", label="all queries (= 1)")
+    b.set_xticks(np.arange(len(metrics)), [names.get(m, m) for m in metrics])
+    tau = f"τ = {ft['tau'].iloc[0]:.3g}" if "tau" in ft.columns else "τ"
+    if "tau_quantile" in ft.columns:
+        h = MEASURE_LABELS.get(ft["measure"].iloc[0], ft["measure"].iloc[0]) if "measure" in ft.columns else "H"
+        tau += f", the {ft['tau_quantile'].iloc[0]:.0%} quantile of {h}"
+    has_ci = all(f"rel_{m}_ci_low" in ft.columns for m in metrics)
+    b.set(title=f"Calibration gap: entropy filter H ≤ τ ({tau})",
+          ylabel="subset mean ÷ mean over all queries" + (" (95% bootstrap CI)" if has_ci else ""))
+    b.legend(fontsize=9, loc="upper center", bbox_to_anchor=(0.5, -0.08), ncol=3, frameon=False)
     if path is not None:
         save_figure(fig, path)
     return fig

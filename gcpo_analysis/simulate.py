@@ -144,12 +144,18 @@ def simulate_study(n_queries: int = 300, G: int = 16, d_embed: int = 32, d_grad:
     return rollouts, groups
 
 
-def entropy_filter_effect(groups: pd.DataFrame, tau_quantile: float = 0.5, measure: str = "se") -> pd.DataFrame:
+def entropy_filter_effect(groups: pd.DataFrame, tau_quantile: float = 0.5, measure: str = "se",
+                          n_boot: int = 0, seed: int = 0, level: float = 0.95) -> pd.DataFrame:
     """The calibration gap (Sec. 2.3): keep D_H = {q : H(q) <= tau}, tau the ``tau_quantile`` of H.
 
     Returns rows 'all', 'kept' and 'removed' with n, mean RD, mean grad_var and mean ||g_hat||
     (the columns present). Entropy filtering that removes high-reward-variance queries shows
     as kept < all in mean RD, mean grad_var and mean ||g_hat||.
+
+    With ``n_boot`` > 0, each subset's mean relative to all queries, ``rel_<c>`` = mean over the
+    subset / mean over all, gets a percentile bootstrap CI ``rel_<c>_ci_low/high``: the queries are
+    resampled with replacement and tau is recomputed in every resample (the filter is part of
+    what is being estimated). The 'all' row is 1 by definition.
     """
     if measure not in groups.columns:
         raise ValueError(f"filter measure {measure!r} is not a column of the groups frame")
@@ -163,7 +169,29 @@ def entropy_filter_effect(groups: pd.DataFrame, tau_quantile: float = 0.5, measu
     parts = {"all": groups, "kept": groups[h <= tau], "removed": groups[h > tau]}
     rows = []
     for name, part in parts.items():
-        row = {"subset": name, "tau": tau, "n": len(part)}
-        row.update({f"mean_{c}" if not c.startswith("mean_") else c: float(part[c].mean()) for c in cols})
+        row = {"subset": name, "measure": measure, "tau_quantile": tau_quantile, "tau": tau, "n": len(part)}
+        row.update({_mean_name(c): float(part[c].mean()) for c in cols})
         rows.append(row)
-    return pd.DataFrame(rows)
+    out = pd.DataFrame(rows)
+    if n_boot > 0:
+        hv = h.to_numpy(float)
+        idx = np.random.default_rng(seed).integers(0, len(hv), size=(n_boot, len(hv)))
+        hb = hv[idx]
+        keep = hb <= np.quantile(hb, tau_quantile, axis=1)[:, None]  # numpy's and pandas' linear rule
+        alpha = (1 - level) / 2
+        for c in cols:
+            vb = groups[c].to_numpy(float)[idx]
+            name = _mean_name(c)[len("mean_"):]
+            base = vb.mean(axis=1)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                rel = {"all": np.ones(n_boot),
+                       "kept": (vb * keep).sum(1) / keep.sum(1) / base,
+                       "removed": (vb * ~keep).sum(1) / (~keep).sum(1) / base}
+            out[f"rel_{name}"] = out[_mean_name(c)] / out.loc[0, _mean_name(c)]
+            for q, side in ((alpha, "low"), (1 - alpha, "high")):
+                out[f"rel_{name}_ci_{side}"] = [float(np.nanquantile(rel[s], q)) for s in out["subset"]]
+    return out
+
+
+def _mean_name(column: str) -> str:
+    return column if column.startswith("mean_") else f"mean_{column}"

@@ -49,7 +49,7 @@ from .measures.score import DEFAULT_MEASURES  # one home for the measure names
 MEASURE_LABELS = {
     "token_entropy": "Entropy",
     "se": "SE",
-    "se_lw": "SE (likelihood)",
+    "se_lw": "SE-LW",
     "kle": "KLE",
     "cd": "CD",
     "bot": "BoT",

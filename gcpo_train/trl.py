@@ -30,6 +30,7 @@ by cluster frequency instead of weighting the advantage). Under TRL, ``se`` is t
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -138,7 +139,9 @@ class GCPOTrainer(GRPOTrainer):
         texts, rewards_per_func = self._gcpo_batch
         rewards = (rewards_per_func * self.reward_weights.to(rewards_per_func.device).unsqueeze(0)).nansum(dim=1)
         rewards = rewards.detach().cpu().double().numpy()
+        t0 = time.perf_counter()
         weights, rows = self.group_weights(texts, rewards, G)
+        self._metrics[mode]["gcpo/time_weights"].append(time.perf_counter() - t0)  # the measurement overhead
         local = slice(self.accelerator.process_index * len(inputs), (self.accelerator.process_index + 1) * len(inputs))
         w = torch.as_tensor(np.repeat(weights, G)[local], dtype=out["advantages"].dtype, device=out["advantages"].device)
         out["advantages"] = out["advantages"] * (w if out["advantages"].dim() == 1 else w[:, None])

@@ -65,3 +65,5 @@ def test_notebook_runs_and_writes_figures(tmp_path, monkeypatch):
                             resources={"metadata": {"path": str(NOTEBOOK.parent)}}).execute()
     for stem in ("fig1_gap_study_simulated", "correlation_heatmap_simulated", "simulation_gaps"):
         assert all(f.exists() for f in _written(tmp_path / stem)), stem
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    assert sum("image/png" in o.get("data", {}) for o in outputs) == 3  # shown inline, not only written
