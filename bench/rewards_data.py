@@ -7,7 +7,7 @@
 (c) qa_reward / hotpot_reward / BLEU of NarrativeQA and HotpotQA reference answers.
 Time is wall clock of one pass with cold caches, memory the tracemalloc peak of a second pass.
 
-    python bench/rewards_data.py [--data-dir /work/shared/data]
+    python bench/rewards_data.py [--data-dir DIR]   # DIR holds qasper/, hotpotqa/, math500/, aime24/, olympiadbench/
 """
 from __future__ import annotations
 
@@ -51,7 +51,8 @@ def timed(fn):
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data-dir", default="/work/shared/data")
+    ap.add_argument("--data-dir", default="data",
+                    help="folder with the local benchmark files of FILES (missing ones are skipped)")
     args = ap.parse_args()
     base = Path(args.data_dir)
     rows, frames = [], {}

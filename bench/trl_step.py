@@ -62,12 +62,14 @@ def time_gcpo(cfg) -> list[float]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         rows = GRPOTrainer(cfg).train()
-    return [r["time_step"] for r in rows]
+    return [r["time_total"] for r in rows]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--engines", default="trl,gcpotrainer,gcpo_train",
+                    help="comma-separated subset of trl, gcpotrainer, gcpo_train")
     args = ap.parse_args()
     import torch
 
@@ -76,11 +78,13 @@ def main() -> None:
         runs = [("trl.GRPOTrainer (GRPO)", lambda: time_trl(workload(f"{tmp}/a", args.steps, "none", "trl"), gcpo=False)),
                 ("GCPOTrainer (BoT)", lambda: time_trl(workload(f"{tmp}/b", args.steps, "bot", "trl"), gcpo=True)),
                 ("gcpo_train (BoT)", lambda: time_gcpo(workload(f"{tmp}/c", args.steps, "bot", "gcpo")))]
-        for name, fn in runs:
+        keys = dict(zip(("trl", "gcpotrainer", "gcpo_train"), runs))
+        for key in args.engines.split(","):
+            name, fn = keys[key]
             times = fn()
             results[name] = statistics.median(times[2:] if len(times) > 2 else times)
             print(f"{name}: steps {[round(t, 2) for t in times]}", flush=True)
-    ref = results["trl.GRPOTrainer (GRPO)"]
+    ref = results.get("trl.GRPOTrainer (GRPO)", float("nan"))
     print(f"\n{torch.get_num_threads()} torch threads, median of steps 3-{args.steps}\n")
     print("| engine | s/step | vs TRL |")
     print("|---|---:|---:|")
