@@ -372,6 +372,8 @@ class GRPOTrainer:
         cfg, acc = self.config, self.accelerator
         self.out.mkdir(parents=True, exist_ok=True)
         self._prepare_output()
+        # every process checks the folder before the main one writes run.json into it
+        acc.wait_for_everyone()
         if cfg.report_to and acc.is_main_process:
             from .reporting import Reporter
 

@@ -1,5 +1,6 @@
 """GRPOTrainer end to end on a tiny random llama (offline, CPU, a few seconds per run)."""
 import json
+from pathlib import Path
 import warnings
 
 import numpy as np
@@ -195,3 +196,21 @@ def test_rollouts_frame_schema(tmp_path):
                 "time_generate", "time_reward", "time_measure", "time_forward_backward", "time_step",
                 "reward_failures", "token_entropy", "w_eg_spo"):
         assert key in row, key
+
+
+def test_two_processes_start_a_fresh_run_folder(tmp_path):
+    """Every rank checks the folder before rank 0 writes run.json into it: without the barrier,
+    rank 1 (made to look 2 s late) refused the fresh run as an existing one."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), str(root / "tests"), os.environ.get("PYTHONPATH")])),
+           "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+           "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "29534",
+           str(root / "tests" / "helpers" / "gcpo_two_process.py"), str(tmp_path / "run")]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert [r["step"] for r in read_log(tmp_path / "run")] == [1] and (tmp_path / "run" / "run.json").exists()
