@@ -170,7 +170,8 @@ class TrainConfig:
                 raise ValueError(f"{key} must be a finite number {rule}, got {value!r}")
         from .reporting import check_report_to
 
-        self.report_to = check_report_to((self.report_to or []) + (["tensorboard"] if self.tensorboard else []))
+        self.report_to = check_report_to(self.report_to) + (["tensorboard"] if self.tensorboard else [])
+        self.report_to = check_report_to(self.report_to)  # once each, also when validate runs again
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
         out = Path(self.output_dir)

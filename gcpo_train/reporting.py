@@ -13,8 +13,9 @@ def installed(module: str) -> bool:
 
 
 def check_report_to(report_to) -> list[str]:
-    """A checked list of backends; refuses unknown names and backends that are not installed."""
+    """A checked list of backends, each once; refuses unknown names and backends that are not installed."""
     names = [] if report_to in (None, "none") else [report_to] if isinstance(report_to, str) else list(report_to)
+    names = list(dict.fromkeys(names))
     for name in names:
         if name not in REPORTERS:
             raise ValueError(f"report_to: unknown backend {name!r}; choose from {', '.join(REPORTERS)} (or none)")

@@ -397,3 +397,15 @@ def test_report_to_refuses_a_backend_that_is_not_installed_and_logs_to_one_that_
     make(tmp_path, "run", steps=2, report_to=["trackio"]).train()
     steps = [entry[0] for entry in logged if entry != "finish"]
     assert steps == [1, 2] and "loss" in logged[0][1] and logged[-1] == "finish"
+
+
+def test_report_to_lists_each_backend_once_even_after_replace(monkeypatch):
+    import dataclasses
+
+    from gcpo_train import reporting
+    from gcpo_train.config import TrainConfig
+
+    monkeypatch.setattr(reporting, "installed", lambda module: True)
+    cfg = TrainConfig(tensorboard=True, report_to=["tensorboard", "wandb"])
+    assert cfg.report_to == ["tensorboard", "wandb"]
+    assert dataclasses.replace(cfg, steps=3).report_to == ["tensorboard", "wandb"]
