@@ -75,18 +75,12 @@ def _run_score(args) -> int:
 def _read_rollouts(args, measures):
     """The input as a rollouts frame: mapped columns renamed, rollout_id derived when absent, and
     an ``answer`` column required only when a measure reads the answers."""
-    from .frames import map_rollout_columns, read_frame, read_table, validate_rollouts
+    from .frames import map_rollout_columns, read_table, validate_rollouts
     from .measures.score import MEASURES
 
     mapping = {"query_id": args.query_col, "rollout_id": args.rollout_col, "completion": args.completion_col,
                "answer": args.answer_col, "reward": args.reward_col}
-    if not any(mapping.values()):
-        raw = read_table(args.rollouts)
-        if "answer" in raw.columns and "rollout_id" in raw.columns:
-            return read_frame(args.rollouts, kind="rollouts")
-    else:
-        raw = read_table(args.rollouts)
-    df = map_rollout_columns(raw, mapping, source=str(args.rollouts))
+    df = map_rollout_columns(read_table(args.rollouts), mapping, source=str(args.rollouts))
     reads_answers = not args.full_completion and any(MEASURES[m] for m in measures)
     if "answer" not in df.columns:
         if reads_answers:

@@ -10,7 +10,7 @@ run killed mid-write never leaves a half checkpoint behind.
 Checkpoints are untrusted input (users resume folders they downloaded): every ``.pt`` is read
 with ``torch.load(weights_only=True)``, which unpickles tensors and plain containers only, and
 the RNG states that are not tensors are JSON. A file that fails the safe load is refused with
-its path named; ``usable_checkpoint`` falls back to the newest checkpoint that loads.
+its path named; ``load_latest_usable`` falls back to the newest checkpoint that loads.
 """
 from __future__ import annotations
 
@@ -201,7 +201,7 @@ def load_trained(path, device=None):
     from .policy import load_model_and_tokenizer, wrap_lora
 
     path = Path(path)
-    saved = json.loads((path / "config.json").read_text())
+    saved = _read_json(path / "config.json", ())
     # reporting backends of the run that wrote it are not needed (nor maybe installed) to load it
     cfg = TrainConfig(**{**saved, "tensorboard": False, "report_to": None})
     model, tok = load_model_and_tokenizer(cfg.model, cfg.dtype)

@@ -6,7 +6,6 @@ A run killed mid-write can leave a partial last line; ``read_log`` drops it with
 from __future__ import annotations
 
 import json
-import os
 import warnings
 from pathlib import Path
 
@@ -31,15 +30,3 @@ def read_log(path) -> list[dict]:
             raise ValueError(f"{path}: line {k} has no integer 'step'")
         rows.append(row)
     return rows
-
-
-def write_atomic_text(path, text: str) -> None:
-    """Write ``text`` to a temporary file beside ``path``, then rename it into place."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()

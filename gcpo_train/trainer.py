@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from gcpo_analysis.frames import write_text
 from gcpo_analysis.models import require
 
 from . import checkpoint as ckpt
@@ -42,7 +43,7 @@ from .config import TrainConfig
 from .loss import grpo_loss, masked_var, token_logprobs_and_entropy
 from .modulation import Measurer
 from .policy import Reference, generate_groups, load_model_and_tokenizer, wrap_lora
-from .runlog import read_log, write_atomic_text
+from .runlog import read_log
 from .splits import load_split, query_indices
 
 TIMING_KEYS = ("time_generate", "time_reward", "time_logprobs", "time_measure", "time_forward_backward",
@@ -185,8 +186,8 @@ class GRPOTrainer:
             rewards.append(r)
             failed.append(not ok)
         # answers the math grader compared as strings (over its size/cost guards), for the log
-        self.math_fallbacks = sum(math_fallbacks().values()) - before
-        return np.asarray(rewards), answers, np.asarray(failed)
+        fallbacks = sum(math_fallbacks().values()) - before
+        return np.asarray(rewards), answers, np.asarray(failed), fallbacks
 
     # ------------------------------------------------------------------ one step
     def train_step(self, step: int) -> tuple[dict, pd.DataFrame]:
@@ -203,7 +204,7 @@ class GRPOTrainer:
                                 temperature=cfg.temperature, top_p=cfg.top_p,
                                 max_prompt_tokens=cfg.max_prompt_tokens, device=self.accelerator.device)
         t["generate"] = time.perf_counter()
-        rewards, answers, failed = self._rewards(qrows, batch.texts, G)
+        rewards, answers, failed, math_fallbacks = self._rewards(qrows, batch.texts, G)
         t["reward"] = time.perf_counter()
 
         needs = self.measurer.needs
@@ -276,7 +277,7 @@ class GRPOTrainer:
                "frac_zero_std": float((R.std(axis=1) == 0).mean()), "loss": losses[0], "kl": kls[0],
                "grad_norm": grad_norms[0], "clip_frac": clips[-1], "lr": lr,
                "adv_abs_mean": float(adv.abs().mean()), "completion_tokens": n_tokens / n,
-               "reward_failures": int(failed.sum()), "reward_math_fallbacks": int(self.math_fallbacks)}
+               "reward_failures": int(failed.sum()), "reward_math_fallbacks": int(math_fallbacks)}
         for key in sorted({k for info in infos for k in info}):
             row[key] = float(np.mean([info[key] for info in infos if key in info]))
         for k, v in mstats.items():
@@ -332,7 +333,7 @@ class GRPOTrainer:
             self.resumed_from = str(latest)
             if main and log.exists():  # drop steps logged after the checkpoint (and a partial line)
                 keep = [r for r in rows if r["step"] <= state["step"]]
-                write_atomic_text(log, "".join(json.dumps(r) + "\n" for r in keep))
+                write_text(log, "".join(json.dumps(r) + "\n" for r in keep))
             return
         existing = [p for p in (log, self.out / "checkpoints", self.out / "run.json", self.out / "rollouts") if p.exists()]
         if existing and not cfg.overwrite:

@@ -14,7 +14,7 @@ Semantics (paper Section 3.4). After TRL has computed the group-standardised adv
 each rollout's advantage becomes A_i * omega(q), omega(q) the weight of its group from
 ``gcpo_analysis.measures.modulators`` — the code ``gcpo_train``'s own loop uses; there is no
 second formula here. The weight is read off ``modulate``'s output as the scalar that maps our
-GRPO advantages onto the modulated ones (``modulators.group_weight``), so it does not depend on
+GRPO advantages onto the modulated ones (``modulators.group_weight_from``), so it does not depend on
 TRL's choice of standard deviation. A group's G completions can live on several processes: the
 texts and rewards of the whole generation batch are gathered first (accelerate's
 ``gather_object``; TRL gathers the rewards itself), every process computes the weights of all
@@ -100,6 +100,16 @@ def completion_text(completion) -> str:
     return str(completion)
 
 
+def modulation_settings(config: GCPOConfig) -> SimpleNamespace:
+    """What ``gcpo_train.modulation.Measurer`` reads from a training config, from a GCPOConfig
+    (the per-rollout modulators' knobs are fixed: those modulators are refused under TRL)."""
+    return SimpleNamespace(
+        modulator=config.modulator, embedder=config.embedder, judge=config.judge,
+        nli_threshold=config.nli_threshold, alpha_base=config.alpha_base, r_min=config.r_min,
+        r_max=config.r_max, eps=EPS, q_hawkeye_alpha=config.alpha_base, eg_spo_alpha=1.0,
+        r2vpo_lambda=1.0, empo_low=0.0, empo_high=0.5, modulator_params=config.modulator_params)
+
+
 class GCPOTrainer(GRPOTrainer):
     """``trl.GRPOTrainer`` whose advantages are multiplied by the GCPO group weights.
 
@@ -115,12 +125,7 @@ class GCPOTrainer(GRPOTrainer):
         check_trl_modulator(config.modulator)
         from .modulation import Measurer
 
-        settings = SimpleNamespace(
-            modulator=config.modulator, embedder=config.embedder, judge=config.judge,
-            nli_threshold=config.nli_threshold, alpha_base=config.alpha_base, r_min=config.r_min,
-            r_max=config.r_max, eps=EPS, q_hawkeye_alpha=config.alpha_base, eg_spo_alpha=1.0,
-            r2vpo_lambda=1.0, empo_low=0.0, empo_high=0.5, modulator_params=config.modulator_params)
-        self.measurer = Measurer(settings, embedder=embedder, judge=judge)
+        self.measurer = Measurer(modulation_settings(config), embedder=embedder, judge=judge)
         self._gcpo_batch = None
         self.gcpo_last = None  # the last step's gathered texts, rewards and weights (for tests and logs)
         super().__init__(*args, **kwargs)

@@ -9,8 +9,6 @@ as gcpo's own loop loads it (packaged GGUF, hub name or path) and LoRA goes thro
 """
 from __future__ import annotations
 
-import dataclasses
-
 from .config import TrainConfig
 
 
@@ -40,12 +38,6 @@ def gcpo_config_from(cfg: TrainConfig, plain_trl: bool = False, **overrides):
 
         return trl.GRPOConfig(**{k: v for k, v in kwargs.items() if k not in gcpo_config_fields()})
     return GCPOConfig(**kwargs)
-
-
-def _installed(name: str) -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec(name) is not None
 
 
 def prompts_dataset(cfg: TrainConfig, tokenizer):
@@ -119,7 +111,3 @@ def run(cfg: TrainConfig) -> list[dict]:
     trainer = build_trl_trainer(cfg)
     trainer.train()
     return [h for h in trainer.state.log_history if "loss" in h]
-
-
-def trl_fields() -> list[str]:
-    return [f.name for f in dataclasses.fields(TrainConfig)]

@@ -5,7 +5,6 @@ import subprocess
 import sys
 import warnings
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -19,8 +18,10 @@ from gcpo_analysis.measures.clustering import greedy_nli_clusters  # noqa: E402
 from gcpo_analysis.measures.judges import make_judge  # noqa: E402
 from gcpo_analysis.measures.modulators import GroupRollouts, modulate  # noqa: E402
 from gcpo_train.modulation import Measurer  # noqa: E402
-from gcpo_train.trl import GCPOConfig, GCPOTrainer, gcpo_config_fields, group_weights  # noqa: E402
-from helpers.trl_setup import HashEmbedder, config_kwargs, dataset, save_tiny_model, word_reward  # noqa: E402
+from gcpo_train.trl import GCPOConfig, GCPOTrainer, gcpo_config_fields, group_weights, modulation_settings  # noqa: E402
+from helpers.trl_setup import (  # noqa: E402
+    HashEmbedder, config_kwargs, dataset, recording_advantages, save_tiny_model, word_reward,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -36,14 +37,8 @@ def model_dir(tmp_path_factory):
 def record(monkeypatch):
     """Record the advantages TRL computed (before any GCPO weighting), per generation batch."""
     seen = []
-    original = trl.GRPOTrainer._generate_and_score_completions
-
-    def recording(self, inputs):
-        out = original(self, inputs)
-        seen.append(out["advantages"].clone())
-        return out
-
-    monkeypatch.setattr(trl.GRPOTrainer, "_generate_and_score_completions", recording)
+    monkeypatch.setattr(trl.GRPOTrainer, "_generate_and_score_completions",
+                        recording_advantages(trl.GRPOTrainer._generate_and_score_completions, seen))
     return seen
 
 
@@ -145,10 +140,8 @@ def test_two_processes_split_groups_and_agree_with_one(model_dir, tmp_path):
     G, n_local = 4, ranks[0]["local"][1] - ranks[0]["local"][0]
     assert n_local < G  # a group's completions live on both processes
     # the same texts and rewards scored in one process give the same weights
-    measurer = Measurer(SimpleNamespace(
-        modulator="bot_rd", embedder=None, judge="lexical", nli_threshold=0.35, alpha_base=0.6, r_min=0.0,
-        r_max=2.0, eps=1e-6, q_hawkeye_alpha=0.6, eg_spo_alpha=1.0, r2vpo_lambda=1.0, empo_low=0.0,
-        empo_high=0.5, modulator_params=None), embedder=HashEmbedder(), judge=make_judge("lexical"))
+    one_process = GCPOConfig(**config_kwargs(tmp_path / "one", modulator="bot_rd", judge="lexical"))
+    measurer = Measurer(modulation_settings(one_process), embedder=HashEmbedder(), judge=make_judge("lexical"))
     weights, _ = group_weights(ranks[0]["texts"], np.asarray(ranks[0]["rewards"]), G, measurer=measurer,
                                modulator="bot_rd")
     np.testing.assert_allclose(weights, ranks[0]["weights"], rtol=1e-12)

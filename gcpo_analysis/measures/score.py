@@ -106,19 +106,15 @@ def score_groups(
     sizes = np.array([len(g) for g in groups])
 
     needs = set().union(*(MEASURES[m] for m in measures))
+    meta = {"measures": measures, "alpha_base": alpha_base, "r_min": r_min, "r_max": r_max,
+            "text": text_col, "threshold": threshold}
     span = float(df["reward"].max() - df["reward"].min())
     if "rd" in measures and span <= 0.5 * (r_max - r_min):
         # 0/1 rewards under the default [0, 2] range give RD = 0.5 where it should be 1
-        note = (f"the observed rewards span {span:g}, at most half of the declared range "
-                f"[{r_min:g}, {r_max:g}]: RD is normalised by that range; set r_max (--r-max) to your rewards' range")
-        warnings.warn(note, stacklevel=2)
-        meta_range_note = note
-    else:
-        meta_range_note = None
-    meta = {"measures": measures, "alpha_base": alpha_base, "r_min": r_min, "r_max": r_max,
-            "text": text_col, "threshold": threshold}
-    if meta_range_note:
-        meta["reward_range_warning"] = meta_range_note
+        meta["reward_range_warning"] = (
+            f"the observed rewards span {span:g}, at most half of the declared range [{r_min:g}, {r_max:g}]: "
+            f"RD is normalised by that range; set r_max (--r-max) to your rewards' range")
+        warnings.warn(meta["reward_range_warning"], stacklevel=2)
     embeddings = clusters = None
     judge_embeds = isinstance(judge, str) and judge.strip().lower() == "embedding"
     if "emb" in needs or ("clu" in needs and judge_embeds):

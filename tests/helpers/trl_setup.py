@@ -23,6 +23,18 @@ class HashEmbedder:
         return {"kind": "hash"}
 
 
+def recording_advantages(method, store: list):
+    """``method`` (a trainer's ``_generate_and_score_completions``) that also appends a copy of
+    each batch's advantages to ``store``."""
+
+    def recording(self, inputs):
+        out = method(self, inputs)
+        store.append(out["advantages"].clone())
+        return out
+
+    return recording
+
+
 def save_tiny_model(path):
     from gcpo_analysis.testing import tiny_causal_lm, tiny_tokenizer
 
