@@ -101,12 +101,12 @@ def v_zero_decomposition(X: np.ndarray, names: list[str], y: np.ndarray, referen
         warnings.warn(f"only {n_pos} group(s) with V > 0: rho within V > 0 is undefined (NaN)", stacklevel=2)
         rho_boot = np.full((n_boot, M), np.nan)
     r = names.index(reference) if reference in names else None
+    with warnings.catch_warnings():  # a constant measure has rho NaN; the bootstrap CIs say so
+        warnings.simplefilter("ignore")
+        point = [spearman(Xp[:, j], yp) if n_pos >= 3 else (np.nan, np.nan) for j in range(M)]
     rows = []
     for j, name in enumerate(names):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            rho, p = spearman(Xp[:, j], yp) if n_pos >= 3 else (np.nan, np.nan)
-            rho_ref = spearman(Xp[:, r], yp)[0] if r is not None and n_pos >= 3 else np.nan
+        rho, p = point[j]
         row = dict(measure=name, n_pos=n_pos, n_zero=n_zero, auc_pos=float(auc_point[j]),
                    rho_pos=float(rho), rho_pos_p=float(p))
         row["auc_pos_ci_low"], row["auc_pos_ci_high"] = _ci(auc_boot[:, j], level)
@@ -114,7 +114,7 @@ def v_zero_decomposition(X: np.ndarray, names: list[str], y: np.ndarray, referen
         if r is None or j == r:
             row.update(delta_rho_pos=np.nan, delta_rho_pos_ci_low=np.nan, delta_rho_pos_ci_high=np.nan)
         else:
-            row["delta_rho_pos"] = float(rho_ref - rho)
+            row["delta_rho_pos"] = float(point[r][0] - rho)
             row["delta_rho_pos_ci_low"], row["delta_rho_pos_ci_high"] = _ci(rho_boot[:, r] - rho_boot[:, j], level)
         rows.append(row)
     return pd.DataFrame(rows, columns=DECOMPOSITION_COLUMNS)

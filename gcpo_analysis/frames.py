@@ -226,9 +226,10 @@ def write_frame(df: pd.DataFrame, path: str | Path) -> Path:
     temporary file and raises OSError naming the path."""
     path = Path(path)
     suffix = path.suffix.lower()
-    writers = {".parquet": lambda f: df.to_parquet(f, index=False),
-               ".jsonl": lambda f: df.to_json(f, orient="records", lines=True, force_ascii=False),
-               ".ndjson": lambda f: df.to_json(f, orient="records", lines=True, force_ascii=False),
+    def jsonl(f):
+        df.to_json(f, orient="records", lines=True, force_ascii=False)
+
+    writers = {".parquet": lambda f: df.to_parquet(f, index=False), ".jsonl": jsonl, ".ndjson": jsonl,
                ".csv": lambda f: df.to_csv(f, index=False)}
     if suffix not in writers:
         raise FrameError(f"{path}: unknown frame format {suffix!r} (use .parquet, .jsonl or .csv)")

@@ -172,19 +172,6 @@ _BOX_COMMANDS = ("\\boxed", "\\fbox", "\\framebox")
 _BARE_BOX_TOKEN = re.compile(r"\s+([^\s$]+)")
 
 
-def _braced(text: str, open_idx: int) -> int | None:
-    """Index of the '}' matching text[open_idx] == '{' (brace-counting scan), else None."""
-    depth = 0
-    for k in range(open_idx, len(text)):
-        if text[k] == "{":
-            depth += 1
-        elif text[k] == "}":
-            depth -= 1
-            if depth == 0:
-                return k
-    return None
-
-
 def _matching_braces(text: str) -> dict[int, int]:
     """{index of '{': index of its matching '}'} for every closed brace, in one linear pass.
     Unclosed '{' are absent. One pass instead of a scan per box keeps a completion made of
@@ -356,6 +343,7 @@ def _latex_to_sympy_str(s: str) -> str | None:
     sympy syntax, because ``sympy.parsing.latex`` needs antlr4. Returns None for anything else
     (unknown commands, ``!``, quotes, multi-letter names) so that ``parse_expr`` — which runs
     ``eval`` — only ever sees digits, operators, single letters and whitelisted names."""
+    braces = _matching_braces(s)
     out, k = [], 0
     while k < len(s):
         for cmd, kind in (("\\frac", "frac"), ("\\sqrt", "sqrt")):
@@ -371,7 +359,7 @@ def _latex_to_sympy_str(s: str) -> str | None:
                 for _ in range(2 if kind == "frac" else 1):
                     if not s.startswith("{", k):
                         return None
-                    close = _braced(s, k)
+                    close = braces.get(k)
                     if close is None:
                         return None
                     inner = _latex_to_sympy_str(s[k + 1:close])
