@@ -26,7 +26,6 @@ from gcpo_analysis.models import require
 class LossOutput:
     loss: object            # scalar tensor (this micro-batch's share of the step loss)
     kl: object              # (B,) per-rollout token-mean KL, detached
-    ratio_var: object       # (B,) Var_t ρ_{i,t}, detached
     clip_frac: object       # (B,) fraction of tokens where the clip is active, detached
 
 
@@ -34,6 +33,12 @@ def k3_kl(logp, ref_logp):
     """k3 estimator of KL(π_θ ‖ π_ref) per token: exp(ref − logp) − (ref − logp) − 1 (≥ 0)."""
     d = ref_logp - logp
     return d.exp() - d - 1.0
+
+
+def per_rollout_mean(x, mask):
+    """Mean of x over each rollout's completion tokens: Σ_t m_{i,t} x_{i,t} / max(1, Σ_t m_{i,t})."""
+    m = mask.to(x.dtype)
+    return (x * m).sum(-1) / m.sum(-1).clamp(min=1.0)
 
 
 def masked_var(x, mask):
@@ -48,13 +53,12 @@ def masked_var(x, mask):
 
 def grpo_loss(logp, old_logp, ref_logp, advantages, mask, *, beta: float, clip_epsilon: float,
               aggregation: str = "sequence", n_seqs: int | None = None,
-              n_tokens: float | None = None, ratio_ref=None) -> LossOutput:
+              n_tokens: float | None = None) -> LossOutput:
     """Clipped GRPO surrogate + β·k3 KL on one micro-batch (formula in the module docstring).
 
     logp (B,T) with grad; old_logp, ref_logp (B,T) detached (ref_logp None when β = 0);
     advantages (B,) Ã_i; mask (B,T) completion mask. n_seqs / n_tokens: step-wide
-    normalisers (default: this micro-batch's). ratio_ref: log-probs ρ is measured against for
-    ``ratio_var`` (R²VPO), default old_logp.
+    normalisers (default: this micro-batch's).
     """
     torch = require("torch")
     if logp.shape != mask.shape or old_logp.shape != mask.shape:
@@ -74,20 +78,16 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, *, beta: float, clip_e
     else:
         kl = torch.zeros_like(logp)
     if aggregation == "sequence":
-        per_seq = (per_token * m).sum(-1) / m.sum(-1).clamp(min=1.0)
-        loss = per_seq.sum() / float(n_seqs or logp.shape[0])
+        loss = per_rollout_mean(per_token, mask).sum() / float(n_seqs or logp.shape[0])
     elif aggregation == "token":
         loss = (per_token * m).sum() / float(n_tokens or m.sum().clamp(min=1.0))
     else:
         raise ValueError(f"loss_aggregation must be 'sequence' or 'token', got {aggregation!r}")
     with torch.no_grad():
-        tok = m.sum(-1).clamp(min=1.0)
-        kl_seq = (kl * m).sum(-1) / tok
-        base = old_logp if ratio_ref is None else ratio_ref
-        rvar = masked_var(torch.exp(logp.detach() - base), mask)
         is_clipped = ((ratio < 1.0 - clip_epsilon) & (adv < 0)) | ((ratio > 1.0 + clip_epsilon) & (adv > 0))
-        clip_frac = (is_clipped.to(m.dtype) * m).sum(-1) / tok
-    return LossOutput(loss=loss, kl=kl_seq.detach(), ratio_var=rvar, clip_frac=clip_frac)
+        clip_frac = per_rollout_mean(is_clipped.to(m.dtype), mask)
+        kl_seq = per_rollout_mean(kl, mask)
+    return LossOutput(loss=loss, kl=kl_seq.detach(), clip_frac=clip_frac)
 
 
 def _accepts_logits_to_keep(model) -> bool:

@@ -41,13 +41,12 @@ from gcpo_analysis.models import require
 from . import checkpoint as ckpt
 from .config import TrainConfig
 from .loss import grpo_loss, masked_var, token_logprobs_and_entropy
+from .step_data import BeforeUpdate, Rollouts, StepTimer, UpdateStats
 from .modulation import Measurer
 from .policy import Reference, generate_groups, load_model_and_tokenizer, wrap_lora
 from .runlog import read_log
 from .splits import load_split, query_indices
 
-TIMING_KEYS = ("time_generate", "time_reward", "time_logprobs", "time_measure", "time_forward_backward",
-               "time_step", "time_total", "tokens_per_s")
 
 
 def step_seed(seed: int, step: int) -> int:
@@ -168,139 +167,180 @@ class GRPOTrainer:
             logps.append(lp)
         return torch.cat(logps), (torch.cat(ents) if ents else None)
 
-    def _rewards(self, qrows: pd.DataFrame, texts: list[str], G: int):
-        from gcpo_analysis.rewards import extract_answer, math_fallbacks
-
-        before = sum(math_fallbacks().values())
-        rewards, answers, failed = [], [], []
-        for j, text in enumerate(texts):
-            row = qrows.iloc[j // G]
-            answers.append(extract_answer(text, row["task"]) or "")
-            try:
-                r = float(self.reward_fn(row["task"], text, list(row["references"])))
-                ok = True
-            except Exception as err:  # one bad rollout must not kill a 2000-step run
-                warnings.warn(f"reward function raised on query {row['query_id']!r} rollout {j % G}: "
-                              f"{type(err).__name__}: {err}; reward set to 0", RuntimeWarning)
-                r, ok = 0.0, False
-            rewards.append(r)
-            failed.append(not ok)
-        # answers the math grader compared as strings (over its size/cost guards), for the log
-        fallbacks = sum(math_fallbacks().values()) - before
-        return np.asarray(rewards), answers, np.asarray(failed), fallbacks
-
-    # ------------------------------------------------------------------ one step
+    # ------------------------------------------------------------------ one step, in phases
     def train_step(self, step: int) -> tuple[dict, pd.DataFrame]:
         """One generation batch and its μ updates; returns (log row, rollouts frame)."""
-        torch = require("torch")
-        cfg, G = self.config, self.config.group_size
-        t = {"start": time.perf_counter()}
+        timer = StepTimer()
         self._seed(step)
-        qrows = self._step_queries(step)
+        with timer("generate"):
+            rollouts = self._generate(step)
+        with timer("reward"):
+            self._score(rollouts)
+        with timer("logprobs"):
+            before = self._logprobs_before_update(rollouts.batch)
+        with timer("measure"):
+            advantages, infos, cluster_stats = self._modulate(rollouts, before)
+        update = self._update(rollouts.batch, advantages, before)
+        timer.seconds.update(forward_backward=update.time_forward_backward, step=update.time_step)
+        row = self._log_row(step, rollouts, advantages, infos, cluster_stats, update, timer)
+        return row, self._rollouts_frame(step, rollouts, before, advantages)
+
+    def _generate(self, step: int) -> Rollouts:
+        """Sample G rollouts for each of this process's queries of the step."""
+        cfg = self.config
+        queries = self._step_queries(step)
         prompts = [self.prompt_fn(r, self.tokenizer, max_context_tokens=cfg.max_context_tokens)
-                   for _, r in qrows.iterrows()]
+                   for _, r in queries.iterrows()]
         self.model.eval()
-        batch = generate_groups(self.policy, self.tokenizer, prompts, G, max_new_tokens=cfg.max_new_tokens,
-                                temperature=cfg.temperature, top_p=cfg.top_p,
-                                max_prompt_tokens=cfg.max_prompt_tokens, device=self.accelerator.device)
-        t["generate"] = time.perf_counter()
-        rewards, answers, failed, math_fallbacks = self._rewards(qrows, batch.texts, G)
-        t["reward"] = time.perf_counter()
+        batch = generate_groups(self.policy, self.tokenizer, prompts, cfg.group_size,
+                                max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
+                                top_p=cfg.top_p, max_prompt_tokens=cfg.max_prompt_tokens,
+                                device=self.accelerator.device)
+        return Rollouts(queries=queries, batch=batch)
 
-        needs = self.measurer.needs
-        mask = batch.completion_mask
-        old_logp = ent = ref_logp = None
+    def _score(self, rollouts: Rollouts) -> None:
+        """Task rewards and extracted answers of every rollout. A rollout whose reward function
+        raises gets reward 0, a warning, and a mark in ``reward_failed``."""
+        from gcpo_analysis.rewards import extract_answer, math_fallbacks
+
+        G, before = self.config.group_size, sum(math_fallbacks().values())
+        rewards, answers, failed = [], [], []
+        for j, text in enumerate(rollouts.batch.texts):
+            query = rollouts.queries.iloc[j // G]
+            answers.append(extract_answer(text, query["task"]) or "")
+            try:
+                reward, ok = float(self.reward_fn(query["task"], text, list(query["references"]))), True
+            except Exception as err:  # one bad rollout must not kill a 2000-step run
+                warnings.warn(f"reward function raised on query {query['query_id']!r} rollout {j % G}: "
+                              f"{type(err).__name__}: {err}; reward set to 0", RuntimeWarning)
+                reward, ok = 0.0, False
+            rewards.append(reward)
+            failed.append(not ok)
+        rollouts.rewards, rollouts.answers = np.asarray(rewards), answers
+        rollouts.reward_failed = np.asarray(failed)
+        # answers the math grader compared as strings (over its size/cost guards), for the log
+        rollouts.math_fallbacks = sum(math_fallbacks().values()) - before
+
+    def _logprobs_before_update(self, batch) -> BeforeUpdate:
+        """Token log-probabilities under π_old and π_ref, computed only when something reads them
+        before the update: μ > 1, a modulator that needs token entropy, log-probs or ratio
+        variance (an extra no-grad pass), β > 0 (the reference pass)."""
+        torch = require("torch")
+        cfg, needs, mask = self.config, self.measurer.needs, batch.completion_mask
+        before = BeforeUpdate(n_tokens=mask.float().sum(-1).clamp(min=1).cpu().numpy())
         if cfg.num_iterations > 1 or needs & {"token_entropy", "logprobs", "ratio_var"}:
-            old_logp, ent = self._no_grad_logprobs(batch)
+            before.old_logp, token_entropies = self._no_grad_logprobs(batch)
+            before.set_rollout_stats(before.old_logp, token_entropies, mask)
         if self.reference is not None:
-            ref_logp, _ = self._no_grad_logprobs(batch, reference=True)
-        ratio_var = None
+            before.ref_logp, _ = self._no_grad_logprobs(batch, reference=True)
         if self.need_ratio:
-            ratio_var = masked_var(torch.exp(old_logp - ref_logp), mask).cpu().numpy()
-        t["logprobs"] = time.perf_counter()
-        n_q, mf = len(qrows), mask.float()
-        tok_ent = None if ent is None else ((ent * mf).sum(-1) / mf.sum(-1).clamp(min=1)).cpu().numpy()
-        seq_lp = None if old_logp is None else (old_logp * mf).sum(-1).cpu().numpy()
-        n_tok = mf.sum(-1).clamp(min=1).cpu().numpy()
-        split = lambda a: None if a is None else [a[k * G:(k + 1) * G] for k in range(n_q)]  # noqa: E731
-        texts = batch.texts if cfg.full_completion else answers
-        advs, infos, mstats = self.measurer.modulate_groups(
-            split(rewards), split(texts), split(answers), token_entropy=split(tok_ent),
-            logprobs=split(seq_lp), ratio_var=split(ratio_var),
-            n_tokens=split(n_tok))
-        adv = torch.tensor(np.concatenate(advs), dtype=torch.float32, device=mask.device)
-        t["measure"] = time.perf_counter()
+            before.ratio_var = masked_var(torch.exp(before.old_logp - before.ref_logp), mask).cpu().numpy()
+        return before
 
-        n = mask.shape[0]
-        n_tokens = float(mask.sum())
-        lr = float(self.scheduler.get_last_lr()[0])  # the rate this step's first update uses
+    def _modulate(self, rollouts: Rollouts, before: BeforeUpdate):
+        """Modulated advantages Ã of every rollout (``modulate`` per group, Section 3.4)."""
+        torch = require("torch")
+        cfg, G, n_groups = self.config, self.config.group_size, len(rollouts.queries)
+
+        def by_group(values):
+            return None if values is None else [values[k * G:(k + 1) * G] for k in range(n_groups)]
+
+        texts = rollouts.batch.texts if cfg.full_completion else rollouts.answers
+        advantages, infos, cluster_stats = self.measurer.modulate_groups(
+            by_group(rollouts.rewards), by_group(texts), by_group(rollouts.answers),
+            token_entropy=by_group(before.token_entropy), logprobs=by_group(before.seq_logprob),
+            ratio_var=by_group(before.ratio_var), n_tokens=by_group(before.n_tokens))
+        advantages = torch.tensor(np.concatenate(advantages), dtype=torch.float32,
+                                  device=rollouts.batch.completion_mask.device)
+        return advantages, infos, cluster_stats
+
+    def _update(self, batch, advantages, before: BeforeUpdate) -> UpdateStats:
+        """μ = num_iterations optimizer steps on the clipped surrogate + β·KL (``loss.grpo_loss``),
+        in micro-batches whose gradients accumulate to the whole batch's."""
+        torch = require("torch")
+        cfg, mask = self.config, batch.completion_mask
+        n_rollouts, n_tokens = mask.shape[0], float(mask.sum())
+        # without an extra pass, π_old = π_θ at the first update: take it (and the token
+        # entropies the modulators did not need earlier) from the gradient pass itself
+        from_gradient_pass = before.old_logp is None
+        stats = UpdateStats(lr=float(self.scheduler.get_last_lr()[0]))  # the rate of the first update
         self.model.train()
-        grad_norms, losses, kls, clips, fb, st = [], [], [], [], 0.0, 0.0
-        for it in range(cfg.num_iterations):
-            t_fb = time.perf_counter()
-            loss_sum, kl_it, clip_it, lp_grad, ent_grad = 0.0, [], [], [], []
-            for rows in self._chunks(n):
-                logp, e = self._forward(self.model, batch, rows, grad=True, entropy=ent is None)
-                old = logp.detach() if old_logp is None else old_logp[rows]
-                out = grpo_loss(logp, old, None if ref_logp is None else ref_logp[rows], adv[rows], mask[rows],
-                                beta=cfg.beta, clip_epsilon=cfg.clip_epsilon,
-                                aggregation=cfg.loss_aggregation, n_seqs=n, n_tokens=n_tokens)
+        for iteration in range(cfg.num_iterations):
+            t_start = time.perf_counter()
+            loss, kl, clip_frac, logps, entropies = 0.0, [], [], [], []
+            for rows in self._chunks(n_rollouts):
+                logp, entropy = self._forward(self.model, batch, rows, grad=True, entropy=from_gradient_pass)
+                old = logp.detach() if from_gradient_pass else before.old_logp[rows]
+                out = grpo_loss(logp, old, None if before.ref_logp is None else before.ref_logp[rows],
+                                advantages[rows], mask[rows], beta=cfg.beta, clip_epsilon=cfg.clip_epsilon,
+                                aggregation=cfg.loss_aggregation, n_seqs=n_rollouts, n_tokens=n_tokens)
                 self.accelerator.backward(out.loss)
-                loss_sum += float(out.loss.detach())
-                kl_it.append(out.kl)
-                clip_it.append(out.clip_frac)
-                if it == 0 and ent is None:
-                    lp_grad.append(logp.detach())
-                    ent_grad.append(e)
-            t_st = time.perf_counter()
-            fb += t_st - t_fb
+                loss += float(out.loss.detach())
+                kl.append(out.kl)
+                clip_frac.append(out.clip_frac)
+                if iteration == 0 and from_gradient_pass:
+                    logps.append(logp.detach())
+                    entropies.append(entropy)
+            t_optimizer = time.perf_counter()
+            stats.time_forward_backward += t_optimizer - t_start
             if cfg.max_grad_norm and cfg.max_grad_norm > 0:
-                gn = self.accelerator.clip_grad_norm_(self.params, cfg.max_grad_norm)
+                grad_norm = self.accelerator.clip_grad_norm_(self.params, cfg.max_grad_norm)
             else:
-                gn = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in self.params if p.grad is not None]))
+                grad_norm = torch.linalg.vector_norm(
+                    torch.stack([p.grad.norm() for p in self.params if p.grad is not None]))
             self.optimizer.step()
             self.scheduler.step()
             self.optimizer.zero_grad(set_to_none=True)
-            st += time.perf_counter() - t_st
-            grad_norms.append(float(gn))
-            losses.append(loss_sum)
-            kls.append(float(torch.cat(kl_it).mean()))
-            clips.append(float(torch.cat(clip_it).mean()))
-            if lp_grad:
-                lp_all, ent_all = torch.cat(lp_grad), torch.cat(ent_grad)
-                seq_lp = (lp_all * mf).sum(-1).cpu().numpy()
-                tok_ent = ((ent_all * mf).sum(-1) / mf.sum(-1).clamp(min=1)).cpu().numpy()
-        total = time.perf_counter() - t["start"]
+            stats.time_step += time.perf_counter() - t_optimizer
+            stats.grad_norm.append(float(grad_norm))
+            stats.loss.append(loss)
+            stats.kl.append(float(torch.cat(kl).mean()))
+            stats.clip_frac.append(float(torch.cat(clip_frac).mean()))
+            if logps:
+                before.set_rollout_stats(torch.cat(logps), torch.cat(entropies), mask)
+        return stats
 
-        R = rewards.reshape(n_q, G)
-        row = {"step": step, "reward_mean": float(R.mean()), "reward_std": float(R.std()),
-               "frac_zero_std": float((R.std(axis=1) == 0).mean()), "loss": losses[0], "kl": kls[0],
-               "grad_norm": grad_norms[0], "clip_frac": clips[-1], "lr": lr,
-               "adv_abs_mean": float(adv.abs().mean()), "completion_tokens": n_tokens / n,
-               "reward_failures": int(failed.sum()), "reward_math_fallbacks": int(math_fallbacks)}
+    def _log_row(self, step: int, rollouts: Rollouts, advantages, infos: list[dict], cluster_stats: dict,
+                 update: UpdateStats, timer: StepTimer) -> dict:
+        """The step's ``log.jsonl`` row: rewards, loss, KL, grad norm, the modulator's measures
+        and weights (means over groups), timings."""
+        G, mask = self.config.group_size, rollouts.batch.completion_mask
+        rewards = rollouts.rewards.reshape(-1, G)
+        n_tokens, total = float(mask.sum()), timer.total()
+        row = {"step": step, "reward_mean": float(rewards.mean()), "reward_std": float(rewards.std()),
+               "frac_zero_std": float((rewards.std(axis=1) == 0).mean()), "loss": update.loss[0],
+               "kl": update.kl[0], "grad_norm": update.grad_norm[0], "clip_frac": update.clip_frac[-1],
+               "lr": update.lr, "adv_abs_mean": float(advantages.abs().mean()),
+               "completion_tokens": n_tokens / mask.shape[0],
+               "reward_failures": int(rollouts.reward_failed.sum()),
+               "reward_math_fallbacks": int(rollouts.math_fallbacks)}
         for key in sorted({k for info in infos for k in info}):
             row[key] = float(np.mean([info[key] for info in infos if key in info]))
-        for k, v in mstats.items():
-            if k in ("cluster_judge_calls", "cluster_pairs_scored"):
-                row[k] = float(v)
-        row.update({"time_generate": t["generate"] - t["start"], "time_reward": t["reward"] - t["generate"],
-                    "time_logprobs": t["logprobs"] - t["reward"],
-                    "time_measure": t["measure"] - t["logprobs"], "time_forward_backward": fb,
-                    "time_step": st, "time_total": total, "tokens_per_s": n_tokens / total})
-        row = self._reduce(row)
-        frame = pd.DataFrame({
-            "query_id": np.repeat(qrows["query_id"].astype(str).to_numpy(), G),
-            "rollout_id": np.tile(np.arange(G), n_q), "completion": batch.texts, "answer": answers,
-            "reward": rewards, "references": [list(r) for r in np.repeat(qrows["references"].to_numpy(), G)],
-            "token_entropy": tok_ent, "logprob": seq_lp, "n_tokens": n_tok.astype(int), "advantage": adv.cpu().numpy(),
-            "reward_failed": failed, "dataset": cfg.dataset, "step": step})
+        for key in ("cluster_judge_calls", "cluster_pairs_scored"):
+            if key in cluster_stats:
+                row[key] = float(cluster_stats[key])
+        row.update({f"time_{stage}": seconds for stage, seconds in timer.seconds.items()})
+        row.update(time_total=total, tokens_per_s=n_tokens / total)
+        return self._reduce(row)
+
+    def _rollouts_frame(self, step: int, rollouts: Rollouts, before: BeforeUpdate, advantages) -> pd.DataFrame:
+        """The step's rollouts frame (docs/conventions.md), one row per rollout."""
         from gcpo_analysis.rewards import is_success
 
-        frame["success"] = [bool(is_success(task, r)) for task, r in
-                            zip(np.repeat(qrows["task"].to_numpy(), G), rewards)]
-        if ratio_var is not None:
-            frame["ratio_var"] = ratio_var
-        return row, frame
+        cfg, G, queries = self.config, self.config.group_size, rollouts.queries
+        tasks = np.repeat(queries["task"].to_numpy(), G)
+        frame = pd.DataFrame({
+            "query_id": np.repeat(queries["query_id"].astype(str).to_numpy(), G),
+            "rollout_id": np.tile(np.arange(G), len(queries)), "completion": rollouts.batch.texts,
+            "answer": rollouts.answers, "reward": rollouts.rewards,
+            "references": [list(r) for r in np.repeat(queries["references"].to_numpy(), G)],
+            "token_entropy": before.token_entropy, "logprob": before.seq_logprob,
+            "n_tokens": before.n_tokens.astype(int), "advantage": advantages.cpu().numpy(),
+            "reward_failed": rollouts.reward_failed, "dataset": cfg.dataset, "step": step})
+        frame["success"] = [bool(is_success(task, r)) for task, r in zip(tasks, rollouts.rewards)]
+        if before.ratio_var is not None:
+            frame["ratio_var"] = before.ratio_var
+        return frame
 
     def _reduce(self, row: dict) -> dict:
         acc = self.accelerator
