@@ -90,15 +90,13 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, *, beta: float, clip_e
     return LossOutput(loss=loss, kl=kl_seq.detach(), clip_frac=clip_frac)
 
 
-def _accepts_logits_to_keep(model) -> bool:
-    # Only the completion's logits are needed; the LM head over the prompt as well would cost
-    # a (B, P, vocab) tensor (hundreds of MB for a 49k vocabulary).
+def _forward_parameters(model) -> set:
     import inspect
 
     base = getattr(model, "module", model)  # DDP wrapper
     if hasattr(base, "get_base_model"):  # peft forwards kwargs to the base model
         base = base.get_base_model()
-    return "logits_to_keep" in inspect.signature(base.forward).parameters
+    return set(inspect.signature(base.forward).parameters)
 
 
 def token_logprobs_and_entropy(model, input_ids, attention_mask, n_completion: int,
@@ -110,7 +108,15 @@ def token_logprobs_and_entropy(model, input_ids, attention_mask, n_completion: i
     Returns (logp (B,T), entropy (B,T) or None).
     """
     torch = require("torch")
-    kwargs = {"logits_to_keep": n_completion + 1} if _accepts_logits_to_keep(model) else {}
+    accepted, kwargs = _forward_parameters(model), {}
+    if "logits_to_keep" in accepted:
+        # only the completion's logits are needed; the LM head over the prompt as well would
+        # cost a (B, P, vocab) tensor (hundreds of MB for a 49k vocabulary)
+        kwargs["logits_to_keep"] = n_completion + 1
+    if "position_ids" in accepted:
+        # positions count real tokens, as in generate(): a left-padded row then scores exactly
+        # the tokens it sampled (without them, absolute position embeddings would shift)
+        kwargs["position_ids"] = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
     out = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **kwargs)
     logits = out.logits[:, -n_completion - 1:-1, :].float() / temperature
     logsm = torch.log_softmax(logits, dim=-1)

@@ -102,12 +102,51 @@ def eos_ids_of(tokenizer, model) -> list[int]:
 
 def generate_groups(model, tokenizer, prompts: list[str], group_size: int, *, max_new_tokens: int,
                     temperature: float = 1.0, top_p: float = 1.0, do_sample: bool = True,
-                    max_prompt_tokens: int = 1024, device=None) -> GroupBatch:
-    """Sample ``group_size`` completions per prompt in one batched ``generate`` call.
+                    max_prompt_tokens: int = 1024, device=None, seeds=None) -> GroupBatch:
+    """Sample ``group_size`` completions per prompt.
+
+    seeds=None: one batched ``generate`` over all prompts (evaluation). seeds (one int per
+    prompt): each prompt's group is sampled in its own call right after ``torch.manual_seed``,
+    so a group's rollouts depend on its seed alone — not on which prompts share its batch or
+    process — and a run on N processes samples what a run on one samples. That costs batching
+    across prompts; large runs generate with TRL (``--backend trl``, vLLM).
 
     Prompts are left-padded and left-truncated to ``max_prompt_tokens``; a group never spans two
     calls, so its rollouts are measured together. top_k is disabled (pure temperature/nucleus).
     """
+    torch = require("torch")
+    kwargs = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
+                  do_sample=do_sample, max_prompt_tokens=max_prompt_tokens, device=device)
+    if seeds is None:
+        return _generate(model, tokenizer, prompts, group_size, **kwargs)
+    if len(seeds) != len(prompts):
+        raise ValueError(f"{len(seeds)} seeds for {len(prompts)} prompts")
+    parts = []
+    for prompt, seed in zip(prompts, seeds):
+        torch.manual_seed(int(seed))
+        parts.append(_generate(model, tokenizer, [prompt], group_size, **kwargs))
+    return concat_group_batches(parts, tokenizer.pad_token_id)
+
+
+def concat_group_batches(parts: list[GroupBatch], pad_token_id: int) -> GroupBatch:
+    """One batch from several: prompts left-padded to the longest, completions right-padded."""
+    torch = require("torch")
+    pad = torch.nn.functional.pad
+    n_prompt = max(b.n_prompt for b in parts)
+    n_completion = max(b.n_completion for b in parts)
+    ids, attention, completion = [], [], []
+    for b in parts:
+        left, right = n_prompt - b.n_prompt, n_completion - b.n_completion
+        ids.append(pad(b.input_ids, (left, right), value=pad_token_id))
+        attention.append(pad(b.attention_mask, (left, right), value=0))
+        completion.append(pad(b.completion_mask, (0, right), value=0))
+    return GroupBatch(input_ids=torch.cat(ids), attention_mask=torch.cat(attention),
+                      completion_mask=torch.cat(completion), texts=[t for b in parts for t in b.texts],
+                      n_prompt=n_prompt)
+
+
+def _generate(model, tokenizer, prompts, group_size, *, max_new_tokens, temperature, top_p, do_sample,
+              max_prompt_tokens, device) -> GroupBatch:
     torch = require("torch")
     tokenizer.padding_side = "left"
     enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)

@@ -72,3 +72,37 @@ class StepTimer:
 
     def total(self) -> float:
         return time.perf_counter() - self.start
+
+
+def summarize_step(step: int, parts: list[dict], group_size: int) -> dict:
+    """The ``log.jsonl`` row of a step from each process's values (``parts``, in process order;
+    one part on a single process), so the row of an N-process run is the row of a 1-process run.
+
+    Per-rollout values (rewards, advantages, KL, clip fraction, token counts) are pooled and
+    then averaged; per-group measures and weights are averaged over all groups; counts summed;
+    the loss is the sum of the processes' shares (each already divided by the step's counts);
+    the grad norm is that of the synced gradient; times are the slowest process's.
+    """
+    def pooled(key):
+        return np.concatenate([np.asarray(p[key], dtype=float) for p in parts])
+
+    rewards = pooled("rewards").reshape(-1, group_size)
+    n_tokens, first = pooled("n_tokens"), parts[0]
+    seconds = {k: max(p["seconds"][k] for p in parts) for k in first["seconds"]}
+    row = {"step": step, "reward_mean": float(rewards.mean()), "reward_std": float(rewards.std()),
+           "frac_zero_std": float((rewards.std(axis=1) == 0).mean()),
+           "loss": float(sum(p["loss"][0] for p in parts)), "kl": float(pooled("kl").mean()),
+           "grad_norm": float(first["grad_norm"]), "clip_frac": float(pooled("clip_frac").mean()),
+           "lr": float(first["lr"]), "adv_abs_mean": float(np.abs(pooled("advantages")).mean()),
+           "completion_tokens": float(n_tokens.mean()),
+           "reward_failures": int(sum(int(np.sum(p["reward_failed"])) for p in parts)),
+           "reward_math_fallbacks": int(sum(int(p["math_fallbacks"]) for p in parts))}
+    infos = [info for p in parts for info in p["infos"]]
+    for key in sorted({k for info in infos for k in info}):
+        row[key] = float(np.mean([info[key] for info in infos if key in info]))
+    for key in ("cluster_judge_calls", "cluster_pairs_scored"):
+        if any(key in p["cluster_stats"] for p in parts):
+            row[key] = float(sum(p["cluster_stats"].get(key, 0) for p in parts))
+    row.update({f"time_{phase}": s for phase, s in seconds.items() if phase != "total"})
+    row.update(time_total=seconds["total"], tokens_per_s=float(n_tokens.sum()) / seconds["total"])
+    return row

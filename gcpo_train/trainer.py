@@ -1,6 +1,6 @@
 """The GRPO loop with a pluggable advantage modulator (paper Section 3.4, Appendix E/F).
 
-Per step: sample queries → one batched ``generate`` (G rollouts per prompt) → task rewards →
+Per step: sample queries → ``generate`` G rollouts per prompt → task rewards →
 what the modulator needs (embeddings, clusters, token entropy, log-probs, ratio variance) →
 ``modulate`` per group → clipped surrogate + β·k3 KL → AdamW step. Every step writes a row to
 ``output_dir/log.jsonl`` and its rollouts frame to ``output_dir/rollouts/step_000012.parquet``.
@@ -13,18 +13,24 @@ Design choices where the paper is silent:
   measure ρ_{i,t} = π_θ(y_t)/π_ref(y_t) against the KL reference (the base policy), computed
   before the update; it is 0 at step 1 (LoRA starts at the base model) and grows as the policy
   drifts. This is what R²VPO sees; the ratio to π_old is reported as ``clip_frac`` only.
-- Distributed (``accelerate launch``): each process generates whole groups (queries are dealt
-  round-robin to processes), so a group never spans processes and its weights are computed
-  locally from all G rollouts; DDP averages gradients; scalar metrics are averaged across
-  processes; only the main process writes logs and checkpoints (each process its own frame).
+- Distributed (``accelerate launch``): a step's queries are dealt to processes in contiguous
+  blocks and each process generates whole groups, so a group's weight is computed from all G
+  rollouts on one process. A run on N processes equals a run on one (tested with 2 gloo
+  processes): each group is sampled from its own seed (seed, step, query position); the loss is
+  normalised by the step's rollout and token counts over all processes (DDP's gradient mean
+  undone by a factor N); gradients sync once per update (``no_sync`` on all but the last
+  micro-batch); the log row is computed from every process's gathered values, not averaged
+  means; the main process writes the log, the step's whole rollouts frame and checkpoints.
 - Cost: modulators that read token entropy / log-probs / ratio variance before the update
   (se, eg_spo, r2vpo) and μ > 1 need one extra no-grad policy pass (``time_logprobs``); the
   others take old log-probs from the gradient pass itself (ρ ≡ 1, as π_old = π_θ there).
-- Determinism: every step re-seeds python/numpy/torch from (seed, step) and the data order is a
-  function of (seed, epoch), so a resumed run reproduces an uninterrupted one on CPU.
+- Determinism: every step re-seeds python/numpy/torch from (seed, step), every group's sampling
+  from (seed, step, query position), and the data order is a function of (seed, epoch), so a
+  resumed run reproduces an uninterrupted one on CPU.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import shutil
@@ -41,17 +47,17 @@ from gcpo_analysis.models import require
 from . import checkpoint as ckpt
 from .config import TrainConfig
 from .loss import grpo_loss, masked_var, token_logprobs_and_entropy
-from .step_data import BeforeUpdate, Rollouts, StepTimer, UpdateStats
 from .modulation import Measurer
 from .policy import Reference, generate_groups, load_model_and_tokenizer, wrap_lora
 from .runlog import read_log
 from .splits import load_split, query_indices
+from .step_data import BeforeUpdate, Rollouts, StepTimer, UpdateStats, summarize_step
 
 
 
-def step_seed(seed: int, step: int) -> int:
-    """A 32-bit seed derived from (seed, step) with numpy's SeedSequence."""
-    return int(np.random.SeedSequence([int(seed), int(step)]).generate_state(1)[0])
+def step_seed(seed: int, step: int, *more: int) -> int:
+    """A 32-bit seed derived from (seed, step, ...) with numpy's SeedSequence."""
+    return int(np.random.SeedSequence([int(seed), int(step), *map(int, more)]).generate_state(1)[0])
 
 
 class GRPOTrainer:
@@ -77,6 +83,9 @@ class GRPOTrainer:
                              "not this loop")
         self.config = cfg = config
         self.accelerator = accelerate.Accelerator(cpu=(cfg.device == "cpu"))
+        if cfg.queries_per_step < self.accelerator.num_processes:
+            raise ValueError(f"queries_per_step ({cfg.queries_per_step}) must be at least the number of "
+                             f"processes ({self.accelerator.num_processes}): each process generates whole groups")
         self.out = Path(cfg.output_dir)
         torch.manual_seed(cfg.seed)  # LoRA initialisation
         if model is None:
@@ -137,10 +146,12 @@ class GRPOTrainer:
         np.random.seed(s)
         torch.manual_seed(s)
 
-    def _step_queries(self, step: int) -> pd.DataFrame:
+    def _step_queries(self, step: int) -> tuple[pd.DataFrame, list[int]]:
+        """This process's block of the step's queries and their positions in the step."""
         cfg, acc = self.config, self.accelerator
         idx = query_indices(len(self.queries), cfg.seed, (step - 1) * cfg.queries_per_step, cfg.queries_per_step)
-        return self.queries.iloc[idx[acc.process_index::acc.num_processes]].reset_index(drop=True)
+        positions = np.array_split(np.arange(len(idx)), acc.num_processes)[acc.process_index]
+        return self.queries.iloc[idx[positions]].reset_index(drop=True), positions.tolist()
 
     def _forward(self, model, batch, rows, grad: bool, entropy: bool = True):
         torch = require("torch")
@@ -188,15 +199,16 @@ class GRPOTrainer:
     def _generate(self, step: int) -> Rollouts:
         """Sample G rollouts for each of this process's queries of the step."""
         cfg = self.config
-        queries = self._step_queries(step)
+        queries, positions = self._step_queries(step)
         prompts = [self.prompt_fn(r, self.tokenizer, max_context_tokens=cfg.max_context_tokens)
                    for _, r in queries.iterrows()]
         self.model.eval()
         batch = generate_groups(self.policy, self.tokenizer, prompts, cfg.group_size,
                                 max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
                                 top_p=cfg.top_p, max_prompt_tokens=cfg.max_prompt_tokens,
-                                device=self.accelerator.device)
-        return Rollouts(queries=queries, batch=batch)
+                                device=self.accelerator.device,
+                                seeds=[step_seed(cfg.seed, step, k) for k in positions])
+        return Rollouts(queries=queries, batch=batch, positions=positions)
 
     def _score(self, rollouts: Rollouts) -> None:
         """Task rewards and extracted answers of every rollout. A rollout whose reward function
@@ -258,8 +270,12 @@ class GRPOTrainer:
         """μ = num_iterations optimizer steps on the clipped surrogate + β·KL (``loss.grpo_loss``),
         in micro-batches whose gradients accumulate to the whole batch's."""
         torch = require("torch")
-        cfg, mask = self.config, batch.completion_mask
-        n_rollouts, n_tokens = mask.shape[0], float(mask.sum())
+        cfg, acc, mask = self.config, self.accelerator, batch.completion_mask
+        # the step's normalisers over all processes; DDP then averages the processes' gradients,
+        # which the factor num_processes undoes, so N processes give one process's gradient
+        n_rollouts = cfg.queries_per_step * cfg.group_size
+        n_tokens = float(acc.reduce(mask.sum().float(), reduction="sum")) if acc.num_processes > 1 else float(mask.sum())
+        chunks = self._chunks(mask.shape[0])
         # without an extra pass, π_old = π_θ at the first update: take it (and the token
         # entropies the modulators did not need earlier) from the gradient pass itself
         from_gradient_pass = before.old_logp is None
@@ -268,13 +284,16 @@ class GRPOTrainer:
         for iteration in range(cfg.num_iterations):
             t_start = time.perf_counter()
             loss, kl, clip_frac, logps, entropies = 0.0, [], [], [], []
-            for rows in self._chunks(n_rollouts):
-                logp, entropy = self._forward(self.model, batch, rows, grad=True, entropy=from_gradient_pass)
-                old = logp.detach() if from_gradient_pass else before.old_logp[rows]
-                out = grpo_loss(logp, old, None if before.ref_logp is None else before.ref_logp[rows],
-                                advantages[rows], mask[rows], beta=cfg.beta, clip_epsilon=cfg.clip_epsilon,
-                                aggregation=cfg.loss_aggregation, n_seqs=n_rollouts, n_tokens=n_tokens)
-                self.accelerator.backward(out.loss)
+            for k, rows in enumerate(chunks):
+                # gradients sync once per update, in the last micro-batch's backward
+                sync = contextlib.nullcontext() if k == len(chunks) - 1 else acc.no_sync(self.model)
+                with sync:
+                    logp, entropy = self._forward(self.model, batch, rows, grad=True, entropy=from_gradient_pass)
+                    old = logp.detach() if from_gradient_pass else before.old_logp[rows]
+                    out = grpo_loss(logp, old, None if before.ref_logp is None else before.ref_logp[rows],
+                                    advantages[rows], mask[rows], beta=cfg.beta, clip_epsilon=cfg.clip_epsilon,
+                                    aggregation=cfg.loss_aggregation, n_seqs=n_rollouts, n_tokens=n_tokens)
+                    acc.backward(out.loss * acc.num_processes)
                 loss += float(out.loss.detach())
                 kl.append(out.kl)
                 clip_frac.append(out.clip_frac)
@@ -284,7 +303,7 @@ class GRPOTrainer:
             t_optimizer = time.perf_counter()
             stats.time_forward_backward += t_optimizer - t_start
             if cfg.max_grad_norm and cfg.max_grad_norm > 0:
-                grad_norm = self.accelerator.clip_grad_norm_(self.params, cfg.max_grad_norm)
+                grad_norm = acc.clip_grad_norm_(self.params, cfg.max_grad_norm)
             else:
                 grad_norm = torch.linalg.vector_norm(
                     torch.stack([p.grad.norm() for p in self.params if p.grad is not None]))
@@ -294,34 +313,25 @@ class GRPOTrainer:
             stats.time_step += time.perf_counter() - t_optimizer
             stats.grad_norm.append(float(grad_norm))
             stats.loss.append(loss)
-            stats.kl.append(float(torch.cat(kl).mean()))
-            stats.clip_frac.append(float(torch.cat(clip_frac).mean()))
+            stats.kl.append(torch.cat(kl).cpu().numpy())
+            stats.clip_frac.append(torch.cat(clip_frac).cpu().numpy())
             if logps:
                 before.set_rollout_stats(torch.cat(logps), torch.cat(entropies), mask)
         return stats
 
     def _log_row(self, step: int, rollouts: Rollouts, advantages, infos: list[dict], cluster_stats: dict,
                  update: UpdateStats, timer: StepTimer) -> dict:
-        """The step's ``log.jsonl`` row: rewards, loss, KL, grad norm, the modulator's measures
-        and weights (means over groups), timings."""
-        G, mask = self.config.group_size, rollouts.batch.completion_mask
-        rewards = rollouts.rewards.reshape(-1, G)
-        n_tokens, total = float(mask.sum()), timer.total()
-        row = {"step": step, "reward_mean": float(rewards.mean()), "reward_std": float(rewards.std()),
-               "frac_zero_std": float((rewards.std(axis=1) == 0).mean()), "loss": update.loss[0],
-               "kl": update.kl[0], "grad_norm": update.grad_norm[0], "clip_frac": update.clip_frac[-1],
-               "lr": update.lr, "adv_abs_mean": float(advantages.abs().mean()),
-               "completion_tokens": n_tokens / mask.shape[0],
-               "reward_failures": int(rollouts.reward_failed.sum()),
-               "reward_math_fallbacks": int(rollouts.math_fallbacks)}
-        for key in sorted({k for info in infos for k in info}):
-            row[key] = float(np.mean([info[key] for info in infos if key in info]))
-        for key in ("cluster_judge_calls", "cluster_pairs_scored"):
-            if key in cluster_stats:
-                row[key] = float(cluster_stats[key])
-        row.update({f"time_{stage}": seconds for stage, seconds in timer.seconds.items()})
-        row.update(time_total=total, tokens_per_s=n_tokens / total)
-        return self._reduce(row)
+        """The step's ``log.jsonl`` row (``summarize_step``) from every process's values."""
+        from accelerate.utils import gather_object
+
+        local = dict(rewards=rollouts.rewards, reward_failed=rollouts.reward_failed,
+                     math_fallbacks=rollouts.math_fallbacks, advantages=advantages.cpu().numpy(),
+                     n_tokens=rollouts.batch.completion_mask.sum(-1).cpu().numpy(), infos=infos,
+                     cluster_stats=cluster_stats, loss=update.loss, kl=update.kl[0],
+                     clip_frac=update.clip_frac[-1], grad_norm=update.grad_norm[0], lr=update.lr,
+                     seconds={**timer.seconds, "total": timer.total()})
+        parts = gather_object([local]) if self.accelerator.num_processes > 1 else [local]
+        return summarize_step(step, parts, self.config.group_size)
 
     def _rollouts_frame(self, step: int, rollouts: Rollouts, before: BeforeUpdate, advantages) -> pd.DataFrame:
         """The step's rollouts frame (docs/conventions.md), one row per rollout."""
@@ -341,16 +351,6 @@ class GRPOTrainer:
         if before.ratio_var is not None:
             frame["ratio_var"] = before.ratio_var
         return frame
-
-    def _reduce(self, row: dict) -> dict:
-        acc = self.accelerator
-        if acc.num_processes == 1:
-            return row
-        torch = require("torch")
-        keys = [k for k, v in row.items() if k != "step" and isinstance(v, (int, float))]
-        vec = torch.tensor([float(row[k]) for k in keys], device=acc.device)
-        vec = acc.reduce(vec, reduction="mean")
-        return {**row, **{k: float(v) for k, v in zip(keys, vec.tolist())}}
 
     # ------------------------------------------------------------------ run
     def _prepare_output(self) -> None:
@@ -395,12 +395,16 @@ class GRPOTrainer:
         (self.out / "run.json").write_text(json.dumps(info, indent=2, default=str))
 
     def _log(self, row: dict, frame: pd.DataFrame) -> None:
+        from accelerate.utils import gather_object
+
         from gcpo_analysis.frames import validate_rollouts, write_frame
 
         cfg, acc = self.config, self.accelerator
-        if cfg.save_rollouts:
-            suffix = "" if acc.num_processes == 1 else f".rank{acc.process_index}"
-            write_frame(validate_rollouts(frame), self.out / "rollouts" / f"step_{row['step']:06d}{suffix}.parquet")
+        if cfg.save_rollouts:  # the step's whole frame, in query order, whatever the process count
+            frames = gather_object([frame]) if acc.num_processes > 1 else [frame]
+            if acc.is_main_process:
+                write_frame(validate_rollouts(pd.concat(frames, ignore_index=True)),
+                            self.out / "rollouts" / f"step_{row['step']:06d}.parquet")
         if not acc.is_main_process or row["step"] % cfg.log_every:
             return
         with open(self.out / "log.jsonl", "a", encoding="utf-8") as fh:

@@ -1,4 +1,5 @@
 """GRPOTrainer end to end on a tiny random llama (offline, CPU, a few seconds per run)."""
+import hashlib
 import json
 from pathlib import Path
 import warnings
@@ -21,12 +22,13 @@ WORDS = "the king queen city house ship war love father son who what answer".spl
 
 
 class HashEmbedder:
-    """Deterministic unit vectors from a text's hash: no model, identical on every call."""
+    """Deterministic unit vectors from a text's hash: no model, identical on every call and in
+    every process (hashlib, not the per-process salted hash())."""
 
     def encode(self, texts):
         out = []
         for t in texts:
-            rng = np.random.default_rng(abs(hash(("gcpo", t))) % (2**32))
+            rng = np.random.default_rng(int.from_bytes(hashlib.sha256(t.encode()).digest()[:4], "little"))
             v = rng.normal(size=8)
             out.append(v / np.linalg.norm(v))
         return np.asarray(out, dtype=np.float32)
@@ -198,19 +200,63 @@ def test_rollouts_frame_schema(tmp_path):
         assert key in row, key
 
 
-def test_two_processes_start_a_fresh_run_folder(tmp_path):
-    """Every rank checks the folder before rank 0 writes run.json into it: without the barrier,
-    rank 1 (made to look 2 s late) refused the fresh run as an existing one."""
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:  # a fixed port collides with other launches on the machine
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _launch_two_processes(root: Path, runs: dict) -> None:
     import os
     import subprocess
     import sys
 
-    root = Path(__file__).resolve().parents[1]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), str(root / "tests"), os.environ.get("PYTHONPATH")])),
-           "OMP_NUM_THREADS": "1"}
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(repo), str(repo / "tests"), os.environ.get("PYTHONPATH")]))}
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-           "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "29534",
-           str(root / "tests" / "helpers" / "gcpo_two_process.py"), str(tmp_path / "run")]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+           "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(_free_port()),
+           str(repo / "tests" / "helpers" / "gcpo_two_process.py"), str(root),
+           *[f"{name}={json.dumps(overrides)}" for name, overrides in runs.items()]]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert [r["step"] for r in read_log(tmp_path / "run")] == [1] and (tmp_path / "run" / "run.json").exists()
+
+
+# 3 queries per step split 2 + 1 over two processes, micro-batches of 3 (rank 0: 3+3+2 rollouts,
+# rank 1: 3+1), so the step-wide normalisers, the single gradient sync and the gathered log all count
+EQUAL_RUNS = {"sequence": dict(modulator="bot_rd", queries_per_step=3, steps=2, micro_batch_size=3, checkpoint_every=1),
+              "token": dict(modulator="cd_rd", queries_per_step=3, steps=2, micro_batch_size=3, loss_aggregation="token",
+                            num_iterations=2, checkpoint_every=1)}
+
+
+def test_two_processes_equal_one_process(tmp_path):
+    """gcpo's loop under `accelerate launch` with 2 CPU processes (gloo) gives the rollouts,
+    weights, log rows and trained weights of a 1-process run on the same queries. Every rank
+    also checks its fresh run folder before rank 0 writes run.json into it (rank 1 is made to
+    look 2 s late; without the barrier it refused the fresh run as an existing one)."""
+    import torch
+
+    _launch_two_processes(tmp_path / "two", EQUAL_RUNS)
+    for name, overrides in EQUAL_RUNS.items():
+        make(tmp_path / "one", name, **overrides).train()
+        one, two = tmp_path / "one" / name, tmp_path / "two" / name
+        assert json.loads((two / "run.json").read_text())["num_processes"] == 2
+        rows_one, rows_two = _strip(read_log(one)), _strip(read_log(two))
+        assert [r["step"] for r in rows_two] == [1, 2] and rows_one[0].keys() == rows_two[0].keys()
+        for r1, r2 in zip(rows_one, rows_two):
+            for key in set(r1) - {"cluster_judge_calls"}:  # batched judge calls: one batch per process
+                assert r2[key] == pytest.approx(r1[key], rel=1e-5, abs=1e-7), (name, r1["step"], key)
+        for step in (1, 2):
+            a = pd.read_parquet(one / "rollouts" / f"step_{step:06d}.parquet")
+            b = pd.read_parquet(two / "rollouts" / f"step_{step:06d}.parquet")
+            assert len(a) == 12 and a["completion"].tolist() == b["completion"].tolist()  # same samples
+            np.testing.assert_array_equal(a["reward"], b["reward"])
+            np.testing.assert_array_equal(a["advantage"], b["advantage"])  # same weights
+            np.testing.assert_allclose(a["logprob"], b["logprob"], rtol=1e-5)
+        w1 = torch.load(one / "checkpoints" / "step_000002" / "trainable.pt", weights_only=True)
+        w2 = torch.load(two / "checkpoints" / "step_000002" / "trainable.pt", weights_only=True)
+        assert w1.keys() == w2.keys()
+        for key in w1:
+            torch.testing.assert_close(w2[key], w1[key], rtol=1e-4, atol=1e-6)

@@ -1,6 +1,8 @@
 """Run by `accelerate launch --multi_gpu --num_processes 2` (CPU, gloo) from tests/test_train_trainer.py:
-gcpo's own loop, one step, on a fresh output folder (argv[1]); rank 0 writes the log. Rank 1
-looks at the folder 2 s late, so a rank 0 that wrote run.json without waiting is caught."""
+gcpo's own loop on fresh output folders. argv: ROOT, then NAME=JSON-overrides per run (each
+trains into ROOT/NAME). Rank 1 looks at each folder 2 s late, so a rank 0 that wrote run.json
+without waiting is caught."""
+import json
 import sys
 import time
 import warnings
@@ -24,5 +26,7 @@ def late_on_rank_1(self):
 
 GRPOTrainer._prepare_output = late_on_rank_1
 
-out = Path(sys.argv[1])
-make(out.parent, out.name, steps=1, queries_per_step=2).train()
+root = Path(sys.argv[1])
+for arg in sys.argv[2:]:
+    name, overrides = arg.split("=", 1)
+    make(root, name, **json.loads(overrides)).train()
