@@ -33,7 +33,6 @@ from __future__ import annotations
 import contextlib
 import json
 import random
-import shutil
 import time
 import warnings
 from pathlib import Path
@@ -41,7 +40,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gcpo_analysis.frames import write_text
 from gcpo_analysis.models import require
 
 from . import checkpoint as ckpt
@@ -49,7 +47,7 @@ from .config import TrainConfig
 from .loss import grpo_loss, masked_var, token_logprobs_and_entropy
 from .modulation import Measurer
 from .policy import Reference, generate_groups, load_model_and_tokenizer, wrap_lora
-from .runlog import read_log
+from .run_folder import prepare_run_folder, write_run_info
 from .splits import load_split, query_indices
 from .step_data import BeforeUpdate, Rollouts, StepTimer, UpdateStats, summarize_step
 
@@ -354,45 +352,11 @@ class GRPOTrainer:
 
     # ------------------------------------------------------------------ run
     def _prepare_output(self) -> None:
-        """Resume from the newest usable checkpoint, or start a fresh run; never lose a run's
-        files silently: a rerun over an existing run folder needs ``overwrite``."""
-        cfg, main = self.config, self.accelerator.is_main_process
-        log = self.out / "log.jsonl"
-        if cfg.resume:
-            state, latest = ckpt.load_latest_usable(self.out, model=self.policy, optimizer=self.optimizer,
-                                                    scheduler=self.scheduler, config=cfg)
-            rows = read_log(log) if log.exists() else []
-            if latest is None:
-                if rows:
-                    raise ValueError(f"--resume: {self.out} has a log.jsonl with {len(rows)} step(s) but no "
-                                     f"checkpoint to resume from; pass --overwrite to start over, or choose "
-                                     f"another output_dir")
-                warnings.warn(f"--resume: no checkpoint in {self.out}/checkpoints; starting at step 1")
-                return
-            self.start_step = state["step"] + 1
-            self.resumed_from = str(latest)
-            if main and log.exists():  # drop steps logged after the checkpoint (and a partial line)
-                keep = [r for r in rows if r["step"] <= state["step"]]
-                write_text(log, "".join(json.dumps(r) + "\n" for r in keep))
-            return
-        existing = [p for p in (log, self.out / "checkpoints", self.out / "run.json", self.out / "rollouts") if p.exists()]
-        if existing and not cfg.overwrite:
-            raise ValueError(f"{self.out} already holds a run ({', '.join(p.name for p in existing)}); pass "
-                             f"--resume to continue it, --overwrite to replace it, or choose another output_dir")
-        if existing and main:
-            for p in existing:
-                shutil.rmtree(p) if p.is_dir() else p.unlink()
-
-    def _write_run_info(self) -> None:
-        import torch
-        import transformers
-
-        info = {"config": self.config.to_dict(), "config_hash": self.config.config_hash(),
-                "measurer": self.measurer.describe(), "device": str(self.accelerator.device),
-                "num_processes": self.accelerator.num_processes, "resumed_from": self.resumed_from,
-                "start_step": self.start_step, "report_to": list(self.config.report_to),
-                "versions": {"torch": torch.__version__, "transformers": transformers.__version__}}
-        (self.out / "run.json").write_text(json.dumps(info, indent=2, default=str))
+        self.start_step, self.resumed_from = prepare_run_folder(
+            self.out, resume=self.config.resume, overwrite=self.config.overwrite,
+            is_main=self.accelerator.is_main_process,
+            load_latest=lambda: ckpt.load_latest_usable(self.out, model=self.policy, optimizer=self.optimizer,
+                                                        scheduler=self.scheduler, config=self.config))
 
     def _log(self, row: dict, frame: pd.DataFrame) -> None:
         from accelerate.utils import gather_object
@@ -424,7 +388,10 @@ class GRPOTrainer:
 
             self._reporter = Reporter(cfg.report_to, self.out, cfg.to_dict(), self.out.name)
         if acc.is_main_process:
-            self._write_run_info()
+            write_run_info(self.out, {
+                "config": cfg.to_dict(), "config_hash": cfg.config_hash(), "measurer": self.measurer.describe(),
+                "device": str(acc.device), "num_processes": acc.num_processes, "resumed_from": self.resumed_from,
+                "start_step": self.start_step, "report_to": list(cfg.report_to)})
         tqdm = require("tqdm").tqdm
         rows = []
         bar = tqdm(range(self.start_step, cfg.steps + 1), disable=not (cfg.progress and acc.is_main_process),
