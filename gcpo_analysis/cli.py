@@ -1,4 +1,4 @@
-"""The `gcpo` command: score, study, proofs, train, eval.
+"""The `gcpo` command: score, study, proofs, train, eval, export.
 
 Each subcommand imports its heavy parts only when it runs, so `gcpo --help` is instant.
 """
@@ -132,15 +132,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_score(sub)
     _add_proofs(sub)
     try:
-        from gcpo_train.cli import add_eval_parser, add_train_parser
+        from gcpo_train.cli import add_eval_parser, add_export_parser, add_train_parser
     except ImportError as err:  # the trainer's extras may be absent in an analysis-only install
         msg = f"gcpo_train is unavailable ({err}); install with `pip install 'gcpo[train]'`"
-        for name in ("train", "eval"):
+        for name in ("train", "eval", "export"):
             p = sub.add_parser(name, help=f"(unavailable: {err})")
             p.set_defaults(func=lambda args, msg=msg: sys.exit(msg))
     else:
         add_train_parser(sub)
         add_eval_parser(sub)
+        add_export_parser(sub)
         from gcpo_train.plot_train import add_parser as add_plot_train
 
         add_plot_train(sub)

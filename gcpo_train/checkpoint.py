@@ -68,10 +68,16 @@ def load_latest_usable(output_dir, **objects) -> tuple[dict, Path] | tuple[None,
     skipped with a warning naming the bad file. (None, None) when there is no checkpoint;
     ``UnreadableCheckpoint`` naming every bad file when none is usable. A checkpoint of another
     configuration is an error, not a fallback."""
+    return newest_usable(output_dir, lambda path: load_checkpoint(path, **objects))
+
+
+def newest_usable(output_dir, load) -> tuple[object, Path] | tuple[None, None]:
+    """``(load(path), path)`` for the newest complete checkpoint that ``load`` reads without
+    ``UnreadableCheckpoint``; the fallback rule of ``load_latest_usable`` for any reader."""
     bad = []
     for path in complete_checkpoints(output_dir):
         try:
-            return load_checkpoint(path, **objects), path
+            return load(path), path
         except UnreadableCheckpoint as err:
             warnings.warn(f"skipping checkpoint {path.name}: {err}; trying the previous one")
             bad.append(str(err))
@@ -111,7 +117,7 @@ def save_checkpoint(output_dir, step: int, *, model, optimizer, scheduler, confi
 
 def check_compatible(path: Path, config: TrainConfig) -> dict:
     """Refuse a checkpoint written under another configuration, naming the differing keys."""
-    state = _read_json(Path(path) / "state.json", ("step", "data_position", "config_hash"))
+    state = read_state(path)
     if state["config_hash"] == config.config_hash():
         return state
     saved = _read_json(Path(path) / "config.json", ())
@@ -121,6 +127,11 @@ def check_compatible(path: Path, config: TrainConfig) -> dict:
     diffs = ", ".join(f"{k}: checkpoint={saved.get(k)!r} vs now={mine.get(k)!r}" for k in keys)
     raise ValueError(f"checkpoint {path} was written with another configuration; differing keys: "
                      f"{diffs or '(hash differs, no key differs: gcpo version change?)'}")
+
+
+def read_state(path) -> dict:
+    """``state.json`` of a checkpoint folder: step, data position, config hash."""
+    return _read_json(Path(path) / "state.json", ("step", "data_position", "config_hash"))
 
 
 def _read_json(path: Path, keys) -> dict:

@@ -1,4 +1,4 @@
-"""``gcpo train`` / ``gcpo eval`` (and ``python -m gcpo_train train|eval``).
+"""``gcpo train`` / ``gcpo eval`` / ``gcpo export`` (and ``python -m gcpo_train train|eval|export``).
 
 Overrides: every TrainConfig field is also a flag of the same name, generated from the
 dataclass (help text included): ``--config configs/cpu_smoke.yaml --steps 30
@@ -15,7 +15,7 @@ import difflib
 import json
 import sys
 
-from .config import TrainConfig, load_config
+from .config import DTYPES, TrainConfig, load_config
 
 
 def _yaml_value(text: str):
@@ -58,6 +58,25 @@ def add_eval_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
+def add_export_parser(subparsers) -> argparse.ArgumentParser:
+    """Register ``export``: a checkpoint merged into a standalone Hugging Face model folder."""
+    p = subparsers.add_parser("export", help="merge a checkpoint into a model folder that "
+                              "AutoModelForCausalLM.from_pretrained loads", allow_abbrev=False,
+                              description="Rebuild the trained policy of a checkpoint (LoRA merged into the "
+                              "base weights, or the full fine-tune), write safetensors + config + generation "
+                              "config + tokenizer + gcpo_export.json (provenance) to OUT, reload it and check "
+                              "its logits against the trained policy's.")
+    p.add_argument("checkpoint", help="checkpoint folder (output_dir/checkpoints/step_N) or a run folder "
+                   "(its newest checkpoint that loads)")
+    p.add_argument("output", help="new folder for the model")
+    p.add_argument("--dtype", choices=DTYPES, default=None, help="weight dtype of the export (default: the run's dtype)")
+    p.add_argument("--overwrite", action="store_true", help="replace OUT when it holds an earlier export")
+    p.add_argument("--no_check", "--no-check", action="store_true",
+                   help="skip reloading the export and comparing its logits with the trained policy's")
+    p.set_defaults(func=run_export, _parser=p)
+    return p
+
+
 def config_from_args(args) -> TrainConfig:
     overrides = {k[4:]: v for k, v in vars(args).items() if k.startswith("cfg_")}
     return load_config(args.config, overrides)
@@ -92,6 +111,18 @@ def run_eval(args) -> int:
     return 0
 
 
+def run_export(args) -> int:
+    from .export import export_checkpoint
+
+    res = export_checkpoint(args.checkpoint, args.output, dtype=args.dtype, overwrite=args.overwrite,
+                            check=not args.no_check)
+    diff = res["max_abs_logit_diff"]
+    print(f"wrote {res['output']} ({res['bytes'] / 2**20:.1f} MiB, {res['dtype']}) from step {res['step']} of "
+          f"{res['source_checkpoint']} in {res['seconds']:.1f} s; max |logit difference| from the trained "
+          f"policy: {'not checked' if diff is None else f'{diff:.2e}'}")
+    return 0
+
+
 def _refuse_unknown(parser, extra) -> None:
     flags = [a for a in parser._option_string_actions]
     for tok in extra:
@@ -107,6 +138,7 @@ def main(argv=None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     add_train_parser(sub)
     add_eval_parser(sub)
+    add_export_parser(sub)
     args, extra = parser.parse_known_args(argv)
     if extra:
         _refuse_unknown(args._parser, extra)

@@ -4,7 +4,7 @@ import pytest
 from gcpo_analysis.cli import build_parser, main
 
 
-@pytest.mark.parametrize("command", [[], ["study"], ["score"], ["proofs"], ["train"], ["eval"]])
+@pytest.mark.parametrize("command", [[], ["study"], ["score"], ["proofs"], ["train"], ["eval"], ["export"]])
 def test_every_help_renders(command, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(command + ["--help"])
