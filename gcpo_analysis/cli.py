@@ -9,6 +9,8 @@ import json
 import sys
 from pathlib import Path
 
+from .vocab import ALPHA_BASE, NLI_THRESHOLD, R_MAX, R_MIN
+
 
 def _add_score(sub):
     p = sub.add_parser(
@@ -28,12 +30,14 @@ def _add_score(sub):
                    "(token-F1), math (answer equivalence), nli (roberta-large-mnli), nli:<name-or-path>")
     p.add_argument("--embedder", default=None,
                    help="sentence-transformers name or path (default: the packaged all-MiniLM-L6-v2)")
-    p.add_argument("--threshold", type=float, default=0.35, help="entailment threshold for clustering")
+    p.add_argument("--nli-threshold", "--nli_threshold", type=float, default=NLI_THRESHOLD,
+                   help="entailment threshold of the greedy clustering")
+    p.add_argument("--threshold", type=float, default=None, help="deprecated: use --nli-threshold")
     p.add_argument("--full-completion", "--full_completion", action="store_true",
                    help="embed/cluster the full completion instead of the extracted answer (math)")
-    p.add_argument("--alpha-base", "--alpha_base", type=float, default=0.6, help="alpha_base; alpha_G = alpha_base / ln G")
-    p.add_argument("--r-min", "--r_min", type=float, default=0.0, help="lower end of the reward range")
-    p.add_argument("--r-max", "--r_max", type=float, default=2.0, help="upper end of the reward range")
+    p.add_argument("--alpha-base", "--alpha_base", type=float, default=ALPHA_BASE, help="alpha_base; alpha_G = alpha_base / ln G")
+    p.add_argument("--r-min", "--r_min", type=float, default=R_MIN, help="lower end of the reward range")
+    p.add_argument("--r-max", "--r_max", type=float, default=R_MAX, help="upper end of the reward range")
     p.add_argument("--csv", action="store_true", help="also write a CSV next to the Parquet file")
     for name, what in (("query", "the query id (e.g. 'prompt' in a TRL frame)"), ("rollout", "the rollout id (default: derived, the order within the query)"),
                        ("completion", "the completion text"), ("answer", "the extracted answer (needed only by measures that read it)"),
@@ -58,7 +62,8 @@ def _run_score(args) -> int:
                              f"(the groups frame would replace the rollouts)")
     rollouts = _read_rollouts(args, measures)
     groups = score_groups(
-        rollouts, measures, embedder=args.embedder, judge=args.judge, threshold=args.threshold,
+        rollouts, measures, embedder=args.embedder, judge=args.judge, nli_threshold=args.nli_threshold,
+        threshold=args.threshold,  # the deprecated flag: score_groups warns
         use_full_completion=args.full_completion, alpha_base=args.alpha_base,
         r_min=args.r_min, r_max=args.r_max, progress=True,
     )

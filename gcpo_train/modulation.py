@@ -1,9 +1,10 @@
-"""Gather what a modulator needs for every group of a step and call ``modulate`` on each.
+"""Modulate a step's groups: prepare what the modulator needs for every group, call ``modulate``.
 
 The trainer has no formula of its own (docs/conventions.md): weights and advantages come from
-``gcpo_analysis.measures.modulators.modulate``. This module only batches the inputs — one
-embedding call for all texts of the step, one batched greedy clustering over all groups — and
-computes nothing a modulator does not ask for (``Modulator.needs``).
+``gcpo_analysis.measures.modulators.modulate``, and its inputs from
+``gcpo_analysis.measures.prepare.prepare_groups``, the batch builder the groups frame uses too —
+one embedding call for all texts of the step, one batched greedy clustering over all groups,
+nothing a modulator does not ask for (``Modulator.needs``).
 
 Text that is embedded/clustered: the extracted answer for QA, the full completion for math
 (``use_full_completion``, Appendix E).
@@ -31,42 +32,37 @@ def needs_of(name: str) -> frozenset:
     return MODULATORS[name].needs
 
 
-class Measurer:
-    """Holds the (lazily built) embedder and judge and modulates a step's groups.
+class GroupModulator:
+    """Modulated advantages of a step's groups, for gcpo_train's loop and its TRL adapter.
 
-    ``embedder``/``judge`` may be passed in (tests, benchmarks); otherwise they are built from
-    the config on first use, so plain GRPO never loads an embedding model.
+    Holds the embedder and judge across steps: ``embedder``/``judge`` may be passed in (tests,
+    benchmarks; an embedder needs only ``encode(texts)``); otherwise they are built from the
+    config on first use, so plain GRPO never loads an embedding model.
     """
 
     def __init__(self, config, embedder=None, judge=None):
         self.config = config
         self.needs = needs_of(config.modulator)
-        self._embedder = embedder
-        self._judge = judge
+        self.embedder = embedder
+        self.judge = judge
+        self._tools = None  # (embedder, judge) as measurement_tools built them
 
-    @property
-    def embedder(self):
-        if self._embedder is None:
-            from gcpo_analysis.measures.embed import Embedder
+    def tools(self):
+        """(embedder, judge) the modulator needs, built once (None for what it does not need)."""
+        if self._tools is None:
+            from gcpo_analysis.measures.prepare import measurement_tools
 
-            self._embedder = Embedder(self.config.embedder)
-        return self._embedder
-
-    @property
-    def judge(self):
-        if self._judge is None:
-            from gcpo_analysis.measures.judges import make_judge
-
-            kwargs = {"embedder": self.embedder} if self.config.judge == "embedding" else {}
-            self._judge = make_judge(self.config.judge, **kwargs)
-        return self._judge
+            cfg = self.config
+            self._tools = measurement_tools(self.needs, cfg.embedder if self.embedder is None else self.embedder,
+                                            cfg.judge if self.judge is None else self.judge)
+        return self._tools
 
     def describe(self) -> dict:
         out = {"modulator": self.config.modulator, "needs": sorted(self.needs)}
-        if self._embedder is not None and hasattr(self._embedder, "describe"):
-            out["embedder"] = self._embedder.describe()
-        if self._judge is not None and hasattr(self._judge, "describe"):
-            out["judge"] = self._judge.describe()
+        embedder, judge = self._tools or (self.embedder, self.judge)
+        for key, tool in (("embedder", embedder), ("judge", judge)):
+            if tool is not None and hasattr(tool, "describe"):
+                out[key] = tool.describe()
         return out
 
     def modulate_groups(self, rewards: list[np.ndarray], texts: list[list[str]],
@@ -75,51 +71,30 @@ class Measurer:
         """Modulated advantages and info of each group.
 
         rewards/texts/answers: one entry per group (length G each); token_entropy, logprobs,
-        ratio_var: optional per-group arrays, passed only when the modulator needs them.
+        ratio_var, n_tokens: optional per-group arrays, used only when the modulator needs them.
         Returns (list of (G,) advantages, list of info dicts, stats dict).
         """
-        from gcpo_analysis.measures.modulators import GroupRollouts, modulate
+        from gcpo_analysis.measures.modulators import modulate
+        from gcpo_analysis.measures.prepare import prepare_groups
 
         cfg = self.config
-        n = len(rewards)
-        emb = [None] * n
-        clusters = [None] * n
-        stats: dict = {}
-        if "embeddings" in self.needs:
-            flat = [t for group in texts for t in group]
-            E = np.asarray(self.embedder.encode(flat), dtype=np.float64)
-            offsets = np.cumsum([0] + [len(g) for g in texts])
-            emb = [E[offsets[k]:offsets[k + 1]] for k in range(n)]
-        if "clusters" in self.needs:
-            from gcpo_analysis.measures.clustering import batched_greedy_clusters
-
-            clusters, cstats = batched_greedy_clusters(texts, self.judge, threshold=cfg.nli_threshold)
-            stats.update({f"cluster_{k}": v for k, v in cstats.items()})
-
-        def pick(values, field):
-            return None if values is None or field not in self.needs else values
-
-        te, lp, rv = pick(token_entropy, "token_entropy"), pick(logprobs, "logprobs"), pick(ratio_var, "ratio_var")
+        embedder, judge = self.tools()
+        # the loop's advantages are float64 end to end (the groups frame keeps float32 embeddings)
+        groups, cluster_stats = prepare_groups(
+            texts, rewards, self.needs, embedder=embedder, judge=judge, nli_threshold=cfg.nli_threshold,
+            embedding_dtype=np.float64, answers=answers, token_entropy=token_entropy, logprobs=logprobs,
+            ratio_var=ratio_var, n_tokens=n_tokens)
         params = modulator_params(cfg)
         advantages, infos = [], []
-        for k in range(n):
-            group = GroupRollouts(
-                rewards=np.asarray(rewards[k], dtype=np.float64), embeddings=emb[k],
-                clusters=clusters[k],
-                token_entropy=None if te is None else np.asarray(te[k], dtype=np.float64),
-                logprobs=None if lp is None else np.asarray(lp[k], dtype=np.float64),
-                ratio_var=None if rv is None else np.asarray(rv[k], dtype=np.float64),
-                answers=list(answers[k]),
-                n_tokens=None if lp is None or n_tokens is None else np.asarray(n_tokens[k], dtype=np.float64),
-            )
+        for k, group in enumerate(groups):
             adv, info = modulate(cfg.modulator, group, alpha_base=cfg.alpha_base, r_min=cfg.r_min,
                                  r_max=cfg.r_max, eps=cfg.eps, **params)
             adv = np.asarray(adv, dtype=np.float64)
             if adv.shape != group.rewards.shape or not np.isfinite(adv).all():
                 raise ValueError(f"modulator {cfg.modulator!r} returned advantages of shape "
                                  f"{adv.shape} (finite: {np.isfinite(adv).all()}) for group {k}")
-            if clusters[k] is not None:
-                info = {**info, "n_clusters": float(len(np.unique(clusters[k])))}
+            if group.clusters is not None:
+                info = {**info, "n_clusters": float(len(np.unique(group.clusters)))}
             advantages.append(adv)
             infos.append({key: float(v) for key, v in info.items()})
-        return advantages, infos, stats
+        return advantages, infos, {f"cluster_{k}": v for k, v in cluster_stats.items()}

@@ -45,7 +45,7 @@ from gcpo_analysis.models import require
 from . import checkpoint as ckpt
 from .config import TrainConfig
 from .loss import grpo_loss, masked_var, token_logprobs_and_entropy
-from .modulation import Measurer
+from .modulation import GroupModulator
 from .policy import Reference, generate_groups, load_model_and_tokenizer, wrap_lora
 from .run_folder import prepare_run_folder, write_run_info
 from .splits import load_split, query_indices
@@ -98,7 +98,7 @@ class GRPOTrainer:
                 p.requires_grad_(True)
         if cfg.gradient_checkpointing:
             model.gradient_checkpointing_enable()
-        self.measurer = Measurer(cfg, embedder=embedder, judge=judge)
+        self.measurer = GroupModulator(cfg, embedder=embedder, judge=judge)
         self.need_ratio = "ratio_var" in self.measurer.needs
         self.reference = Reference(model, cfg.use_lora) if (cfg.beta > 0 or self.need_ratio) else None
         if self.reference is not None and self.reference.copy is not None:

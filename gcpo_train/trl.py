@@ -42,6 +42,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from gcpo_analysis.measures.advantages import EPS
 from gcpo_analysis.measures.modulators import MODULATORS
+from gcpo_analysis.vocab import ALPHA_BASE, NLI_THRESHOLD, R_MAX, R_MIN
 
 TRL_MODULATORS = ("none", "se", "kle", "care", "cd", "bot", "rd", "cd_rd", "bot_rd", "q_hawkeye")
 REFUSED = {
@@ -67,12 +68,12 @@ class GCPOConfig(GRPOConfig):
 
     modulator: str = field(default="bot_rd", metadata={"help": "Advantage modulator from gcpo_analysis.measures."
                            "modulators: " + ", ".join(TRL_MODULATORS) + " (eg_spo, r2vpo, empo are refused under TRL)."})
-    alpha_base: float = field(default=0.6, metadata={"help": "alpha_base; alpha_G = alpha_base / ln G (Section 3.4). Finite, >= 0."})
-    r_min: float = field(default=0.0, metadata={"help": "Lower end of the reward range (RD normalisation). Rewards outside [r_min, r_max] are refused."})
-    r_max: float = field(default=2.0, metadata={"help": "Upper end of the reward range (the paper's rewards live on [0, 2]; set 1.0 for 0/1 rewards)."})
+    alpha_base: float = field(default=ALPHA_BASE, metadata={"help": "alpha_base; alpha_G = alpha_base / ln G (Section 3.4). Finite, >= 0."})
+    r_min: float = field(default=R_MIN, metadata={"help": "Lower end of the reward range (RD normalisation). Rewards outside [r_min, r_max] are refused."})
+    r_max: float = field(default=R_MAX, metadata={"help": "Upper end of the reward range (the paper's rewards live on [0, 2]; set 1.0 for 0/1 rewards)."})
     judge: str = field(default="embedding", metadata={"help": "Clustering judge for SE/BoT/CARE: 'embedding' (offline MiniLM similarity), 'lexical', 'math', 'nli' or 'nli:<model>' (the paper: roberta-large-mnli)."})
     embedder: str | None = field(default=None, metadata={"help": "sentence-transformers name or path for the answer embeddings (None = the packaged all-MiniLM-L6-v2)."})
-    nli_threshold: float = field(default=0.35, metadata={"help": "Entailment threshold of the greedy clustering (Appendix E)."})
+    nli_threshold: float = field(default=NLI_THRESHOLD, metadata={"help": "Entailment threshold of the greedy clustering (Appendix E)."})
     use_full_completion: bool = field(default=True, metadata={"help": "Embed and cluster the full completion (True, the paper's choice for math) or the extracted QA answer (False)."})
     modulator_params: dict | None = field(default=None, metadata={"help": "Extra keyword arguments passed to modulate() verbatim (e.g. {'q_alpha': 0.6})."})
     log_group_measures: bool = field(default=False, metadata={"help": "Also write each step's per-group measures and weights as output_dir/gcpo_groups/step_XXXXXX.parquet (main process)."})
@@ -101,7 +102,7 @@ def completion_text(completion) -> str:
 
 
 def modulation_settings(config: GCPOConfig) -> SimpleNamespace:
-    """What ``gcpo_train.modulation.Measurer`` reads from a training config, from a GCPOConfig
+    """What ``gcpo_train.modulation.GroupModulator`` reads from a training config, from a GCPOConfig
     (the per-rollout modulators' knobs are fixed: those modulators are refused under TRL)."""
     return SimpleNamespace(
         modulator=config.modulator, embedder=config.embedder, judge=config.judge,
@@ -123,9 +124,9 @@ class GCPOTrainer(GRPOTrainer):
         if not isinstance(config, GCPOConfig):
             raise TypeError(f"GCPOTrainer needs args=GCPOConfig(...), got {type(config).__name__}")
         check_trl_modulator(config.modulator)
-        from .modulation import Measurer
+        from .modulation import GroupModulator
 
-        self.measurer = Measurer(modulation_settings(config), embedder=embedder, judge=judge)
+        self.group_modulator = GroupModulator(modulation_settings(config), embedder=embedder, judge=judge)
         self._gcpo_batch = None
         self.gcpo_last = None  # the last step's gathered texts, rewards and weights (for tests and logs)
         super().__init__(*args, **kwargs)
@@ -157,7 +158,7 @@ class GCPOTrainer(GRPOTrainer):
     def group_weights(self, texts: list[str], rewards: np.ndarray, G: int) -> tuple[np.ndarray, list[dict]]:
         """omega(q) of every group of the gathered batch (``group_weights``)."""
         a = self.args
-        return group_weights(texts, rewards, G, measurer=self.measurer, modulator=a.modulator, r_min=a.r_min,
+        return group_weights(texts, rewards, G, group_modulator=self.group_modulator, modulator=a.modulator, r_min=a.r_min,
                              use_full_completion=a.use_full_completion)
 
     def _log_gcpo(self, mode: str, weights: np.ndarray, rows: list[dict]) -> None:
@@ -176,7 +177,7 @@ class GCPOTrainer(GRPOTrainer):
             write_frame(frame, Path(self.args.output_dir) / "gcpo_groups" / f"{mode}_step_{self.state.global_step:06d}.parquet")
 
 
-def group_weights(texts: list[str], rewards, G: int, *, measurer, modulator: str, r_min: float = 0.0,
+def group_weights(texts: list[str], rewards, G: int, *, group_modulator, modulator: str, r_min: float = R_MIN,
                   use_full_completion: bool = True) -> tuple[np.ndarray, list[dict]]:
     """omega(q) of every group of a gathered generation batch — consecutive blocks of G, TRL's
     layout — and each group's measures (``modulate``'s info). A pure function of the texts and
@@ -193,7 +194,7 @@ def group_weights(texts: list[str], rewards, G: int, *, measurer, modulator: str
     shown = t_groups if use_full_completion else [[extract_qa_answer(t) for t in g] for g in t_groups]
     if modulator == "none":
         return np.ones(n), [{} for _ in range(n)]
-    advantages, infos, _ = measurer.modulate_groups(r_groups, shown, shown)
+    advantages, infos, _ = group_modulator.modulate_groups(r_groups, shown, shown)
     weights = np.array([group_weight_from(adv, rg) for adv, rg in zip(advantages, r_groups)])
     return weights, infos
 

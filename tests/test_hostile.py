@@ -28,6 +28,7 @@ from gcpo_analysis.measures import (
     semantic_entropy,
 )
 from gcpo_analysis.stats import gap_study
+from conftest import HashEmbedder as _HashEmbedder
 
 ANSWER_BUDGET_S = 2.0  # the issue's bound for any completion up to 64 KB
 
@@ -342,21 +343,6 @@ def test_an_all_nan_success_rate_skips_only_its_table():
     with pytest.warns(UserWarning, match="success-rate table .* is skipped"):
         res = gap_study(_groups().assign(success_rate=np.nan), measures=["cd", "bot"], n_boot=50, trim=0)
     assert res.success is None and len(res.spearman) == 2 and math.isfinite(res.spearman["rho"].iloc[0])
-
-
-class _HashEmbedder:
-    """Deterministic unit vectors from a text hash (no model)."""
-
-    description = {"kind": "hash"}
-
-    def encode(self, texts, **_):
-        import zlib
-
-        out = np.stack([np.random.default_rng(zlib.crc32(t.encode())).normal(size=16) for t in texts])
-        return out / np.linalg.norm(out, axis=1, keepdims=True)
-
-    def describe(self):
-        return {"kind": "hash"}
 
 
 def test_save_total_limit_keeps_the_newest_checkpoints(tmp_path):

@@ -14,25 +14,9 @@ from gcpo_analysis.measures.clustering import greedy_nli_clusters
 from gcpo_analysis.measures.entropy import kernel_language_entropy, semantic_entropy
 from gcpo_analysis.measures.judges import LexicalJudge
 from gcpo_analysis.measures.score import score_groups
+from conftest import HashEmbedder
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "rollouts_small.jsonl"
-
-
-class HashEmbedder:
-    """Deterministic bag-of-words embedder: the same text always gives the same unit vector."""
-
-    def __init__(self, d=16):
-        self.d = d
-        self.calls = 0
-
-    def encode(self, texts, **kw):
-        self.calls += 1
-        out = np.zeros((len(texts), self.d), dtype=np.float32)
-        for i, t in enumerate(texts):
-            for w in (t.lower().split() or ["<empty>"]):
-                rng = np.random.default_rng(sum(map(ord, w)) * 7919 + len(w))
-                out[i] += rng.normal(size=self.d)
-        return out / np.linalg.norm(out, axis=1, keepdims=True)
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,6 @@ import transformers  # noqa: E402
 
 from gcpo_analysis.cli import main  # noqa: E402
 from gcpo_analysis.study import StudyConfig, run_study  # noqa: E402
-from gcpo_analysis.testing import tiny_causal_lm, tiny_tokenizer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = dict(n_queries=12, group_size=3, max_new_tokens=4, max_context_tokens=12, judge="lexical",
@@ -32,15 +31,6 @@ def varied_rewards():
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(rewards, "task_reward", hashed_reward)
         yield
-
-
-@pytest.fixture(scope="module")
-def tiny_model_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tiny-llama")
-    tok = tiny_tokenizer()
-    tiny_causal_lm("llama", vocab_size=len(tok), seed=0).save_pretrained(path)
-    tok.save_pretrained(path)
-    return path
 
 
 @pytest.fixture(scope="module")

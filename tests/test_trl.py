@@ -17,20 +17,17 @@ from transformers import AutoTokenizer  # noqa: E402
 from gcpo_analysis.measures.clustering import greedy_nli_clusters  # noqa: E402
 from gcpo_analysis.measures.judges import make_judge  # noqa: E402
 from gcpo_analysis.measures.modulators import GroupRollouts, modulate  # noqa: E402
-from gcpo_train.modulation import Measurer  # noqa: E402
+from gcpo_train.modulation import GroupModulator  # noqa: E402
 from gcpo_train.trl import GCPOConfig, GCPOTrainer, gcpo_config_fields, group_weights, modulation_settings  # noqa: E402
-from helpers.trl_setup import (  # noqa: E402
-    HashEmbedder, config_kwargs, dataset, recording_advantages, save_tiny_model, word_reward,
-)
+from conftest import HashEmbedder  # noqa: E402
+from helpers.trl_setup import config_kwargs, dataset, recording_advantages, word_reward  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tiny-trl")
-    save_tiny_model(path)
-    return str(path)
+@pytest.fixture()
+def model_dir(tiny_model_dir):
+    return str(tiny_model_dir)
 
 
 @pytest.fixture()
@@ -141,9 +138,10 @@ def test_two_processes_split_groups_and_agree_with_one(model_dir, tmp_path):
     assert n_local < G  # a group's completions live on both processes
     # the same texts and rewards scored in one process give the same weights
     one_process = GCPOConfig(**config_kwargs(tmp_path / "one", modulator="bot_rd", judge="lexical"))
-    measurer = Measurer(modulation_settings(one_process), embedder=HashEmbedder(), judge=make_judge("lexical"))
-    weights, _ = group_weights(ranks[0]["texts"], np.asarray(ranks[0]["rewards"]), G, measurer=measurer,
-                               modulator="bot_rd")
+    group_modulator = GroupModulator(modulation_settings(one_process), embedder=HashEmbedder(),
+                                     judge=make_judge("lexical"))
+    weights, _ = group_weights(ranks[0]["texts"], np.asarray(ranks[0]["rewards"]), G,
+                               group_modulator=group_modulator, modulator="bot_rd")
     np.testing.assert_allclose(weights, ranks[0]["weights"], rtol=1e-12)
     for r in ranks:
         lo, hi = r["local"]

@@ -11,6 +11,8 @@ kernel_language_entropy.
 Advantages: grpo_advantages, gcpo_advantages; every baseline in ``modulators``.
 Clustering and judges (Appendix E): greedy_nli_clusters, batched_greedy_clusters, NLIJudge,
 EmbeddingJudge, LexicalJudge, MathJudge, make_judge; Embedder.
+The measurement batch of many groups (one builder for the groups frame and the trainers):
+prepare_groups.
 Frames: score_groups(rollouts) -> groups frame.
 """
 from __future__ import annotations
@@ -35,7 +37,8 @@ _WHERE = {
     ],
     "clustering": ["greedy_nli_clusters", "batched_greedy_clusters", "all_pairs_clusters"],
     "judges": ["NLIJudge", "EmbeddingJudge", "LexicalJudge", "MathJudge", "make_judge"],
-    "embed": ["Embedder", "make_embedder"],
+    "embed": ["Embedder", "make_embedder", "embed_groups"],
+    "prepare": ["prepare_groups", "measurement_tools", "judge_shares_embedder"],
     "score": ["score_groups", "MEASURES"],
 }
 _NAME_TO_MODULE = {name: mod for mod, names in _WHERE.items() for name in names}

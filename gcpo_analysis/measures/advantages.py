@@ -12,7 +12,7 @@ from .dispersion import (
     ALPHA_BASE,
     R_MAX,
     R_MIN,
-    _as_rewards,
+    as_rewards,
     barycentric_transport,
     cosine_dispersion,
     geometry_weight,
@@ -71,7 +71,7 @@ def gcpo_weight(
     geometry 'cd' uses Cosine Dispersion (no clusters needed); 'bot' needs cluster labels.
     Returns (weight, info) with info = {geometry: u, 'w_'+geometry: omega_geo, 'rd', 'w_rd'}.
     """
-    r = _as_rewards(rewards, r_min, r_max, batch=False)
+    r = as_rewards(rewards, r_min, r_max, batch=False)
     G = len(r)
     e = np.asarray(embeddings)
     if e.ndim != 2 or e.shape[0] != G:

@@ -2,7 +2,7 @@
 
 Rule (order-dependent, as in the paper): the first response opens cluster 0; each next response
 h_i is scored against the representative (first member) rep_k of every open cluster with
-(premise = rep_k, hypothesis = h_i); it joins argmax_k p_k if max_k p_k >= threshold (0.35),
+(premise = rep_k, hypothesis = h_i); it joins argmax_k p_k if max_k p_k >= threshold (NLI_THRESHOLD, 0.35),
 else opens a new cluster. A response identical to an earlier one joins that one's cluster with
 no judge call. Labels are 0..K-1 in order of opening. Ties go to the earliest cluster.
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-THRESHOLD = 0.35
+from ..vocab import NLI_THRESHOLD
 
 
 def _scores(judge, premises: list[str], hypotheses: list[str]) -> np.ndarray:
@@ -49,7 +49,7 @@ def _check_threshold(threshold: float) -> float:
     return float(threshold)
 
 
-def greedy_nli_clusters(texts, judge, threshold: float = THRESHOLD) -> np.ndarray:
+def greedy_nli_clusters(texts, judge, threshold: float = NLI_THRESHOLD) -> np.ndarray:
     """Greedy representative clustering of one group (Appendix E). Returns int labels (G,).
 
     One judge call per response that is not a repeat (all open clusters' pairs at once).
@@ -76,7 +76,7 @@ def greedy_nli_clusters(texts, judge, threshold: float = THRESHOLD) -> np.ndarra
     return labels
 
 
-def batched_greedy_clusters(groups, judge, threshold: float = THRESHOLD, progress: bool = False):
+def batched_greedy_clusters(groups, judge, threshold: float = NLI_THRESHOLD, progress: bool = False):
     """The greedy rule over many groups, one judge call per round across all groups.
 
     Round i (i = 1 .. G_max - 1) collects (rep_k, h_i) for every open cluster k of every group
@@ -132,7 +132,7 @@ def batched_greedy_clusters(groups, judge, threshold: float = THRESHOLD, progres
     return labels, stats
 
 
-def all_pairs_clusters(texts, judge, threshold: float = THRESHOLD):
+def all_pairs_clusters(texts, judge, threshold: float = NLI_THRESHOLD):
     """Reference clustering by bidirectional entailment over all ordered pairs (benchmark only).
 
     As Kuhn et al. (2023) and lm-polygraph (``calculate_semantic_matrix`` +

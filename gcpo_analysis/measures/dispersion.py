@@ -12,8 +12,8 @@ import math
 
 import numpy as np
 
-ALPHA_BASE = 0.6
-R_MIN, R_MAX = 0.0, 2.0
+from ..vocab import ALPHA_BASE, R_MAX, R_MIN  # noqa: F401 (re-exported: the measures' defaults)
+
 _NORM_TOL = 1e-6
 
 
@@ -48,7 +48,9 @@ def _as_embeddings(embeddings, *, batch: bool) -> np.ndarray:
     return e / np.sqrt(sq)[..., None].astype(e.dtype)
 
 
-def _as_rewards(rewards, r_min: float, r_max: float, *, batch: bool) -> np.ndarray:
+def as_rewards(rewards, r_min: float, r_max: float, *, batch: bool) -> np.ndarray:
+    """Rewards as float64, checked: one group (G,) or a batch (N, G), finite, non-empty, inside
+    [r_min, r_max] (1e-9 slack); the error names the index of the first bad reward."""
     r = np.asarray(rewards, dtype=np.float64)
     want = 2 if batch else 1
     if r.ndim != want:
@@ -239,13 +241,13 @@ def reward_dispersion(rewards, r_min: float = R_MIN, r_max: float = R_MAX) -> fl
 
     Rewards outside [r_min, r_max] are an error. G = 1 gives RD = 0.
     """
-    r = _as_rewards(rewards, r_min, r_max, batch=False)
+    r = as_rewards(rewards, r_min, r_max, batch=False)
     return float(reward_dispersion_batch(r[None], r_min, r_max)[0])
 
 
 def reward_dispersion_batch(rewards, r_min: float = R_MIN, r_max: float = R_MAX) -> np.ndarray:
     """RD for N groups of equal size: rewards (N, G) -> (N,)."""
-    r = _as_rewards(rewards, r_min, r_max, batch=True)
+    r = as_rewards(rewards, r_min, r_max, batch=True)
     G = r.shape[1]
     if G == 1:
         return np.zeros(r.shape[0])

@@ -103,11 +103,16 @@ class Embedder:
 
     def encode_groups(self, groups) -> list[np.ndarray]:
         """One batched ``encode`` over all groups' texts; returns one (G_q, d) array per group."""
-        groups = [list(g) for g in groups]
-        flat = [t for g in groups for t in g]
-        E = self.encode(flat)
-        bounds = np.cumsum([0] + [len(g) for g in groups])
-        return [E[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+        return embed_groups(self, groups)
+
+
+def embed_groups(embedder, groups) -> list[np.ndarray]:
+    """One ``embedder.encode`` call over all groups' texts, split back into one (G_q, d) array
+    per group. Any object with ``encode(texts)`` works (a user's own embedder in training)."""
+    groups = [list(g) for g in groups]
+    E = np.asarray(embedder.encode([t for g in groups for t in g]))
+    bounds = np.cumsum([0] + [len(g) for g in groups])
+    return [E[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
 
 
 def _check_texts(texts) -> list[str]:

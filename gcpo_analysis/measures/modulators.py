@@ -16,7 +16,8 @@ from typing import Callable
 import numpy as np
 
 from .advantages import EPS, gcpo_weight, grpo_advantages
-from .dispersion import ALPHA_BASE, R_MAX, R_MIN, _as_rewards, alpha_g, check_alpha_base, rd_weight, reward_dispersion
+from ..vocab import CLUSTERS, EMBEDDINGS
+from .dispersion import ALPHA_BASE, R_MAX, R_MIN, alpha_g, as_rewards, check_alpha_base, rd_weight, reward_dispersion
 
 
 @dataclass
@@ -149,7 +150,7 @@ def q_hawkeye_advantages(g, *, q_alpha=ALPHA_BASE, r_min=R_MIN, r_max=R_MAX, eps
     """Q-Hawkeye adaptation (Xie et al. 2026; paper App. F): u(q) = Var(r_1..r_G), normalised by
     its maximum over [r_min, r_max]^G, Var_max(G) = floor(G/2) ceil(G/2) / G^2 (r_max - r_min)^2;
     w(q) = 1 - alpha * Var/Var_max (linear reweighting, alpha not group-normalised)."""
-    r = _as_rewards(g.rewards, r_min, r_max, batch=False)
+    r = as_rewards(g.rewards, r_min, r_max, batch=False)
     G = len(r)
     var_max = (G // 2) * (-(-G // 2)) / G**2 * (r_max - r_min) ** 2
     u = float(r.var() / var_max) if var_max > 0 else 0.0
@@ -207,7 +208,7 @@ def _gcpo(geometry: str, use_rd: bool):
     return fn
 
 
-_E, _C = "embeddings", "clusters"
+_E, _C = EMBEDDINGS, CLUSTERS
 MODULATORS: dict[str, Modulator] = {
     m.name: m
     for m in [
@@ -243,7 +244,7 @@ def modulate(
     """Modulated advantages of one group by the named method; see MODULATORS for the names."""
     if name not in MODULATORS:
         raise ValueError(f"unknown modulator {name!r}; choose one of {sorted(MODULATORS)}")
-    _as_rewards(group.rewards, r_min, r_max, batch=False)
+    as_rewards(group.rewards, r_min, r_max, batch=False)
     check_alpha_base(alpha_base)
     for key in ("q_alpha", "eg_alpha"):
         if key in params:

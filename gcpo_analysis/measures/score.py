@@ -6,6 +6,7 @@ equal size. The judge and embedder used are recorded in ``groups.attrs['gcpo']``
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 
@@ -13,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ..frames import validate_rollouts
+from ..vocab import CLUSTERS, DEFAULT_MEASURES, EMBEDDINGS, NLI_THRESHOLD, renamed_setting
 from .dispersion import (
     ALPHA_BASE,
     R_MAX,
@@ -25,20 +27,19 @@ from .dispersion import (
     reward_dispersion_batch,
 )
 
-# measure -> what it needs computed: 'emb' embeddings, 'clu' clusters
+# measure -> what it needs computed, named as Modulator.needs names it
 MEASURES = {
     "token_entropy": set(),
     "pe": set(),
-    "se": {"clu"},
-    "se_lw": {"clu"},
-    "kle": {"emb"},
-    "cd": {"emb"},
-    "bot": {"emb", "clu"},
+    "se": {CLUSTERS},
+    "se_lw": {CLUSTERS},
+    "kle": {EMBEDDINGS},
+    "cd": {EMBEDDINGS},
+    "bot": {EMBEDDINGS, CLUSTERS},
     "rd": set(),
 }
 # measures read from a rollouts column instead
 MEASURE_COLUMNS = {"token_entropy": "token_entropy", "pe": "logprob", "se_lw": "logprob"}
-DEFAULT_MEASURES = ("token_entropy", "se", "se_lw", "kle", "cd", "bot", "rd")
 # query-level baseline weights written next to the measures (from the modulator registry):
 # measure -> (modulator, weight column)
 BASELINE_WEIGHTS = {"se": ("se", "w_se"), "se_lw": ("se", "w_se_lw"), "kle": ("kle", "w_kle")}
@@ -63,12 +64,13 @@ def score_groups(
     *,
     embedder=None,
     judge="embedding",
-    threshold: float = 0.35,
+    nli_threshold: float = NLI_THRESHOLD,
     use_full_completion: bool = False,
     alpha_base: float = ALPHA_BASE,
     r_min: float = R_MIN,
     r_max: float = R_MAX,
     progress: bool = True,
+    threshold: float | None = None,
 ) -> pd.DataFrame:
     """The groups frame: one row per query with every requested measure and weight.
 
@@ -82,12 +84,16 @@ def score_groups(
 
     ``judge``: a judge object or a spec for ``make_judge`` ('embedding', 'lexical', 'math',
     'nli:<model>'); the default 'embedding' is the offline MiniLM-similarity judge (the paper
-    uses roberta-large-mnli: pass judge='nli' where it is installed).
+    uses roberta-large-mnli: pass judge='nli' where it is installed). ``embedder``: a spec for
+    ``make_embedder`` or an object with ``encode``, wrapped in an ``Embedder`` (de-duplicated,
+    L2-normalised). ``nli_threshold``: the clustering's entailment threshold (``threshold`` is
+    its deprecated old name).
     """
-    from .modulators import GroupRollouts, modulate
-
     from ..rewards import math_fallbacks
+    from .modulators import modulate
+    from .prepare import measurement_tools, prepare_groups
 
+    nli_threshold = renamed_setting("threshold", "nli_threshold", threshold, nli_threshold, NLI_THRESHOLD)
     measures = parse_measures(measures)
     check_alpha_base(alpha_base)
     fallbacks_before = math_fallbacks()
@@ -107,7 +113,7 @@ def score_groups(
 
     needs = set().union(*(MEASURES[m] for m in measures))
     meta = {"measures": measures, "alpha_base": alpha_base, "r_min": r_min, "r_max": r_max,
-            "text": text_col, "threshold": threshold}
+            "text": text_col, "nli_threshold": nli_threshold}
     span = float(df["reward"].max() - df["reward"].min())
     if "rd" in measures and span <= 0.5 * (r_max - r_min):
         # 0/1 rewards under the default [0, 2] range give RD = 0.5 where it should be 1
@@ -115,21 +121,18 @@ def score_groups(
             f"the observed rewards span {span:g}, at most half of the declared range [{r_min:g}, {r_max:g}]: "
             f"RD is normalised by that range; set r_max (--r-max) to your rewards' range")
         warnings.warn(meta["reward_range_warning"], stacklevel=2)
-    embeddings = clusters = None
-    judge_embeds = isinstance(judge, str) and judge.strip().lower() == "embedding"
-    if "emb" in needs or ("clu" in needs and judge_embeds):
+    if embedder is not None and not isinstance(embedder, str):
         from .embed import make_embedder
 
-        embedder = make_embedder(embedder)  # one model shared by the measures and the judge
-    if "emb" in needs:
-        embeddings = embedder.encode_groups(texts)
+        embedder = make_embedder(embedder)  # the frame's embeddings are always de-duplicated and normalised
+    embedder, judge = measurement_tools(needs, embedder, judge)
+    prepared, stats = prepare_groups(texts, rewards, needs, embedder=embedder, judge=judge,
+                                     nli_threshold=nli_threshold, progress=progress)
+    embeddings = [g.embeddings for g in prepared]
+    clusters = [g.clusters for g in prepared]
+    if EMBEDDINGS in needs:
         meta["embedder"] = embedder.describe()
-    if "clu" in needs:
-        from .clustering import batched_greedy_clusters
-        from .judges import make_judge
-
-        judge = make_judge(judge, embedder=embedder) if judge_embeds else make_judge(judge)
-        clusters, stats = batched_greedy_clusters(texts, judge, threshold=threshold, progress=progress)
+    if CLUSTERS in needs:
         meta["judge"] = judge.describe()
         meta["clustering"] = stats
 
@@ -137,7 +140,7 @@ def score_groups(
     out["mean_reward"] = [r.mean() for r in rewards]
     if "success" in df.columns:
         out["success_rate"] = [g["success"].astype(float).mean() for g in groups]
-    if clusters is not None:
+    if CLUSTERS in needs:
         out["n_clusters"] = [len(np.unique(c)) for c in clusters]
 
     # vectorised measures: one call per distinct group size
@@ -169,15 +172,11 @@ def score_groups(
             continue
         modulator, weight_col = BASELINE_WEIGHTS[name]
         values, weights = [], []
-        for i, g in enumerate(groups):
-            likelihood = name == "se_lw"  # se: discrete (empirical cluster mass, BoT's Pi_k)
-            group = GroupRollouts(
-                rewards=rewards[i],
-                embeddings=None if embeddings is None else embeddings[i],
-                clusters=None if clusters is None else clusters[i],
-                logprobs=g["logprob"].to_numpy(float) if likelihood else None,
-                n_tokens=g["n_tokens"].to_numpy(float) if likelihood and "n_tokens" in g.columns else None,
-            )
+        for group, g in zip(prepared, groups):
+            if name == "se_lw":  # se stays discrete (empirical cluster mass, BoT's Pi_k)
+                group = dataclasses.replace(
+                    group, logprobs=g["logprob"].to_numpy(float),
+                    n_tokens=g["n_tokens"].to_numpy(float) if "n_tokens" in g.columns else None)
             _, info = modulate(modulator, group, alpha_base=alpha_base, r_min=r_min, r_max=r_max)
             values.append(info[modulator])
             weights.append(info["w_" + modulator])

@@ -1,8 +1,4 @@
 """A tiny TRL/GCPO run shared by tests/test_trl.py and the 2-process script (no network)."""
-import zlib
-
-import numpy as np
-
 WORDS = {"king", "city", "house", "war", "man", "the"}
 PROMPTS = ["who is the king ?", "what is the city ?", "where is the house ?", "who won the war ?"]
 
@@ -10,17 +6,6 @@ PROMPTS = ["who is the king ?", "what is the city ?", "where is the house ?", "w
 def word_reward(completions, **kwargs):
     """Dense deterministic reward in [0, 2] so groups rarely tie."""
     return [2.0 * sum(t in WORDS for t in c.split()) / max(1, len(c.split())) for c in completions]
-
-
-class HashEmbedder:
-    """Deterministic unit vectors from a text hash (no model)."""
-
-    def encode(self, texts, **kwargs):
-        out = np.stack([np.random.default_rng(zlib.crc32(t.encode())).normal(size=16) for t in texts])
-        return (out / np.linalg.norm(out, axis=1, keepdims=True)).astype(np.float32)
-
-    def describe(self):
-        return {"kind": "hash"}
 
 
 def recording_advantages(method, store: list):
@@ -33,15 +18,6 @@ def recording_advantages(method, store: list):
         return out
 
     return recording
-
-
-def save_tiny_model(path):
-    from gcpo_analysis.testing import tiny_causal_lm, tiny_tokenizer
-
-    tok = tiny_tokenizer()
-    tiny_causal_lm("llama", vocab_size=len(tok), seed=0).save_pretrained(path)
-    tok.save_pretrained(path)
-    return tok
 
 
 def config_kwargs(output_dir, **overrides):

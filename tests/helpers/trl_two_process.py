@@ -14,7 +14,8 @@ import trl  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402
 
 from gcpo_train.trl import GCPOConfig, GCPOTrainer  # noqa: E402
-from helpers.trl_setup import HashEmbedder, config_kwargs, dataset, recording_advantages, word_reward  # noqa: E402
+from conftest import HashEmbedder  # noqa: E402
+from helpers.trl_setup import config_kwargs, dataset, recording_advantages, word_reward  # noqa: E402
 
 model_dir, out_dir = sys.argv[1], Path(sys.argv[2])
 before, after = [], []

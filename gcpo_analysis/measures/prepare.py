@@ -1,0 +1,83 @@
+"""The measurement batch: the texts and rewards of many groups in, one ``GroupRollouts`` each out.
+
+One builder serves every caller — the groups frame (``score.score_groups``), gcpo_train's loop
+and its TRL adapter (``gcpo_train.modulation.GroupModulator``) — so a modulator sees the same
+inputs wherever it runs. Only what ``needs`` names is computed (``Modulator.needs``, the names
+of ``vocab``): ``EMBEDDINGS``, the vectors mu_i of all groups from one batched ``encode``
+(Section 3.4); ``CLUSTERS``, the greedy entailment clusters of all groups in lock-step, one
+judge call per round (Appendix E, threshold ``nli_threshold``); per-rollout token entropies,
+log-probabilities and policy-ratio variances only when named too.
+
+The embedding judge reuses the measures' embedder, so one model is loaded: the judge spec
+'embedding' in any case or spacing (``judge_shares_embedder``) decides it, for every caller.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..vocab import CLUSTERS, EMBEDDINGS, NLI_THRESHOLD
+from .clustering import batched_greedy_clusters
+from .embed import embed_groups, make_embedder
+from .judges import make_judge
+from .modulators import GroupRollouts
+
+
+def judge_shares_embedder(judge) -> bool:
+    """True when ``judge`` is the spec of the embedding judge, which then scores with the
+    measures' embedder instead of loading its own."""
+    return isinstance(judge, str) and judge.strip().lower() == "embedding"
+
+
+def measurement_tools(needs, embedder=None, judge=None):
+    """(embedder, judge) that ``needs`` calls for; None for what it does not.
+
+    embedder: an object with ``encode(texts)`` is used as it is; a spec (None for the packaged
+    MiniLM, a name or a path) becomes ``make_embedder(spec)``, built only when the embeddings or
+    the embedding judge need it. judge: a spec or a judge object, through ``make_judge``.
+    """
+    wants_embedder = EMBEDDINGS in needs or (CLUSTERS in needs and judge_shares_embedder(judge))
+    if not wants_embedder:
+        embedder = None
+    elif embedder is None or isinstance(embedder, str):
+        embedder = make_embedder(embedder)
+    if CLUSTERS not in needs:
+        return embedder, None
+    return embedder, make_judge(judge, embedder=embedder) if judge_shares_embedder(judge) else make_judge(judge)
+
+
+def prepare_groups(texts, rewards, needs, *, embedder=None, judge=None, nli_threshold: float = NLI_THRESHOLD,
+                   embedding_dtype=None, answers=None, token_entropy=None, logprobs=None, ratio_var=None,
+                   n_tokens=None, progress: bool = False) -> tuple[list[GroupRollouts], dict]:
+    """One ``GroupRollouts`` per group, and the clustering's counts ({} without clustering).
+
+    texts: one list of G_q strings per group, what is embedded and clustered (the extracted
+    answer for QA, the full completion for math). rewards: one array of G_q per group.
+    needs: names from ``Modulator.needs`` / ``score.MEASURES``. embedder, judge: objects or
+    specs (``measurement_tools``). embedding_dtype: cast the embeddings (None keeps the
+    embedder's dtype). answers, token_entropy, logprobs, ratio_var, n_tokens: optional, one
+    entry per group; token_entropy, logprobs and ratio_var are kept only when ``needs`` names
+    them, and n_tokens (SE's length normalisation) only with the log-probabilities.
+    """
+    n = len(texts)
+    if len(rewards) != n:
+        raise ValueError(f"{len(rewards)} reward groups for {n} text groups")
+    embedder, judge = measurement_tools(needs, embedder, judge)
+    embeddings = clusters = [None] * n
+    stats: dict = {}
+    if EMBEDDINGS in needs:
+        embeddings = embed_groups(embedder, texts)
+        if embedding_dtype is not None:
+            embeddings = [np.asarray(e, dtype=embedding_dtype) for e in embeddings]
+    if CLUSTERS in needs:
+        clusters, stats = batched_greedy_clusters(texts, judge, threshold=nli_threshold, progress=progress)
+    given = dict(token_entropy=token_entropy, logprobs=logprobs, ratio_var=ratio_var)
+    kept = {name: values for name, values in given.items() if values is not None and name in needs}
+    if "logprobs" in kept and n_tokens is not None:
+        kept["n_tokens"] = n_tokens
+    groups = [
+        GroupRollouts(rewards=np.asarray(rewards[k], dtype=np.float64), embeddings=embeddings[k],
+                      clusters=clusters[k], answers=None if answers is None else list(answers[k]),
+                      **{name: np.asarray(values[k], dtype=np.float64) for name, values in kept.items()})
+        for k in range(n)
+    ]
+    return groups, stats

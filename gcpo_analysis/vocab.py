@@ -1,0 +1,44 @@
+"""The shared vocabulary: every name and default that more than one module uses, defined once.
+
+Benchmarks (paper Section 5): ``DATASETS``; the math ones (``MATH_DATASETS``) embed and cluster
+the full completion (Appendix E). Measures (docs/conventions.md "The frames"): the columns of the
+groups frame that the gap study compares by default, ``DEFAULT_MEASURES``. What a measure or a
+modulator needs computed for a group: ``EMBEDDINGS`` (the unit vectors mu_i) and ``CLUSTERS``
+(the greedy entailment clusters) — the names of the ``GroupRollouts`` fields they fill.
+
+Defaults of the paper (Appendix E): ``ALPHA_BASE`` = 0.6 in alpha_G = alpha_base / ln G;
+``NLI_THRESHOLD`` = 0.35, the entailment probability at which a response joins a cluster;
+rewards on [``R_MIN``, ``R_MAX``] = [0, 2]. The threshold's name is ``nli_threshold`` in every
+setting (TrainConfig, GCPOConfig, StudyConfig, ``score_groups``, the CLI); the study's older
+``threshold`` still works, with a warning (``renamed_setting``).
+
+Plain Python, no imports beyond the standard library: configs and the CLI read it for free.
+"""
+from __future__ import annotations
+
+import warnings
+
+DATASETS = ("narrativeqa", "qasper", "hotpotqa", "math500", "aime24", "olympiadbench")
+MATH_DATASETS = ("math500", "aime24", "olympiadbench")
+
+DEFAULT_MEASURES = ("token_entropy", "se", "se_lw", "kle", "cd", "bot", "rd")
+
+EMBEDDINGS = "embeddings"
+CLUSTERS = "clusters"
+
+ALPHA_BASE = 0.6
+NLI_THRESHOLD = 0.35
+R_MIN, R_MAX = 0.0, 2.0
+
+
+def renamed_setting(old: str, new: str, old_value, new_value, default, stacklevel: int = 3):
+    """The value of a setting whose name changed from ``old`` to ``new``: ``new_value``, or
+    ``old_value`` with a FutureWarning (users see it) when the old name was given (not None).
+    Both given, with different values, is an error."""
+    if old_value is None:
+        return new_value
+    warnings.warn(f"{old!r} is deprecated and will be removed; use {new!r} (the same setting)",
+                  FutureWarning, stacklevel=stacklevel)
+    if new_value not in (default, old_value):
+        raise ValueError(f"{old}={old_value} and {new}={new_value} disagree; give only {new}")
+    return old_value
