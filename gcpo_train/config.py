@@ -101,7 +101,8 @@ class TrainConfig:
     loss_aggregation: str = _f("sequence", "'sequence' = mean over tokens per rollout, then over "
                                "rollouts (GRPO paper); 'token' = sum over all tokens / token count "
                                "(TRL 'bnpo'/DAPO-style).")
-    micro_batch_size: int = _f(16, "Sequences per forward/backward chunk (gradient accumulation).")
+    micro_batch_size: int = _f(16, "Rollouts per forward/backward chunk (gradient accumulation); a chunk stays "
+                               "inside one group, whose shared prompt runs once per chunk.")
     # --- generation ---
     backend: str = _f("gcpo", "Training engine: 'gcpo' (this package's reference loop, transformers generate; "
                       "'hf' is an alias) or 'trl' (gcpo_train.trl.GCPOTrainer on TRL's GRPOTrainer: accelerate, "

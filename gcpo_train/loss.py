@@ -90,15 +90,6 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, *, beta: float, clip_e
     return LossOutput(loss=loss, kl=kl_seq.detach(), clip_frac=clip_frac)
 
 
-def _forward_parameters(model) -> set:
-    import inspect
-
-    base = getattr(model, "module", model)  # DDP wrapper
-    if hasattr(base, "get_base_model"):  # peft forwards kwargs to the base model
-        base = base.get_base_model()
-    return set(inspect.signature(base.forward).parameters)
-
-
 def token_logprobs_and_entropy(model, input_ids, attention_mask, n_completion: int,
                                temperature: float = 1.0, with_entropy: bool = True):
     """Per-token log π(y_t | y_<t) of the last ``n_completion`` tokens and their entropies.
@@ -107,8 +98,9 @@ def token_logprobs_and_entropy(model, input_ids, attention_mask, n_completion: i
     the distributions the rollouts were drawn from. Entropy H_t = −Σ_v p_v log p_v (nats).
     Returns (logp (B,T), entropy (B,T) or None).
     """
-    torch = require("torch")
-    accepted, kwargs = _forward_parameters(model), {}
+    from .policy import forward_parameters
+
+    accepted, kwargs = forward_parameters(model), {}
     if "logits_to_keep" in accepted:
         # only the completion's logits are needed; the LM head over the prompt as well would
         # cost a (B, P, vocab) tensor (hundreds of MB for a 49k vocabulary)
@@ -118,9 +110,45 @@ def token_logprobs_and_entropy(model, input_ids, attention_mask, n_completion: i
         # the tokens it sampled (without them, absolute position embeddings would shift)
         kwargs["position_ids"] = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
     out = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **kwargs)
-    logits = out.logits[:, -n_completion - 1:-1, :].float() / temperature
-    logsm = torch.log_softmax(logits, dim=-1)
-    targets = input_ids[:, -n_completion:]
+    return _logprobs_of(out.logits[:, -n_completion - 1:-1, :], input_ids[:, -n_completion:], temperature, with_entropy)
+
+
+def group_logprobs_and_entropy(model, prompt_ids, completion_ids, completion_mask, temperature: float = 1.0,
+                               with_entropy: bool = True, prompt_model=None):
+    """``token_logprobs_and_entropy`` for g rollouts that continue one prompt, running the prompt once.
+
+    The prompt's keys and values are computed once (P tokens instead of g·P) and repeated g
+    times (``Cache.batch_repeat_interleave``); the completions run on top of them (g·(T−1)
+    tokens), and the first completion token's distribution is the prompt's last logit. The same
+    numbers as the plain forward up to float rounding, gradients included: the backward of the
+    repeat sums the g rollouts' gradients into the shared prompt. prompt_ids (1, P) unpadded;
+    completion_ids, completion_mask (g, T). ``prompt_model`` runs the prompt (the model inside a
+    DDP wrapper, so that DDP sees one forward per backward; default ``model``).
+    """
+    from .policy import forward_parameters
+
+    torch = require("torch")
+    g, T = completion_ids.shape
+    P = prompt_ids.shape[1]
+    prompt_model = model if prompt_model is None else prompt_model
+    keep = {"logits_to_keep": 1} if "logits_to_keep" in forward_parameters(prompt_model) else {}
+    prompt = prompt_model(input_ids=prompt_ids, use_cache=True, **keep)
+    logits = prompt.logits[:, -1:, :].expand(g, 1, -1)
+    if T > 1:
+        cache = prompt.past_key_values
+        cache.batch_repeat_interleave(g)
+        ones = torch.ones(g, P, dtype=completion_mask.dtype, device=completion_mask.device)
+        positions = torch.arange(P, P + T - 1, device=completion_ids.device).expand(g, -1)
+        rest = model(input_ids=completion_ids[:, :-1], attention_mask=torch.cat([ones, completion_mask[:, :-1]], dim=1),
+                     past_key_values=cache, position_ids=positions, use_cache=True)
+        logits = torch.cat([logits, rest.logits], dim=1)
+    return _logprobs_of(logits, completion_ids, temperature, with_entropy)
+
+
+def _logprobs_of(logits, targets, temperature: float, with_entropy: bool):
+    """log π(target) per position from (B, T, V) logits at ``temperature``, and the entropies."""
+    torch = require("torch")
+    logsm = torch.log_softmax(logits.float() / temperature, dim=-1)
     logp = logsm.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     ent = None
     if with_entropy:

@@ -67,14 +67,29 @@ class Reference:
             yield self.copy
 
 
+def forward_parameters(model) -> set:
+    """Names of the keyword arguments the underlying model's ``forward`` takes (through DDP and peft)."""
+    import inspect
+
+    base = getattr(model, "module", model)  # DDP wrapper
+    if hasattr(base, "get_base_model"):  # peft forwards kwargs to the base model
+        base = base.get_base_model()
+    return set(inspect.signature(base.forward).parameters)
+
+
 @dataclass
 class GroupBatch:
     """One generation batch: Q prompts × G rollouts, rows ordered prompt-major."""
-    input_ids: object        # (Q*G, P+T)
+    input_ids: object        # (Q*G, P+T), prompts left-padded
     attention_mask: object   # (Q*G, P+T)
     completion_mask: object  # (Q*G, T)
     texts: list
     n_prompt: int
+    prompt_ids: list = None  # per group, its prompt unpadded (1, P_q): what the G rollouts share
+
+    @property
+    def completion_ids(self):
+        return self.input_ids[:, self.n_prompt:]
 
     @property
     def n_completion(self) -> int:
@@ -124,7 +139,9 @@ def generate_groups(model, tokenizer, prompts: list[str], group_size: int, *, ma
     parts = []
     for prompt, seed in zip(prompts, seeds):
         torch.manual_seed(int(seed))
-        parts.append(_generate(model, tokenizer, [prompt], group_size, **kwargs))
+        part = _generate(model, tokenizer, [prompt], group_size, shared_prefill=True, **kwargs)
+        part.prompt_ids = [part.input_ids[:1, :part.n_prompt]]
+        parts.append(part)
     return concat_group_batches(parts, tokenizer.pad_token_id)
 
 
@@ -140,13 +157,14 @@ def concat_group_batches(parts: list[GroupBatch], pad_token_id: int) -> GroupBat
         ids.append(pad(b.input_ids, (left, right), value=pad_token_id))
         attention.append(pad(b.attention_mask, (left, right), value=0))
         completion.append(pad(b.completion_mask, (0, right), value=0))
+    prompt_ids = [p for b in parts for p in b.prompt_ids] if all(b.prompt_ids for b in parts) else None
     return GroupBatch(input_ids=torch.cat(ids), attention_mask=torch.cat(attention),
                       completion_mask=torch.cat(completion), texts=[t for b in parts for t in b.texts],
-                      n_prompt=n_prompt)
+                      n_prompt=n_prompt, prompt_ids=prompt_ids)
 
 
 def _generate(model, tokenizer, prompts, group_size, *, max_new_tokens, temperature, top_p, do_sample,
-              max_prompt_tokens, device) -> GroupBatch:
+              max_prompt_tokens, device, shared_prefill=False) -> GroupBatch:
     torch = require("torch")
     tokenizer.padding_side = "left"
     enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
@@ -161,7 +179,18 @@ def _generate(model, tokenizer, prompts, group_size, *, max_new_tokens, temperat
     else:
         kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
     with torch.no_grad():
-        seqs = model.generate(input_ids=ids, attention_mask=att, **kwargs)
+        if shared_prefill and ids.shape[0] == 1 and ids.shape[1] > 1 and group_size > 1:
+            # the G rollouts of one prompt share its prefill: run the prompt once, repeat its
+            # keys/values G times and let generate() continue from them (same samples, 1/G of the
+            # prefill's cost)
+            keep = {"logits_to_keep": 1} if "logits_to_keep" in forward_parameters(model) else {}
+            cache = model(input_ids=ids[:, :-1], attention_mask=att[:, :-1], use_cache=True, **keep).past_key_values
+            cache.batch_repeat_interleave(group_size)
+            kwargs.update(num_return_sequences=1, past_key_values=cache)
+            seqs = model.generate(input_ids=ids.repeat_interleave(group_size, dim=0),
+                                  attention_mask=att.repeat_interleave(group_size, dim=0), **kwargs)
+        else:
+            seqs = model.generate(input_ids=ids, attention_mask=att, **kwargs)
     n_prompt = ids.shape[1]
     comp = seqs[:, n_prompt:]
     if comp.shape[1] == 0:

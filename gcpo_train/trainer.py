@@ -44,9 +44,9 @@ from gcpo_analysis.models import require
 
 from . import checkpoint as ckpt
 from .config import TrainConfig
-from .loss import grpo_loss, masked_var, token_logprobs_and_entropy
+from .loss import group_logprobs_and_entropy, grpo_loss, masked_var, token_logprobs_and_entropy
 from .modulation import GroupModulator
-from .policy import Reference, generate_groups, load_model_and_tokenizer, wrap_lora
+from .policy import Reference, forward_parameters, generate_groups, load_model_and_tokenizer, wrap_lora
 from .run_folder import prepare_run_folder, write_run_info
 from .splits import load_split, query_indices
 from .step_data import BeforeUpdate, Rollouts, StepTimer, UpdateStats, summarize_step
@@ -98,8 +98,11 @@ class GRPOTrainer:
                 p.requires_grad_(True)
         if cfg.gradient_checkpointing:
             model.gradient_checkpointing_enable()
-        self.measurer = GroupModulator(cfg, embedder=embedder, judge=judge)
-        self.need_ratio = "ratio_var" in self.measurer.needs
+        # the rollouts of a group share their prompt: run it once per chunk (exact; see
+        # loss.group_logprobs_and_entropy) unless recomputation or the model rules out a cache
+        self.share_prompt = not cfg.gradient_checkpointing and "past_key_values" in forward_parameters(model)
+        self.group_modulator = GroupModulator(cfg, embedder=embedder, judge=judge)
+        self.need_ratio = "ratio_var" in self.group_modulator.needs
         self.reference = Reference(model, cfg.use_lora) if (cfg.beta > 0 or self.need_ratio) else None
         if self.reference is not None and self.reference.copy is not None:
             self.reference.copy.to(self.accelerator.device)
@@ -151,27 +154,36 @@ class GRPOTrainer:
         positions = np.array_split(np.arange(len(idx)), acc.num_processes)[acc.process_index]
         return self.queries.iloc[idx[positions]].reset_index(drop=True), positions.tolist()
 
-    def _forward(self, model, batch, rows, grad: bool, entropy: bool = True):
+    def _forward(self, model, batch, chunk, grad: bool, entropy: bool = True):
+        """Token log-probs (and entropies) of one chunk of rollouts: (group, rows) from ``_chunks``."""
         torch = require("torch")
-        ctx = torch.enable_grad() if grad else torch.no_grad()
-        with ctx:
-            return token_logprobs_and_entropy(model, batch.input_ids[rows], batch.attention_mask[rows],
-                                              batch.n_completion, self.config.temperature, entropy)
+        group, rows = chunk
+        with torch.enable_grad() if grad else torch.no_grad():
+            if group is None:
+                return token_logprobs_and_entropy(model, batch.input_ids[rows], batch.attention_mask[rows],
+                                                  batch.n_completion, self.config.temperature, entropy)
+            return group_logprobs_and_entropy(model, batch.prompt_ids[group], batch.completion_ids[rows],
+                                              batch.completion_mask[rows], self.config.temperature, entropy,
+                                              prompt_model=self.accelerator.unwrap_model(model))
 
-    def _chunks(self, n: int):
-        mb = self.config.micro_batch_size
-        return [slice(i, min(n, i + mb)) for i in range(0, n, mb)]
+    def _chunks(self, batch) -> list[tuple]:
+        """Micro-batches of at most micro_batch_size rollouts, as (group, rows). With the shared-
+        prompt forward a chunk stays inside one group, whose prompt runs once per chunk; without
+        it (gradient checkpointing, or a model that takes no cache) chunks are (None, rows)."""
+        n, mb, G = batch.completion_mask.shape[0], self.config.micro_batch_size, self.config.group_size
+        if not (self.share_prompt and batch.prompt_ids):
+            return [(None, slice(i, min(n, i + mb))) for i in range(0, n, mb)]
+        return [(k, slice(k * G + i, k * G + min(G, i + mb))) for k in range(n // G) for i in range(0, G, mb)]
 
     def _no_grad_logprobs(self, batch, reference: bool = False):
         torch = require("torch")
-        n = batch.input_ids.shape[0]
         logps, ents = [], []
-        for rows in self._chunks(n):
+        for chunk in self._chunks(batch):
             if reference:
                 with self.reference.model(self.policy) as ref:
-                    lp, _ = self._forward(ref, batch, rows, grad=False, entropy=False)
+                    lp, _ = self._forward(ref, batch, chunk, grad=False, entropy=False)
             else:
-                lp, ent = self._forward(self.model, batch, rows, grad=False)
+                lp, ent = self._forward(self.model, batch, chunk, grad=False)
                 ents.append(ent)
             logps.append(lp)
         return torch.cat(logps), (torch.cat(ents) if ents else None)
@@ -236,7 +248,7 @@ class GRPOTrainer:
         before the update: μ > 1, a modulator that needs token entropy, log-probs or ratio
         variance (an extra no-grad pass), β > 0 (the reference pass)."""
         torch = require("torch")
-        cfg, needs, mask = self.config, self.measurer.needs, batch.completion_mask
+        cfg, needs, mask = self.config, self.group_modulator.needs, batch.completion_mask
         before = BeforeUpdate(n_tokens=mask.float().sum(-1).clamp(min=1).cpu().numpy())
         if cfg.num_iterations > 1 or needs & {"token_entropy", "logprobs", "ratio_var"}:
             before.old_logp, token_entropies = self._no_grad_logprobs(batch)
@@ -256,7 +268,7 @@ class GRPOTrainer:
             return None if values is None else [values[k * G:(k + 1) * G] for k in range(n_groups)]
 
         texts = rollouts.batch.texts if cfg.full_completion else rollouts.answers
-        advantages, infos, cluster_stats = self.measurer.modulate_groups(
+        advantages, infos, cluster_stats = self.group_modulator.modulate_groups(
             by_group(rollouts.rewards), by_group(texts), by_group(rollouts.answers),
             token_entropy=by_group(before.token_entropy), logprobs=by_group(before.seq_logprob),
             ratio_var=by_group(before.ratio_var), n_tokens=by_group(before.n_tokens))
@@ -273,7 +285,7 @@ class GRPOTrainer:
         # which the factor num_processes undoes, so N processes give one process's gradient
         n_rollouts = cfg.queries_per_step * cfg.group_size
         n_tokens = float(acc.reduce(mask.sum().float(), reduction="sum")) if acc.num_processes > 1 else float(mask.sum())
-        chunks = self._chunks(mask.shape[0])
+        chunks = self._chunks(batch)
         # without an extra pass, π_old = π_θ at the first update: take it (and the token
         # entropies the modulators did not need earlier) from the gradient pass itself
         from_gradient_pass = before.old_logp is None
@@ -282,11 +294,12 @@ class GRPOTrainer:
         for iteration in range(cfg.num_iterations):
             t_start = time.perf_counter()
             loss, kl, clip_frac, logps, entropies = 0.0, [], [], [], []
-            for k, rows in enumerate(chunks):
+            for k, (group, rows) in enumerate(chunks):
                 # gradients sync once per update, in the last micro-batch's backward
                 sync = contextlib.nullcontext() if k == len(chunks) - 1 else acc.no_sync(self.model)
                 with sync:
-                    logp, entropy = self._forward(self.model, batch, rows, grad=True, entropy=from_gradient_pass)
+                    logp, entropy = self._forward(self.model, batch, (group, rows), grad=True,
+                                                  entropy=from_gradient_pass)
                     old = logp.detach() if from_gradient_pass else before.old_logp[rows]
                     out = grpo_loss(logp, old, None if before.ref_logp is None else before.ref_logp[rows],
                                     advantages[rows], mask[rows], beta=cfg.beta, clip_epsilon=cfg.clip_epsilon,
@@ -389,7 +402,7 @@ class GRPOTrainer:
             self._reporter = Reporter(cfg.report_to, self.out, cfg.to_dict(), self.out.name)
         if acc.is_main_process:
             write_run_info(self.out, {
-                "config": cfg.to_dict(), "config_hash": cfg.config_hash(), "measurer": self.measurer.describe(),
+                "config": cfg.to_dict(), "config_hash": cfg.config_hash(), "group_modulator": self.group_modulator.describe(),
                 "device": str(acc.device), "num_processes": acc.num_processes, "resumed_from": self.resumed_from,
                 "start_step": self.start_step, "report_to": list(cfg.report_to)})
         tqdm = require("tqdm").tqdm
