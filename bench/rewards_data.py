@@ -30,8 +30,7 @@ SYMBOLIC = [(r"2\sqrt{2}", r"\sqrt{8}"), (r"\frac{\sqrt{3}}{3}", r"\frac{1}{\sqr
 
 
 def _cold():
-    R._to_sympy.cache_clear()
-    R._scalar_equiv.cache_clear()
+    R.clear_caches()
 
 
 def timed(fn):
