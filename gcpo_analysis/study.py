@@ -161,7 +161,8 @@ _ROLLOUT_KEYS = ("dataset", "data_path", "split", "model", "n_queries", "group_s
 
 def _collect(cfg: StudyConfig, out: Path, timer: _Timer, card: dict):
     from .collect import collect_rollouts
-    from .data import build_prompt, load_queries
+    from .data import load_queries
+    from .prompts import build_prompt
     from .models import describe_policy, load_policy
 
     stamp = out / "parts" / "settings.json"

@@ -66,7 +66,7 @@ def evaluate(checkpoint_or_model, dataset: str | None = None, split: str = "test
         queries = queries.iloc[:n]
     if len(queries) == 0:
         raise ValueError(f"no {split!r} queries to evaluate for {dataset!r}")
-    from gcpo_analysis.data import build_prompt
+    from gcpo_analysis.prompts import build_prompt
 
     dev = next(model.parameters()).device
     was_training = model.training

@@ -145,6 +145,28 @@ def group_logprobs_and_entropy(model, prompt_ids, completion_ids, completion_mas
     return _logprobs_of(logits, completion_ids, temperature, with_entropy)
 
 
+def rollout_chunks(batch, group_size: int, micro_batch_size: int, shared_prompt: bool) -> list[tuple]:
+    """Micro-batches of at most ``micro_batch_size`` rollouts of a ``policy.GroupBatch``, as
+    (group, rows). With ``shared_prompt`` a chunk stays inside one group, whose prompt then runs
+    once per chunk; otherwise (gradient checkpointing, a model that takes no cache) chunks are
+    (None, rows) of the plain full-sequence forward."""
+    n = batch.completion_mask.shape[0]
+    if not (shared_prompt and batch.prompt_ids):
+        return [(None, slice(i, min(n, i + micro_batch_size))) for i in range(0, n, micro_batch_size)]
+    return [(k, slice(k * group_size + i, k * group_size + min(group_size, i + micro_batch_size)))
+            for k in range(n // group_size) for i in range(0, group_size, micro_batch_size)]
+
+
+def chunk_logprobs(model, batch, chunk, temperature: float = 1.0, with_entropy: bool = True, prompt_model=None):
+    """Token log-probs (and entropies) of one chunk from ``rollout_chunks``."""
+    group, rows = chunk
+    if group is None:
+        return token_logprobs_and_entropy(model, batch.input_ids[rows], batch.attention_mask[rows],
+                                          batch.n_completion, temperature, with_entropy)
+    return group_logprobs_and_entropy(model, batch.prompt_ids[group], batch.completion_ids[rows],
+                                      batch.completion_mask[rows], temperature, with_entropy, prompt_model)
+
+
 def _logprobs_of(logits, targets, temperature: float, with_entropy: bool):
     """log π(target) per position from (B, T, V) logits at ``temperature``, and the entropies."""
     torch = require("torch")

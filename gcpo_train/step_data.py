@@ -2,7 +2,8 @@
 
 generate → ``Rollouts`` (queries, token batch) → reward (fills rewards, answers) → log-probs
 before the update → ``BeforeUpdate`` → modulate (advantages) → update → ``UpdateStats`` → the
-log row and the rollouts frame. Plain containers: the phases are the trainer's methods.
+log row (``summarize_step``) and the rollouts frame (``rollouts_frame``). Plain containers and
+pure functions: the phases themselves are the trainer's methods.
 """
 from __future__ import annotations
 
@@ -106,3 +107,25 @@ def summarize_step(step: int, parts: list[dict], group_size: int) -> dict:
     row.update({f"time_{phase}": s for phase, s in seconds.items() if phase != "total"})
     row.update(time_total=seconds["total"], tokens_per_s=float(n_tokens.sum()) / seconds["total"])
     return row
+
+
+def rollouts_frame(step: int, rollouts: Rollouts, before: BeforeUpdate, advantages: np.ndarray,
+                   dataset: str) -> pd.DataFrame:
+    """The step's rollouts frame (docs/conventions.md), one row per rollout."""
+    from gcpo_analysis.rewards import is_success
+
+    queries = rollouts.queries
+    G = len(rollouts.rewards) // max(1, len(queries))
+    frame = pd.DataFrame({
+        "query_id": np.repeat(queries["query_id"].astype(str).to_numpy(), G),
+        "rollout_id": np.tile(np.arange(G), len(queries)), "completion": rollouts.batch.texts,
+        "answer": rollouts.answers, "reward": rollouts.rewards,
+        "references": [list(r) for r in np.repeat(queries["references"].to_numpy(), G)],
+        "token_entropy": before.token_entropy, "logprob": before.seq_logprob,
+        "n_tokens": before.n_tokens.astype(int), "advantage": advantages,
+        "reward_failed": rollouts.reward_failed, "dataset": dataset, "step": step})
+    tasks = np.repeat(queries["task"].to_numpy(), G)
+    frame["success"] = [bool(is_success(task, r)) for task, r in zip(tasks, rollouts.rewards)]
+    if before.ratio_var is not None:
+        frame["ratio_var"] = before.ratio_var
+    return frame

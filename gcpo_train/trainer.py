@@ -44,12 +44,12 @@ from gcpo_analysis.models import require
 
 from . import checkpoint as ckpt
 from .config import TrainConfig
-from .loss import group_logprobs_and_entropy, grpo_loss, masked_var, token_logprobs_and_entropy
+from .loss import chunk_logprobs, grpo_loss, masked_var, rollout_chunks
 from .modulation import GroupModulator
 from .policy import Reference, forward_parameters, generate_groups, load_model_and_tokenizer, wrap_lora
 from .run_folder import prepare_run_folder, write_run_info
 from .splits import load_split, query_indices
-from .step_data import BeforeUpdate, Rollouts, StepTimer, UpdateStats, summarize_step
+from .step_data import BeforeUpdate, Rollouts, StepTimer, UpdateStats, rollouts_frame, summarize_step
 
 
 
@@ -66,7 +66,7 @@ class GRPOTrainer:
     ``gcpo_analysis.rewards.task_reward``. A rollout whose reward function raises gets a
     warning, reward 0 and is counted in the log (``reward_failures``).
     prompt_fn(row, tokenizer, max_context_tokens) -> str; default
-    ``gcpo_analysis.data.build_prompt`` (the tokenizer's chat template).
+    ``gcpo_analysis.prompts.build_prompt`` (the tokenizer's chat template).
     """
 
     def __init__(self, config: TrainConfig, *, model=None, tokenizer=None, queries=None,
@@ -129,7 +129,7 @@ class GRPOTrainer:
             from gcpo_analysis.rewards import task_reward as reward_fn
         self.reward_fn = reward_fn
         if prompt_fn is None:
-            from gcpo_analysis.data import build_prompt as prompt_fn
+            from gcpo_analysis.prompts import build_prompt as prompt_fn
         self.prompt_fn = prompt_fn
         self.start_step = 1
         self.resumed_from = None
@@ -155,25 +155,13 @@ class GRPOTrainer:
         return self.queries.iloc[idx[positions]].reset_index(drop=True), positions.tolist()
 
     def _forward(self, model, batch, chunk, grad: bool, entropy: bool = True):
-        """Token log-probs (and entropies) of one chunk of rollouts: (group, rows) from ``_chunks``."""
         torch = require("torch")
-        group, rows = chunk
         with torch.enable_grad() if grad else torch.no_grad():
-            if group is None:
-                return token_logprobs_and_entropy(model, batch.input_ids[rows], batch.attention_mask[rows],
-                                                  batch.n_completion, self.config.temperature, entropy)
-            return group_logprobs_and_entropy(model, batch.prompt_ids[group], batch.completion_ids[rows],
-                                              batch.completion_mask[rows], self.config.temperature, entropy,
-                                              prompt_model=self.accelerator.unwrap_model(model))
+            return chunk_logprobs(model, batch, chunk, self.config.temperature, entropy,
+                                  prompt_model=self.accelerator.unwrap_model(model))
 
     def _chunks(self, batch) -> list[tuple]:
-        """Micro-batches of at most micro_batch_size rollouts, as (group, rows). With the shared-
-        prompt forward a chunk stays inside one group, whose prompt runs once per chunk; without
-        it (gradient checkpointing, or a model that takes no cache) chunks are (None, rows)."""
-        n, mb, G = batch.completion_mask.shape[0], self.config.micro_batch_size, self.config.group_size
-        if not (self.share_prompt and batch.prompt_ids):
-            return [(None, slice(i, min(n, i + mb))) for i in range(0, n, mb)]
-        return [(k, slice(k * G + i, k * G + min(G, i + mb))) for k in range(n // G) for i in range(0, G, mb)]
+        return rollout_chunks(batch, self.config.group_size, self.config.micro_batch_size, self.share_prompt)
 
     def _no_grad_logprobs(self, batch, reference: bool = False):
         torch = require("torch")
@@ -204,7 +192,7 @@ class GRPOTrainer:
         update = self._update(rollouts.batch, advantages, before)
         timer.seconds.update(forward_backward=update.time_forward_backward, step=update.time_step)
         row = self._log_row(step, rollouts, advantages, infos, cluster_stats, update, timer)
-        return row, self._rollouts_frame(step, rollouts, before, advantages)
+        return row, rollouts_frame(step, rollouts, before, advantages.cpu().numpy(), self.config.dataset)
 
     def _generate(self, step: int) -> Rollouts:
         """Sample G rollouts for each of this process's queries of the step."""
@@ -343,25 +331,6 @@ class GRPOTrainer:
                      seconds={**timer.seconds, "total": timer.total()})
         parts = gather_object([local]) if self.accelerator.num_processes > 1 else [local]
         return summarize_step(step, parts, self.config.group_size)
-
-    def _rollouts_frame(self, step: int, rollouts: Rollouts, before: BeforeUpdate, advantages) -> pd.DataFrame:
-        """The step's rollouts frame (docs/conventions.md), one row per rollout."""
-        from gcpo_analysis.rewards import is_success
-
-        cfg, G, queries = self.config, self.config.group_size, rollouts.queries
-        tasks = np.repeat(queries["task"].to_numpy(), G)
-        frame = pd.DataFrame({
-            "query_id": np.repeat(queries["query_id"].astype(str).to_numpy(), G),
-            "rollout_id": np.tile(np.arange(G), len(queries)), "completion": rollouts.batch.texts,
-            "answer": rollouts.answers, "reward": rollouts.rewards,
-            "references": [list(r) for r in np.repeat(queries["references"].to_numpy(), G)],
-            "token_entropy": before.token_entropy, "logprob": before.seq_logprob,
-            "n_tokens": before.n_tokens.astype(int), "advantage": advantages.cpu().numpy(),
-            "reward_failed": rollouts.reward_failed, "dataset": cfg.dataset, "step": step})
-        frame["success"] = [bool(is_success(task, r)) for task, r in zip(tasks, rollouts.rewards)]
-        if before.ratio_var is not None:
-            frame["ratio_var"] = before.ratio_var
-        return frame
 
     # ------------------------------------------------------------------ run
     def _prepare_output(self) -> None:

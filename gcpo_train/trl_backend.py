@@ -44,7 +44,7 @@ def prompts_dataset(cfg: TrainConfig, tokenizer):
     """TRL's train_dataset: prompt (chat-formatted text), references, task — one row per query."""
     from datasets import Dataset
 
-    from gcpo_analysis.data import build_prompt
+    from gcpo_analysis.prompts import build_prompt
 
     from .splits import load_split
 

@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 
 from gcpo_analysis import data as D
+from gcpo_analysis import prompts
 from gcpo_analysis.testing import tiny_tokenizer
 
 
@@ -233,28 +234,28 @@ QA_ROW = {"query_id": "x", "task": "qa_f1", "question": "Who is the king?",
 
 def test_truncation_counts_tokenizer_tokens():
     tok = tiny_tokenizer()
-    msg = D.build_messages(QA_ROW, max_context_tokens=10, tokenizer=tok)
+    msg = prompts.build_messages(QA_ROW, max_context_tokens=10, tokenizer=tok)
     assert [m["role"] for m in msg] == ["user"]
     passage = msg[0]["content"].split("Passage: ")[1].split("\n\nQuestion:")[0]
     full_ids = tok(QA_ROW["context"], add_special_tokens=False)["input_ids"]
     kept_ids = tok(passage, add_special_tokens=False)["input_ids"]
     assert kept_ids == full_ids[:10]
     assert QA_ROW["context"].startswith(passage)
-    words = D.build_messages(QA_ROW, max_context_tokens=4)[0]["content"]
+    words = prompts.build_messages(QA_ROW, max_context_tokens=4)[0]["content"]
     assert "Passage: the king of the\n\nQuestion: Who is the king?\nAnswer:" in words
-    whole = D.build_messages(QA_ROW, max_context_tokens=None)[0]["content"]
+    whole = prompts.build_messages(QA_ROW, max_context_tokens=None)[0]["content"]
     assert QA_ROW["context"] in whole
 
 
 def test_chat_template_and_plain_prompt():
     tok = tiny_tokenizer()
-    prompt = D.build_prompt(QA_ROW, tok, max_context_tokens=5)
+    prompt = prompts.build_prompt(QA_ROW, tok, max_context_tokens=5)
     assert prompt.startswith("<|user|> Answer the question based on the passage.")
     assert prompt.rstrip().endswith("<|assistant|>")
-    plain = D.build_prompt(QA_ROW, tok, max_context_tokens=5, chat=False)
-    assert plain == D.build_messages(QA_ROW, 5, tok)[0]["content"] and "<|user|>" not in plain
+    plain = prompts.build_prompt(QA_ROW, tok, max_context_tokens=5, chat=False)
+    assert plain == prompts.build_messages(QA_ROW, 5, tok)[0]["content"] and "<|user|>" not in plain
     math_row = {"task": "math", "question": "What is $1+1$?", "context": ""}
-    assert D.build_prompt(math_row, tok, chat=False) == (
+    assert prompts.build_prompt(math_row, tok, chat=False) == (
         "What is $1+1$?\nPlease reason step by step, and put your final answer within \\boxed{}.")
 
 
@@ -262,6 +263,6 @@ def test_no_chat_template_error():
     tok = tiny_tokenizer()
     tok.chat_template = None
     with pytest.raises(ValueError, match="no chat template.*no-chat-template"):
-        D.build_prompt(QA_ROW, tok)
+        prompts.build_prompt(QA_ROW, tok)
     with pytest.raises(ValueError, match="unknown task"):
-        D.build_messages(dict(QA_ROW, task="poetry"))
+        prompts.build_messages(dict(QA_ROW, task="poetry"))
