@@ -51,6 +51,9 @@ class TrainConfig:
     lora_target_modules: list = _f(None, "Module names LoRA wraps; None = q,k,v,o,gate,up,down proj.",
                                    )
     gradient_checkpointing: bool = _f(False, "Recompute activations in backward to save memory.")
+    share_prompt: bool = _f(True, "gcpo loop: run each group's prompt once, in generation's prefill and in every "
+                            "log-prob pass, for its G rollouts (exact up to float rounding; off under gradient "
+                            "checkpointing). False = the plain full-sequence forward, for comparison.")
     # --- data ---
     dataset: str = _f("narrativeqa", f"Benchmark: one of {', '.join(DATASETS)}.")
     data_path: str = _f(None, "Local data file/folder passed to gcpo_analysis.data.load_queries "

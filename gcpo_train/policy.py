@@ -117,14 +117,15 @@ def eos_ids_of(tokenizer, model) -> list[int]:
 
 def generate_groups(model, tokenizer, prompts: list[str], group_size: int, *, max_new_tokens: int,
                     temperature: float = 1.0, top_p: float = 1.0, do_sample: bool = True,
-                    max_prompt_tokens: int = 1024, device=None, seeds=None) -> GroupBatch:
+                    max_prompt_tokens: int = 1024, device=None, seeds=None, share_prompt: bool = True) -> GroupBatch:
     """Sample ``group_size`` completions per prompt.
 
     seeds=None: one batched ``generate`` over all prompts (evaluation). seeds (one int per
     prompt): each prompt's group is sampled in its own call right after ``torch.manual_seed``,
     so a group's rollouts depend on its seed alone — not on which prompts share its batch or
     process — and a run on N processes samples what a run on one samples. That costs batching
-    across prompts; large runs generate with TRL (``--backend trl``, vLLM).
+    across prompts; large runs generate with TRL (``--backend trl``, vLLM). With
+    ``share_prompt`` the G rollouts share one prefill of their prompt (the same samples).
 
     Prompts are left-padded and left-truncated to ``max_prompt_tokens``; a group never spans two
     calls, so its rollouts are measured together. top_k is disabled (pure temperature/nucleus).
@@ -139,7 +140,7 @@ def generate_groups(model, tokenizer, prompts: list[str], group_size: int, *, ma
     parts = []
     for prompt, seed in zip(prompts, seeds):
         torch.manual_seed(int(seed))
-        part = _generate(model, tokenizer, [prompt], group_size, shared_prefill=True, **kwargs)
+        part = _generate(model, tokenizer, [prompt], group_size, shared_prefill=share_prompt, **kwargs)
         part.prompt_ids = [part.input_ids[:1, :part.n_prompt]]
         parts.append(part)
     return concat_group_batches(parts, tokenizer.pad_token_id)

@@ -100,7 +100,8 @@ class GRPOTrainer:
             model.gradient_checkpointing_enable()
         # the rollouts of a group share their prompt: run it once per chunk (exact; see
         # loss.group_logprobs_and_entropy) unless recomputation or the model rules out a cache
-        self.share_prompt = not cfg.gradient_checkpointing and "past_key_values" in forward_parameters(model)
+        self.share_prompt = (cfg.share_prompt and not cfg.gradient_checkpointing
+                             and "past_key_values" in forward_parameters(model))
         self.group_modulator = GroupModulator(cfg, embedder=embedder, judge=judge)
         self.need_ratio = "ratio_var" in self.group_modulator.needs
         self.reference = Reference(model, cfg.use_lora) if (cfg.beta > 0 or self.need_ratio) else None
@@ -205,7 +206,8 @@ class GRPOTrainer:
                                 max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
                                 top_p=cfg.top_p, max_prompt_tokens=cfg.max_prompt_tokens,
                                 device=self.accelerator.device,
-                                seeds=[step_seed(cfg.seed, step, k) for k in positions])
+                                seeds=[step_seed(cfg.seed, step, k) for k in positions],
+                                share_prompt=self.share_prompt)
         return Rollouts(queries=queries, batch=batch, positions=positions)
 
     def _score(self, rollouts: Rollouts) -> None:
@@ -228,7 +230,7 @@ class GRPOTrainer:
             failed.append(not ok)
         rollouts.rewards, rollouts.answers = np.asarray(rewards), answers
         rollouts.reward_failed = np.asarray(failed)
-        # answers the math grader compared as strings (over its size/cost guards), for the log
+        # answers the math grader compared as strings (over a guard or its time limit), for the log
         rollouts.math_fallbacks = sum(math_fallbacks().values()) - before
 
     def _logprobs_before_update(self, batch) -> BeforeUpdate:

@@ -67,15 +67,16 @@ def test_shared_prefill_samples_what_plain_generate_samples(family):
 
 
 def test_training_step_with_and_without_the_shared_prompt(tmp_path):
-    """One step (two groups, micro-batches of 3 inside a group of 4, β > 0, sequence loss) through
-    the shared-prompt forward and through the plain one: same log row and same updated LoRA."""
+    """One step (two groups, micro-batches of 3 inside a group of 4, β > 0, sequence loss) with
+    share_prompt on and off (generation's prefill and the log-prob passes): same samples, same
+    log row, same updated LoRA."""
     from test_train_trainer import _strip, make
 
     steps = {}
     for shared in (True, False):
-        trainer = make(tmp_path, f"shared_{shared}", modulator="bot_rd", micro_batch_size=3, steps=1)
-        assert trainer.share_prompt  # tiny llama takes a cache
-        trainer.share_prompt = shared
+        trainer = make(tmp_path, f"shared_{shared}", modulator="bot_rd", micro_batch_size=3, steps=1,
+                       share_prompt=shared)
+        assert trainer.share_prompt == shared  # tiny llama takes a cache
         row, frame = trainer.train_step(1)
         weights = {n: p.detach().clone() for n, p in trainer.policy.named_parameters() if p.requires_grad}
         steps[shared] = (_strip([row])[0], frame, weights)

@@ -198,7 +198,7 @@ def score_groups(
     meta["math_fallbacks"] = {k: after[k] - fallbacks_before.get(k, 0) for k in after
                               if after[k] != fallbacks_before.get(k, 0)}
     if meta["math_fallbacks"]:
-        warnings.warn(f"math judge: {meta['math_fallbacks']} comparison(s) fell back to string "
-                      f"equality (answers over the grader's size/cost guards)", stacklevel=2)
+        warnings.warn(f"math judge: {meta['math_fallbacks']} comparison(s) fell back to string equality "
+                      f"(counted by reason: length, depth, cost, memory, time, worker)", stacklevel=2)
     out.attrs["gcpo"] = meta
     return out
