@@ -24,10 +24,12 @@ BACKENDS = ("gcpo", "trl", "hf", "vllm")
 DTYPES = ("float32", "bfloat16", "float16")
 _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 
-# Fields that do not change what is trained: a resumed run may differ in these.
+# Fields that do not change what is trained: a resumed run may differ in these. share_prompt
+# changes only float rounding (the same model, data and formula).
 NON_IDENTITY_KEYS = frozenset({
     "steps", "output_dir", "resume", "log_every", "checkpoint_every", "eval_every",
     "eval_n", "progress", "device", "tensorboard", "report_to", "save_rollouts", "overwrite", "save_total_limit",
+    "share_prompt",
 })
 
 
