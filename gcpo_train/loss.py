@@ -125,22 +125,18 @@ def group_logprobs_and_entropy(model, prompt_ids, completion_ids, completion_mas
     completion_ids, completion_mask (g, T). ``prompt_model`` runs the prompt (the model inside a
     DDP wrapper, so that DDP sees one forward per backward; default ``model``).
     """
-    from .policy import forward_parameters
+    from .policy import run_prompt_once
 
     torch = require("torch")
     g, T = completion_ids.shape
     P = prompt_ids.shape[1]
-    prompt_model = model if prompt_model is None else prompt_model
-    keep = {"logits_to_keep": 1} if "logits_to_keep" in forward_parameters(prompt_model) else {}
-    prompt = prompt_model(input_ids=prompt_ids, use_cache=True, **keep)
+    prompt = run_prompt_once(model if prompt_model is None else prompt_model, prompt_ids, g)
     logits = prompt.logits[:, -1:, :].expand(g, 1, -1)
     if T > 1:
-        cache = prompt.past_key_values
-        cache.batch_repeat_interleave(g)
         ones = torch.ones(g, P, dtype=completion_mask.dtype, device=completion_mask.device)
         positions = torch.arange(P, P + T - 1, device=completion_ids.device).expand(g, -1)
         rest = model(input_ids=completion_ids[:, :-1], attention_mask=torch.cat([ones, completion_mask[:, :-1]], dim=1),
-                     past_key_values=cache, position_ids=positions, use_cache=True)
+                     past_key_values=prompt.past_key_values, position_ids=positions, use_cache=True)
         logits = torch.cat([logits, rest.logits], dim=1)
     return _logprobs_of(logits, completion_ids, temperature, with_entropy)
 

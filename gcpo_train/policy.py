@@ -77,6 +77,17 @@ def forward_parameters(model) -> set:
     return set(inspect.signature(base.forward).parameters)
 
 
+def run_prompt_once(model, prompt_ids, repeats: int, attention_mask=None):
+    """The forward of one prompt (1, P) with its keys/values then repeated ``repeats`` times in
+    the batch (``Cache.batch_repeat_interleave``): the cache the G rollouts of a group continue
+    from, computed once instead of G times. Only the last position's logits are kept where the
+    model allows it. Returns the model output (``.logits``, ``.past_key_values``)."""
+    keep = {"logits_to_keep": 1} if "logits_to_keep" in forward_parameters(model) else {}
+    out = model(input_ids=prompt_ids, attention_mask=attention_mask, use_cache=True, **keep)
+    out.past_key_values.batch_repeat_interleave(repeats)
+    return out
+
+
 @dataclass
 class GroupBatch:
     """One generation batch: Q prompts × G rollouts, rows ordered prompt-major."""
@@ -184,9 +195,7 @@ def _generate(model, tokenizer, prompts, group_size, *, max_new_tokens, temperat
             # the G rollouts of one prompt share its prefill: run the prompt once, repeat its
             # keys/values G times and let generate() continue from them (same samples, 1/G of the
             # prefill's cost)
-            keep = {"logits_to_keep": 1} if "logits_to_keep" in forward_parameters(model) else {}
-            cache = model(input_ids=ids[:, :-1], attention_mask=att[:, :-1], use_cache=True, **keep).past_key_values
-            cache.batch_repeat_interleave(group_size)
+            cache = run_prompt_once(model, ids[:, :-1], group_size, attention_mask=att[:, :-1]).past_key_values
             kwargs.update(num_return_sequences=1, past_key_values=cache)
             seqs = model.generate(input_ids=ids.repeat_interleave(group_size, dim=0),
                                   attention_mask=att.repeat_interleave(group_size, dim=0), **kwargs)

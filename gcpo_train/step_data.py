@@ -20,7 +20,6 @@ class Rollouts:
     """One step's groups on this process: Q queries × G rollouts, rows query-major."""
     queries: pd.DataFrame
     batch: object                            # policy.GroupBatch: token ids, masks, texts
-    positions: list = None                   # each query's place among the step's queries (all processes)
     rewards: np.ndarray = None               # (Q·G,)
     answers: list = None                     # extracted answers (QA) or boxed answers (math)
     reward_failed: np.ndarray = None         # (Q·G,) the reward function raised: reward set to 0

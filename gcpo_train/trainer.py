@@ -52,7 +52,6 @@ from .splits import load_split, query_indices
 from .step_data import BeforeUpdate, Rollouts, StepTimer, UpdateStats, rollouts_frame, summarize_step
 
 
-
 def step_seed(seed: int, step: int, *more: int) -> int:
     """A 32-bit seed derived from (seed, step, ...) with numpy's SeedSequence."""
     return int(np.random.SeedSequence([int(seed), int(step), *map(int, more)]).generate_state(1)[0])
@@ -208,7 +207,7 @@ class GRPOTrainer:
                                 device=self.accelerator.device,
                                 seeds=[step_seed(cfg.seed, step, k) for k in positions],
                                 share_prompt=self.share_prompt)
-        return Rollouts(queries=queries, batch=batch, positions=positions)
+        return Rollouts(queries=queries, batch=batch)
 
     def _score(self, rollouts: Rollouts) -> None:
         """Task rewards and extracted answers of every rollout. A rollout whose reward function
