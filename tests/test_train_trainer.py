@@ -247,3 +247,13 @@ def test_two_processes_equal_one_process(tmp_path):
         assert w1.keys() == w2.keys()
         for key in w1:  # float32 rounding, which Adam's 1/sqrt(v) magnifies where gradients are ~0
             assert (w2[key] - w1[key]).abs().max() <= 1e-3 * w1[key].abs().max(), key
+
+
+def test_fewer_queries_than_processes_is_refused(tmp_path, monkeypatch):
+    """Each process generates whole groups: a step with fewer queries than processes would leave
+    one without work (and DDP waiting on it), so it is refused before the model loads."""
+    import accelerate
+
+    monkeypatch.setattr(accelerate.Accelerator, "num_processes", property(lambda self: 2))
+    with pytest.raises(ValueError, match=r"queries_per_step \(1\) must be at least the number of processes \(2\)"):
+        make(tmp_path, queries_per_step=1)
