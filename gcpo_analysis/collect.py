@@ -124,13 +124,40 @@ def _query_parts(model, tokenizer, index, row, *, G, temperature, top_p, max_new
         group["grad_var"] = gradient_variance(K, grpo_advantages(rewards))
         group["grad_norm2_mean"] = float(np.mean(np.diag(K)))
         group["t_gradvar"] = time.perf_counter() - t0
-    return pd.DataFrame(rows), pd.DataFrame([group])
+        return pd.DataFrame(rows), pd.DataFrame([group]), gram_frame(qid, K)
+    return pd.DataFrame(rows), pd.DataFrame([group]), None
+
+
+def gram_frame(query_id, K) -> pd.DataFrame:
+    """A group's Gram matrix K_ij = g_i . g_j (gradients of the sequence log-probabilities,
+    before any advantage weighting) in long form: one row per (i, j), the full G x G matrix,
+    i and j being the rollout ids of the rollouts frame."""
+    K = np.asarray(K, dtype=np.float64)
+    G = K.shape[0]
+    i, j = np.divmod(np.arange(G * G), G)
+    return pd.DataFrame({"query_id": [query_id] * (G * G), "i": i, "j": j, "k": K.reshape(-1)})
+
+
+def grams_by_query(frame: pd.DataFrame) -> dict:
+    """{query_id: G x G array} from a ``grams.parquet`` frame (``gram_frame`` rows); refuses a
+    group whose rows do not form a full square matrix, naming it."""
+    out = {}
+    for qid, part in frame.groupby("query_id", sort=False):
+        G = int(part["i"].max()) + 1
+        if len(part) != G * G or int(part["j"].max()) + 1 != G:
+            raise ValueError(f"grams: query {qid!r} has {len(part)} entries, not a full {G} x {G} matrix")
+        K = np.full((G, G), np.nan)
+        K[part["i"].to_numpy(), part["j"].to_numpy()] = part["k"].to_numpy()
+        if np.isnan(K).any():
+            raise ValueError(f"grams: query {qid!r} repeats an (i, j) entry")
+        out[qid] = K
+    return out
 
 
 def collect_rollouts(model, tokenizer, queries: pd.DataFrame, *, G: int = 16, temperature: float = 0.9,
                      top_p: float = 1.0, max_new_tokens: int = 32, reward_fn=None, answer_fn=None,
                      success_fn=None, grad_var: bool = True, params="all", out_dir=None, seed: int = 0,
-                     progress: bool = True, batch_generate: bool = True):
+                     progress: bool = True, batch_generate: bool = True, return_grams: bool = False):
     """Sample G rollouts per query and build the (rollouts, groups) frames (docs/conventions.md).
 
     queries: DataFrame with query_id, prompt (chat-formatted text), references (list[str]),
@@ -145,8 +172,10 @@ def collect_rollouts(model, tokenizer, queries: pd.DataFrame, *, G: int = 16, te
     ``batch_generate=False`` samples the G rollouts one call at a time (less memory).
 
     With ``out_dir``, each finished query is written atomically to
-    ``out_dir/parts/<k>_<query_id>.parquet`` (+ ``.groups.parquet``); a restarted call with
-    the same settings skips finished queries. Returns the frames in query order.
+    ``out_dir/parts/<k>_<query_id>.parquet`` (+ ``.gram.parquet``, ``.groups.parquet``); a
+    restarted call with the same settings skips finished queries. Returns the frames in query
+    order; with ``return_grams`` (and ``grad_var``) also the groups' Gram matrices as one
+    ``gram_frame`` (None when a part from an older run has none).
     """
     if G < 1:
         raise ValueError(f"G must be >= 1, got {G}")
@@ -172,24 +201,32 @@ def collect_rollouts(model, tokenizer, queries: pd.DataFrame, *, G: int = 16, te
         else:
             cfg_path.write_text(json.dumps(settings))
     tqdm = require("tqdm").tqdm
-    rollouts, groups = [], []
+    rollouts, groups, grams = [], [], []
     for k, (_, row) in enumerate(tqdm(list(queries.iterrows()), desc="collect", disable=not progress)):
         stem = f"{k:05d}_{_safe(row['query_id'])}"
         if parts is not None and (parts / f"{stem}.groups.parquet").exists():
             rollouts.append(pd.read_parquet(parts / f"{stem}.parquet"))
             groups.append(pd.read_parquet(parts / f"{stem}.groups.parquet"))
+            gram_part = parts / f"{stem}.gram.parquet"
+            grams.append(pd.read_parquet(gram_part) if gram_part.exists() else None)
             continue
-        r, g = _query_parts(model, tokenizer, k, row, G=G, temperature=temperature, top_p=top_p,
+        r, g, K = _query_parts(model, tokenizer, k, row, G=G, temperature=temperature, top_p=top_p,
                             max_new_tokens=max_new_tokens, reward_fn=reward_fn, answer_fn=answer_fn,
                             success_fn=success_fn, grad_var=grad_var, params=params,
                             batch_generate=batch_generate, seed=seed)
         if parts is not None:  # the groups part last: its presence marks the query finished
             write_frame(r, parts / f"{stem}.parquet")
+            if K is not None:
+                write_frame(K, parts / f"{stem}.gram.parquet")
             write_frame(g, parts / f"{stem}.groups.parquet")
         rollouts.append(r)
         groups.append(g)
+        grams.append(K)
     if not rollouts:
         raise ValueError("queries frame is empty")
     ro = validate_rollouts(pd.concat(rollouts, ignore_index=True))
     gr = validate_groups(pd.concat(groups, ignore_index=True))
-    return ro, gr
+    if not return_grams:
+        return ro, gr
+    gm = None if (not grams or any(x is None for x in grams)) else pd.concat(grams, ignore_index=True)
+    return ro, gr, gm

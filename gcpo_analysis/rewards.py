@@ -39,6 +39,7 @@ TASK_OF_DATASET = {
     "math500": "math",
     "aime24": "math",
     "olympiadbench": "math",
+    "asdiv": "math",
 }
 TASKS = ("qa_f1", "hotpot", "math")
 REWARD_MAX = 2.0

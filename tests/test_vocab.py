@@ -13,7 +13,7 @@ from gcpo_analysis.cli import main
 from gcpo_analysis.frames import read_frame
 from gcpo_analysis.measures.modulators import MODULATORS
 from gcpo_analysis.measures.score import MEASURES, score_groups
-from gcpo_analysis.study import _ROLLOUT_KEYS, StudyConfig, _settings_hash
+from gcpo_analysis.study import _ROLLOUT_KEYS, StudyConfig, _rollout_settings, _settings_hash
 from conftest import HashEmbedder
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -161,7 +161,9 @@ def test_an_old_run_card_still_loads_and_resumes():
         cfg = StudyConfig(**card["settings"])
     assert cfg.nli_threshold == 0.35 and "threshold" not in asdict(cfg)  # a new card says nli_threshold
     # a killed run restarts when parts/settings.json holds the same hash: the rename left it alone
-    assert _settings_hash(StudyConfig(), _ROLLOUT_KEYS) == "43d2c4e779ed2d4a"
+    # (and max_int_answer, added later, is hashed only when set)
+    assert _settings_hash(_rollout_settings(StudyConfig())) == "43d2c4e779ed2d4a"
+    assert set(_rollout_settings(StudyConfig())) == set(_ROLLOUT_KEYS)
 
 
 def test_the_old_name_warning_points_at_the_caller():
