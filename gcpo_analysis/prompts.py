@@ -11,6 +11,14 @@ PROMPT_TEMPLATES = {
     "hotpot": ("Answer the question based on the passages. Give only a short answer "
                "(yes or no for yes/no questions).\n\nPassages:\n{context}\n\nQuestion: {question}\nAnswer:"),
     "math": "{question}\nPlease reason step by step, and put your final answer within \\boxed{{}}.",
+    # One worked one-line example before the problem: a 135M policy told to "reason step by step"
+    # rambles past any small token budget (cpu-math pilot: 96% of completions cut at 48 tokens,
+    # 5% correct); shown the format, it often writes "a + b = c. The answer is \boxed{c}.".
+    "math_one_shot": (
+        "Example: Tom has 3 apples. He buys 4 more apples. How many apples does Tom have now?\n"
+        "Solution: 3 + 4 = 7. The answer is \\boxed{{7}}.\n\n"
+        "Now solve this problem the same way.\n{question}\nSolution:"
+    ),
 }
 
 
@@ -34,24 +42,28 @@ def _truncate(text: str, max_tokens: int | None, tokenizer) -> str:
     return tokenizer.decode(ids[:max_tokens], skip_special_tokens=True)
 
 
-def build_messages(row, max_context_tokens: int | None = 256, tokenizer=None) -> list[dict]:
+def build_messages(row, max_context_tokens: int | None = 256, tokenizer=None, template: str | None = None) -> list[dict]:
     """[{"role": "user", "content": PROMPT_TEMPLATES[task].format(question, context)}] with no
     system message; the passage keeps its first ``max_context_tokens`` tokens (paper Appendix D
-    training setup; None keeps it whole). Math prompts carry no passage."""
+    training setup; None keeps it whole). Math prompts carry no passage. ``template`` names
+    another entry of PROMPT_TEMPLATES (e.g. "math_two_shot") to use instead of the task's."""
     task = row["task"] if "task" in row else None
     if task not in PROMPT_TEMPLATES:
         raise ValueError(f"row {row.get('query_id', '?')!r}: unknown task {task!r}")
+    if template is not None and template not in PROMPT_TEMPLATES:
+        raise ValueError(f"unknown prompt template {template!r}; choices: {', '.join(PROMPT_TEMPLATES)}")
     if max_context_tokens is not None and max_context_tokens < 0:
         raise ValueError(f"max_context_tokens must be >= 0, got {max_context_tokens}")
     context = _truncate(str(row.get("context") or ""), max_context_tokens, tokenizer)
-    content = PROMPT_TEMPLATES[task].format(question=str(row["question"]).strip(), context=context)
+    content = PROMPT_TEMPLATES[template or task].format(question=str(row["question"]).strip(), context=context)
     return [{"role": "user", "content": content}]
 
 
-def build_prompt(row, tokenizer, max_context_tokens: int | None = 256, chat: bool = True) -> str:
+def build_prompt(row, tokenizer, max_context_tokens: int | None = 256, chat: bool = True,
+                 template: str | None = None) -> str:
     """The generation prompt: ``tokenizer.apply_chat_template(build_messages(...), tokenize=False,
     add_generation_prompt=True)``; ``chat=False`` gives the plain user text."""
-    messages = build_messages(row, max_context_tokens=max_context_tokens, tokenizer=tokenizer)
+    messages = build_messages(row, max_context_tokens=max_context_tokens, tokenizer=tokenizer, template=template)
     if not chat:
         return messages[0]["content"]
     if tokenizer is None or not getattr(tokenizer, "chat_template", None):

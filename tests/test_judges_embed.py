@@ -192,3 +192,25 @@ def test_embedding_judge_memo_is_bounded():
     assert fake.seen == ["a", "b", "c"] and len(j._memo) == 2
     p = j.entailment(["x"], ["x"])
     assert p[0] == pytest.approx(1.0)  # cos = 1 maps to 1
+
+
+def test_the_math_judge_clusters_final_answers_while_full_completions_are_embedded(hash_embedder):
+    import pandas as pd
+
+    from gcpo_analysis.measures import score_groups
+    from gcpo_analysis.measures.prepare import prepare_groups
+
+    completions = ["3 + 6 = 9. The answer is \\boxed{9}.", "Nine apples in all, so \\boxed{9}",
+                   "7 + 2 = 10. The answer is \\boxed{10}.", "I think it is \\boxed{9.0}"]
+    rollouts = pd.DataFrame({"query_id": 0, "rollout_id": range(4), "completion": completions,
+                             "answer": ["9", "9", "10", "9.0"], "reward": [2.0, 2.0, 0.0, 2.0]})
+    groups = score_groups(rollouts, ["se", "bot", "cd"], judge="math", embedder=hash_embedder,
+                          use_full_completion=True, progress=False)
+    assert groups.loc[0, "n_clusters"] == 2  # {9, 9, 9.0} and {10}; derivations alone: 4 singletons
+    assert np.isclose(groups.loc[0, "se"], -(0.75 * np.log(0.75) + 0.25 * np.log(0.25)))
+    assert groups.attrs["gcpo"]["judge"]["clusters"] == "extracted answers"
+    # the embeddings (CD) are still those of the full completions, not of the answers
+    by_answer = score_groups(rollouts, ["cd"], embedder=hash_embedder, progress=False)
+    assert groups.loc[0, "cd"] != by_answer.loc[0, "cd"]
+    with pytest.raises(ValueError, match="compares final answers: pass answers="):
+        prepare_groups([completions], [np.zeros(4)], {"clusters"}, judge="math")

@@ -3,6 +3,7 @@ import json
 import os
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -149,3 +150,18 @@ def test_from_rollouts_refuses_to_write_over_what_it_reads(study, capsys):
     rc = main(["study", "--from-rollouts", str(out / "rollouts.parquet"), "--output", str(out)])
     assert rc == 2 and "which this re-analysis reads" in capsys.readouterr().err
     assert (out / "groups.parquet").read_bytes() == before
+
+
+def test_pilot_gate_bounds():
+    from gcpo_analysis.study import pilot_gate
+
+    def groups(success, v):
+        return pd.DataFrame({"success_rate": success, "grad_var": v})
+
+    ok = pilot_gate(groups([0.125, 0.0, 0.25, 0.0, 0.125], [1.0, 0.0, 2.0, 0.0, 0.5]))
+    assert ok["passed"] and ok["n_queries"] == 5 and ok["frac_v_positive"] == 0.6
+    assert np.isclose(ok["mean_success"], 0.1)
+    assert not pilot_gate(groups([0.05, 0.0, 0.0, 0.0], [1.0, 1.0, 0.0, 0.0]))["passed"]  # too hard
+    assert not pilot_gate(groups([0.95] * 4, [1.0, 1.0, 1.0, 1.0]))["passed"]  # solved
+    assert pilot_gate(groups([0.5] * 5, [1.0, 0.0, 0.0, 0.0, 1.0]))["passed"]  # 40% with V > 0: enough
+    assert not pilot_gate(groups([0.5] * 5, [1.0, 0.0, 0.0, 0.0, 0.0]))["passed"]  # 20%: too few

@@ -231,7 +231,10 @@ class _RuleJudge:
         return np.array([float(score(p, h)) for p, h in zip(premises, hypotheses)], dtype=np.float64)
 
     def describe(self) -> dict:
-        return {"kind": self.name, "model": None, "score": self.rule}
+        out = {"kind": self.name, "model": None, "score": self.rule}
+        if getattr(self, "clusters_answers", False):
+            out["clusters"] = "extracted answers"
+        return out
 
 
 class LexicalJudge(_RuleJudge):
@@ -255,10 +258,14 @@ class MathJudge(_RuleJudge):
     """Offline judge for math answers: p = 1 if the two answers are equivalent, else 0.
 
     Equivalence is ``gcpo_analysis.rewards.math_equiv``, the math reward's rule (docs/conventions.md).
+    It compares final answers, never derivations (``clusters_answers``): ``prepare_groups`` hands
+    it the extracted answers even where the full completions are embedded (Appendix E: math
+    clusters by answer equivalence, embeds the completion).
     """
 
     name = "math"
     rule = "gcpo_analysis.rewards.math_equiv"
+    clusters_answers = True
 
     def _rule(self):
         from ..rewards import math_equiv

@@ -51,7 +51,9 @@ def prepare_groups(texts, rewards, needs, *, embedder=None, judge=None, nli_thre
     """One ``GroupRollouts`` per group, and the clustering's counts ({} without clustering).
 
     texts: one list of G_q strings per group, what is embedded and clustered (the extracted
-    answer for QA, the full completion for math). rewards: one array of G_q per group.
+    answer for QA, the full completion for math). A judge that compares final answers
+    (``clusters_answers``: the math judge, answer equivalence) clusters ``answers`` instead:
+    two full derivations are never "equivalent", their final answers are. rewards: one array of G_q per group.
     needs: names from ``Modulator.needs`` / ``score.MEASURES``. embedder, judge: objects or
     specs (``measurement_tools``). embedding_dtype: cast the embeddings (None keeps the
     embedder's dtype). answers, token_entropy, logprobs, ratio_var, n_tokens: optional, one
@@ -69,7 +71,13 @@ def prepare_groups(texts, rewards, needs, *, embedder=None, judge=None, nli_thre
         if embedding_dtype is not None:
             embeddings = [np.asarray(e, dtype=embedding_dtype) for e in embeddings]
     if CLUSTERS in needs:
-        clusters, stats = batched_greedy_clusters(texts, judge, threshold=nli_threshold, progress=progress)
+        clustered = texts
+        if getattr(judge, "clusters_answers", False):
+            if answers is None:
+                raise ValueError(f"the {judge.describe()['kind']!r} judge compares final answers: pass answers= "
+                                 "(the extracted answer of every rollout)")
+            clustered = answers
+        clusters, stats = batched_greedy_clusters(clustered, judge, threshold=nli_threshold, progress=progress)
     given = dict(token_entropy=token_entropy, logprobs=logprobs, ratio_var=ratio_var)
     kept = {name: values for name, values in given.items() if values is not None and name in needs}
     if "logprobs" in kept and n_tokens is not None:

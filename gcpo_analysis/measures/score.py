@@ -127,7 +127,8 @@ def score_groups(
         embedder = make_embedder(embedder)  # the frame's embeddings are always de-duplicated and normalised
     embedder, judge = measurement_tools(needs, embedder, judge)
     prepared, stats = prepare_groups(texts, rewards, needs, embedder=embedder, judge=judge,
-                                     nli_threshold=nli_threshold, progress=progress)
+                                     nli_threshold=nli_threshold, progress=progress,
+                                     answers=[g["answer"].tolist() for g in groups])
     embeddings = [g.embeddings for g in prepared]
     clusters = [g.clusters for g in prepared]
     if EMBEDDINGS in needs:
