@@ -190,6 +190,54 @@ def decomposition(result, path=None):
     return fig
 
 
+def size_control(result, path=None):
+    """Our addition, not the paper's: the gradient-size control (``gcpo_analysis.size_control``).
+
+    Three panels, one per statistic: (a) the rank partial rho(u, V | mean||g||^2), (b) rho(u,
+    V / mean||g||^2), (c) rho(u, mean||g||^2); in each, the pooled groups and the V > 0 groups
+    side by side ((c) also V = 0), every point with its 95% percentile bootstrap CI.
+    ``result``: a GapStudyResult or its ``size_control`` frame.
+    """
+    is_result = isinstance(result, GapStudyResult)
+    d = result.size_control if is_result else result
+    if d is None or len(d) == 0:
+        raise ValueError("size_control: this result has no size_control table (the groups frame had no "
+                         "grad_norm2_mean, or it was saved before the table existed)")
+    missing = [c for c in ("subset", "statistic", "measure", "rho", "ci_low", "ci_high", "n") if c not in d.columns]
+    if missing:
+        raise ValueError(f"size_control: column(s) {missing} missing from the size_control frame")
+    d = _label(d)
+    labels = list(dict.fromkeys(d["label"]))
+    subsets = [("all", "all groups"), ("v_pos", "V > 0"), ("v_zero", "V = 0")]
+    palette = dict(zip([s for s, _ in subsets], sns.color_palette("deep")))
+    fig, ax = plt.subplots(1, 3, figsize=(15, 4.4), layout="constrained", sharey=True)
+    titles = {"partial": "(a) rank partial ρ(u, V | mean‖g‖²)", "ratio": "(b) ρ(u, V / mean‖g‖²)",
+              "norm": "(c) ρ(u, mean‖g‖²)"}
+    for a, (stat, title) in zip(ax, titles.items()):
+        part = d[d["statistic"] == stat]
+        present = [(s, lab) for s, lab in subsets if s in set(part["subset"])]
+        width = 0.8 / max(len(present), 1)
+        for k, (sub, lab) in enumerate(present):
+            rows = part[part["subset"] == sub].set_index("label").reindex(labels)
+            x = np.arange(len(labels)) + (k - (len(present) - 1) / 2) * width
+            ok = rows["rho"].notna().to_numpy()
+            y, lo, hi = (rows[c].to_numpy(float)[ok] for c in ("rho", "ci_low", "ci_high"))
+            n = int(rows["n"].dropna().iloc[0])
+            a.errorbar(x[ok], y, yerr=[y - lo, hi - y], fmt="o", color=palette[sub], capsize=3,
+                       label=f"{lab} (N = {n})")
+        a.axhline(0, color="grey", lw=1, ls="--")
+        a.set(title=title, ylabel="ρ")
+        a.title.set_fontsize(10)
+        _measure_ticks(a, labels)
+    handles = {lab: h for a in ax for h, lab in zip(*a.get_legend_handles_labels())}  # one legend for all panels
+    fig.legend(handles.values(), handles.keys(), loc="outside lower center", ncol=len(handles), fontsize=9)
+    name = _human(getattr(result, "name", "")) if is_result else ""
+    fig.suptitle(f"{name + ': ' if name else ''}gradient size, controlled — our addition, not the paper's "
+                 "(95% bootstrap CIs)", fontsize=12)
+    if path is not None:
+        save_figure(fig, path)
+    return fig
+
 def ablation_plot(frame: pd.DataFrame, x: str = "alpha", y: str = "f1", hue: str = "method", path=None):
     """Figure 4: a training metric ``y`` against the strength ``x`` (alpha_base) per ``hue``,
     mean ± sd over the rows sharing (x, hue) (e.g. seeds)."""

@@ -6,7 +6,11 @@ Pure numpy cores, pandas adapters on top. Per measure u and target V (docs/conve
 * retrieval of H = top ``top_frac`` of queries by V: AUC = P(u(q+) > u(q-)) (ties count 1/2,
   sklearn.metrics.roc_auc_score) and precision@10% (App. D, "Identification");
 * paired bootstrap over queries of Delta = rho(ref, V) - rho(u, V) (App. D, "Robustness");
-* held-out k-fold regression V_hat = b0 + b1 u, MAE and Spearman on the held-out folds.
+* held-out k-fold regression V_hat = b0 + b1 u, MAE and Spearman on the held-out folds;
+* our additions: the V = 0 decomposition (``decomposition``), the paired retrieval bootstrap and
+  the gradient-size control (``size_control``: rho(u, V | mean||g||^2), rho(u, V / mean||g||^2),
+  rho(u, mean||g||^2)); every table that lists several measures carries Holm-adjusted p-values
+  (``*_holm``, statsmodels) beside the raw ones.
 
 Bad-input policy (tested in tests/test_stats.py):
 * NaN/inf in a measure or the target: those rows are dropped for that measure only, with a
@@ -30,6 +34,7 @@ import pandas as pd
 from scipy import stats as sps
 
 from .decomposition import paired_retrieval_bootstrap, v_zero_decomposition
+from .size_control import NORM_COLUMN, add_holm, size_control
 from .rank_stats import (  # noqa: F401  (re-exported: the rank statistics live in rank_stats)
     _draw_idx,
     _paired_frame,
@@ -128,12 +133,17 @@ def format_p(p: float) -> str:
 
 # --------------------------------------------------------------------------- the study
 _TABLE_COLUMNS = {
-    "spearman": ["measure", "rho", "p", "ci_low", "ci_high", "n"],
+    "spearman": ["measure", "rho", "p", "p_holm", "ci_low", "ci_high", "n"],
     "retrieval": ["measure", "auc", "precision_at_10", "n"],
-    "bootstrap": ["reference", "measure", "delta", "ci_low", "ci_high", "p_le_0"],
+    "bootstrap": ["reference", "measure", "delta", "ci_low", "ci_high", "p_le_0", "p_le_0_holm"],
     "heldout": ["measure", "mae_mean", "mae_std", "spearman_mean", "spearman_std", "n"],
-    "success": ["measure", "rho", "p", "n"],
+    "success": ["measure", "rho", "p", "p_holm", "n"],
 }
+
+
+def _raw_columns(key: str) -> list[str]:
+    """A table's columns before ``add_holm`` inserts the adjusted p-values."""
+    return [c for c in _TABLE_COLUMNS[key] if not c.endswith("_holm")]
 
 
 @dataclass
@@ -157,14 +167,17 @@ class GapStudyResult:
     # our additions (``gcpo_analysis.decomposition``), absent from results saved before them
     decomposition: pd.DataFrame | None = None
     retrieval_bootstrap: pd.DataFrame | None = None
+    size_control: pd.DataFrame | None = None
 
     def _paper_rows(self, table: pd.DataFrame) -> pd.DataFrame:
         cols = [m for m in _TABLE_ORDER if m in set(table["measure"])]
         t = table.set_index("measure")
         rho = {MEASURE_LABELS.get(m, m): round(float(t.loc[m, "rho"]), 3) for m in cols}
-        p = {MEASURE_LABELS.get(m, m): format_p(float(t.loc[m, "p"])) for m in cols}
-        index = pd.MultiIndex.from_tuples([(self.name, "Rho"), (self.name, "p")], names=["dataset", "row"])
-        return pd.DataFrame([rho, p], index=index)
+        rows = [rho] + [{MEASURE_LABELS.get(m, m): format_p(float(t.loc[m, c])) for m in cols}
+                        for c in ("p", "p_holm") if c in t.columns]
+        names = ["Rho", "p", "p (Holm)"][: len(rows)]
+        index = pd.MultiIndex.from_tuples([(self.name, r) for r in names], names=["dataset", "row"])
+        return pd.DataFrame(rows, index=index)
 
     def table3(self) -> pd.DataFrame:
         """Table 3 layout: Spearman rho with the success rate ('Rho' row) and its binned p ('p' row)."""
@@ -178,7 +191,7 @@ class GapStudyResult:
 
     def tables(self) -> dict[str, pd.DataFrame]:
         out = {k: getattr(self, k) for k in ("spearman", "retrieval", "bootstrap", "heldout")}
-        for key in ("success", "decomposition", "retrieval_bootstrap"):
+        for key in ("success", "decomposition", "retrieval_bootstrap", "size_control"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
         return out
@@ -194,7 +207,9 @@ class GapStudyResult:
         titles = {"decomposition": "decomposition (our addition, not the paper's: (a) AUC for 1[V > 0], "
                                    "(b) rho(u, V) within V > 0, (c) paired delta-rho within V > 0)",
                   "retrieval_bootstrap": "retrieval_bootstrap (our addition: paired bootstrap of AUC and "
-                                         "P@10% differences, reference minus u)"}
+                                         "P@10% differences, reference minus u)",
+                  "size_control": "size_control (our addition: rho(u, V | mean|g|^2), rho(u, V / mean|g|^2), "
+                                  "rho(u, mean|g|^2); pooled, V > 0, V = 0; delta = reference - u)"}
         for key, table in self.tables().items():
             parts += [f"\n## {titles.get(key, key)}", table.to_markdown(index=False, floatfmt=".4g")]
         return "\n".join(parts) + "\n"
@@ -223,7 +238,7 @@ class GapStudyResult:
                    heldout=tables["heldout"], success=tables.get("success"), settings=blob["settings"],
                    n_queries=blob["n_queries"], n_trimmed=blob["n_trimmed"], dropped=blob["dropped"],
                    name=blob["name"], decomposition=tables.get("decomposition"),
-                   retrieval_bootstrap=tables.get("retrieval_bootstrap"))
+                   retrieval_bootstrap=tables.get("retrieval_bootstrap"), size_control=tables.get("size_control"))
 
 
 def paper_table(results: dict, which: str = "table4") -> pd.DataFrame:
@@ -267,14 +282,17 @@ def _check_study_input(groups: pd.DataFrame, target: str, n_boot) -> None:
 def gap_study(groups: pd.DataFrame, measures=DEFAULT_MEASURES, target: str = "grad_var",
               reference: str = "bot", trim: float = 0.02, n_boot: int = 10_000, top_frac: float = 0.1,
               k_folds: int = 5, seed: int = 0, success_column: str = "success_rate",
-              level: float = 0.95, name: str = "data") -> GapStudyResult:
+              level: float = 0.95, name: str = "data", norm_column: str = NORM_COLUMN) -> GapStudyResult:
     """Run the gap study of App. D on a groups frame (docs/conventions.md "gap study").
 
     1. drop the ``trim`` queries with the largest target (``trim_top``);
     2. per measure u: Spearman rho(u, V) with p and a bootstrap percentile CI; AUC and
        precision@top_frac for H = top ``top_frac`` by V; k-fold held-out V_hat = b0 + b1 u;
        Spearman with ``success_column`` when it exists (Table 3);
-    3. paired bootstrap of Delta = rho(reference, V) - rho(u, V), percentile CIs.
+    3. paired bootstrap of Delta = rho(reference, V) - rho(u, V), percentile CIs;
+    4. our additions: the V = 0 decomposition, the retrieval bootstrap and, when ``norm_column``
+       is a column, the gradient-size control (``gcpo_analysis.size_control``); Holm-adjusted
+       p-values beside the raw ones in every table that lists several measures.
     All resamples come from ``np.random.default_rng(seed)``. See the module docstring for the
     bad-input policy.
     """
@@ -369,7 +387,7 @@ def gap_study(groups: pd.DataFrame, measures=DEFAULT_MEASURES, target: str = "gr
             rows_b.append(_paired_frame(np.column_stack([pair[reference], pair[m]]),
                                         [reference, m], reference, level, point))
     bootstrap = (pd.concat(rows_b, ignore_index=True) if rows_b
-                 else pd.DataFrame(columns=_TABLE_COLUMNS["bootstrap"]))
+                 else pd.DataFrame(columns=_raw_columns("bootstrap")))
     # Our additions on the rows where the target and every measure are finite (paired draws).
     common = ok_y & np.logical_and.reduce([masks[m] for m in measures])
     Xc = np.column_stack([_finite_column(frame, m)[common] for m in measures])
@@ -379,17 +397,25 @@ def gap_study(groups: pd.DataFrame, measures=DEFAULT_MEASURES, target: str = "gr
     if reference in measures and len(measures) > 1:
         idx = rng.integers(0, int(common.sum()), size=(n_boot, int(common.sum())))
         retrieval_boot = paired_retrieval_bootstrap(Xc, measures, y_all[common], reference, idx, top_frac, level)
+    size = None  # drawn after every other statistic, so the older tables keep their resamples
+    if norm_column in frame.columns:
+        size = size_control(Xc, measures, y_all[common], _finite_column(frame, norm_column)[common],
+                            reference if reference in measures else None, rng, n_boot=n_boot, level=level)
+    else:
+        warnings.warn(f"no {norm_column!r} column: the gradient-size control is skipped", stacklevel=2)
     settings = dict(measures=measures, target=target, reference=reference, trim=trim, n_boot=n_boot,
                     top_frac=top_frac, k_folds=k_folds, seed=seed, success_column=success_column,
-                    level=level, target_mean=float(np.nanmean(y_all)),
+                    level=level, target_mean=float(np.nanmean(y_all)), norm_column=norm_column,
+                    multiple_comparisons="Holm (statsmodels multipletests) over the measures of each table",
                     precision_tie_rule="expected precision under random tie-breaking",
                     top_rule="target >= k-th largest, k = round(top_frac N)")
     return GapStudyResult(
-        spearman=pd.DataFrame(rows_s, columns=_TABLE_COLUMNS["spearman"]),
+        spearman=add_holm(pd.DataFrame(rows_s, columns=_raw_columns("spearman"))),
         retrieval=pd.DataFrame(rows_r, columns=_TABLE_COLUMNS["retrieval"]),
-        bootstrap=bootstrap,
+        bootstrap=add_holm(bootstrap, "p_le_0"),
         heldout=pd.DataFrame(rows_h, columns=_TABLE_COLUMNS["heldout"]),
-        success=pd.DataFrame(rows_c, columns=_TABLE_COLUMNS["success"]) if has_success else None,
+        success=add_holm(pd.DataFrame(rows_c, columns=_raw_columns("success"))) if has_success else None,
         settings=settings, n_queries=len(frame), n_trimmed=n_trimmed, dropped=dropped, name=name,
-        decomposition=decomposition, retrieval_bootstrap=retrieval_boot,
+        decomposition=add_holm(decomposition, "rho_pos_p"),
+        retrieval_bootstrap=add_holm(retrieval_boot, "p_le_0", by=["metric"]), size_control=size,
     )

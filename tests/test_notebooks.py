@@ -173,8 +173,8 @@ def test_notebook_01_falls_back_to_the_shipped_study_and_shows_figures_inline(tm
     notes = [o["data"]["text/markdown"] for o in outputs if "text/markdown" in o.get("data", {})]
     assert any("showing the shipped run ../figures/default_study" in n for n in notes), notes
     assert any(o.get("name") == "stderr" and "UserWarning" in o["text"] for o in outputs)  # and a warning
-    assert sum("image/png" in o.get("data", {}) for o in outputs) == 3  # figure 1, heatmap, decomposition
+    assert sum("image/png" in o.get("data", {}) for o in outputs) == 4  # figure 1, heatmap, decomposition, size
     written = tmp_path / "runs" / "notebook01"  # the default run folder, not figures/
-    for stem in ("figure1", "correlations", "decomposition"):
+    for stem in ("figure1", "correlations", "decomposition", "size_control"):
         assert all((written / f"{stem}{s}").exists() for s in (".png", ".svg")), stem
     assert {p.name: p.stat().st_mtime_ns for p in (SHIPPED / "figures").iterdir()} == before

@@ -213,11 +213,13 @@ def test_tables_layout_format_and_roundtrip(tmp_path):
         res = S.gap_study(_frame(120), n_boot=100, name="NarrativeQA")
     t4 = res.table4()
     assert list(t4.columns) == ["Entropy", "SE", "CD", "BoT"]
-    assert t4.index.tolist() == [("NarrativeQA", "Rho"), ("NarrativeQA", "p")]
+    assert t4.index.tolist() == [("NarrativeQA", "Rho"), ("NarrativeQA", "p"), ("NarrativeQA", "p (Holm)")]
     assert t4.loc[("NarrativeQA", "p"), "BoT"] == "<0.001"
-    assert res.table3().shape == (2, 4)
+    sp = res.spearman.set_index("measure")
+    assert t4.loc[("NarrativeQA", "p (Holm)"), "SE"] == S.format_p(sp.loc["se", "p_holm"])
+    assert res.table3().shape == (3, 4)
     both = S.paper_table({"A": res, "B": res}, "table4")
-    assert both.shape == (4, 4)
+    assert both.shape == (6, 4)
     assert [S.format_p(p) for p in (1e-5, 0.01, 0.2, np.nan)] == ["<0.001", "<0.05", ">0.05", "nan"]
     res.save(tmp_path)
     assert {p.name for p in tmp_path.iterdir()} >= {"spearman.csv", "bootstrap.csv", "gap_study.json"}

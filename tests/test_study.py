@@ -45,7 +45,8 @@ def study(tiny_model_dir, tmp_path_factory):
 def test_study_writes_every_output(study):
     out, groups, result = study
     for name in ("rollouts.parquet", "groups.parquet", "run_card.json", "summary.md",
-                 "tables/table4_grad_var.md", "tables/table3_success_rate.csv", "tables/gap_study.json",
+                 "tables/spearman_grad_var.md", "tables/spearman_success_rate.csv", "tables/gap_study.json",
+                 "tables/size_control.csv", "figures/size_control.png",
                  "figures/figure1.png", "figures/figure1.svg", "figures/correlations.png"):
         assert (out / name).exists(), name
     assert len(groups) == 12 and (groups["G"] == 3).all()
