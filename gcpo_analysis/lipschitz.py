@@ -27,6 +27,10 @@ answer for QA, the full completion for math). What is reported (``summarise``):
   distance over groups that have both kinds of pair (Lipschitz: > 1), with a bootstrap CI over
   groups, and the AUC = P(d_g(different) > d_g(same)) from scipy's Mann-Whitney U, pooled over
   pairs, again with a bootstrap CI over groups.
+- gradient size held out: d_g mixes the gradients' directions with their sizes (||g_i||^2 grows
+  with a completion's length and surprise). The per-group Spearman of the gradients' cosine
+  distance 1 - K_ij / sqrt(K_ii K_jj) against d_e (``mean_rho_direction``) asks whether the
+  directions alone follow the embedding.
 
 Groups where a statistic is undefined are excluded from it and counted by reason in the summary:
 G < 3 (fewer than 3 pairs), constant embedding distances (e.g. all answers equal), constant
@@ -85,7 +89,10 @@ def group_pairs(K, E, clusters=None) -> pd.DataFrame:
         raise ValueError(f"{len(E)} embeddings for a {len(K)} x {len(K)} Gram matrix")
     i, j = np.triu_indices(len(K), 1)
     dg, de = gradient_distances(K)[i, j], embedding_distances(E)[i, j]
-    out = pd.DataFrame({"i": i, "j": j, "grad_dist": dg, "emb_dist": de})
+    norms = np.sqrt(np.clip(np.diag(K), 0.0, None))
+    with np.errstate(invalid="ignore", divide="ignore"):  # a zero gradient has no direction: NaN
+        cos = np.where(norms[i] * norms[j] > 0, K[i, j] / (norms[i] * norms[j]), np.nan)
+    out = pd.DataFrame({"i": i, "j": j, "grad_dist": dg, "emb_dist": de, "grad_cos_dist": 1.0 - cos})
     with np.errstate(invalid="ignore", divide="ignore"):
         out["grad_norm"] = dg / dg.mean() if len(dg) and dg.mean() > 0 else np.nan
         out["emb_norm"] = de / de.mean() if len(de) and de.mean() > 0 else np.nan
@@ -113,6 +120,15 @@ def group_stats(pairs: pd.DataFrame, G: int, n_clusters: int | None = None) -> d
     else:
         res = stats.spearmanr(dg, de)
         row["rho"], row["p"] = float(res.statistic), float(res.pvalue)
+    row["rho_direction"], row["direction_reason"] = np.nan, row["reason"]
+    dc = pairs["grad_cos_dist"].to_numpy() if "grad_cos_dist" in pairs.columns else np.full(len(pairs), np.nan)
+    if not row["reason"]:
+        if not np.isfinite(dc).all():
+            row["direction_reason"] = "a zero gradient: no direction"
+        elif np.ptp(dc) == 0:
+            row["direction_reason"] = "constant gradient directions"
+        else:
+            row["rho_direction"] = float(stats.spearmanr(dc, de).statistic)
     row.update(n_clusters=n_clusters, n_same=0, n_diff=0, same_mean=np.nan, diff_mean=np.nan, cluster_reason="")
     if "same_cluster" not in pairs.columns:
         row["cluster_reason"] = "no clusters"
@@ -204,10 +220,13 @@ def summarise(pairs: pd.DataFrame, per_group: pd.DataFrame, *, n_boot: int = N_B
               for q, p in pairs.groupby("query_id", sort=False)}
     q_rho, q_cl = rho_ok["query_id"].to_numpy(), cl_ok["query_id"].to_numpy()
     rho_values = rho_ok["rho"].to_numpy(float)
+    dir_values = per_group["rho_direction"].dropna().to_numpy(float)
     diff_m, same_m = cl_ok["diff_mean"].to_numpy(float), cl_ok["same_mean"].to_numpy(float)
     rng = np.random.default_rng(seed)
-    boot = {k: np.full(n_boot, np.nan) for k in ("mean_rho", "pooled", "pooled_g", "ratio", "auc")}
+    boot = {k: np.full(n_boot, np.nan) for k in ("mean_rho", "pooled", "pooled_g", "ratio", "auc", "direction")}
     for b in range(n_boot):
+        if len(dir_values):
+            boot["direction"][b] = dir_values[rng.integers(0, len(dir_values), len(dir_values))].mean()
         if len(q_rho):
             idx = rng.integers(0, len(q_rho), len(q_rho))
             boot["mean_rho"][b] = rho_values[idx].mean()
@@ -233,6 +252,9 @@ def summarise(pairs: pd.DataFrame, per_group: pd.DataFrame, *, n_boot: int = N_B
          pooled["pooled"], boot["pooled"], nan, len(rho_ok), rho_excl),
         ("pooled_rho_grad_norm_only", "Spearman over all pairs, d_g / group mean, raw d_e",
          pooled["pooled_g"], boot["pooled_g"], nan, len(rho_ok), rho_excl),
+        ("mean_rho_direction", "mean of per-group Spearman rho(1 - cos(g_i, g_j), d_e): gradient size held out",
+         dir_values.mean() if len(dir_values) else nan, boot["direction"], nan, len(dir_values),
+         _reasons(per_group, "direction_reason")),
         ("cluster_ratio", "mean different-cluster d_g / mean same-cluster d_g (d_g / group mean)",
          _ratio(diff_m, same_m), boot["ratio"], nan, len(cl_ok), cl_excl),
         ("cluster_auc", "AUC P(d_g different > d_g same), Mann-Whitney U (p treats pairs as independent)",
@@ -273,7 +295,7 @@ def lipschitz_pairs(grams: dict, embeddings: dict, clusters: dict | None = None)
     return pd.concat(pair_parts, ignore_index=True), pd.DataFrame(rows)
 
 
-def _group_inputs(rollouts: pd.DataFrame, grams, text_col: str):
+def _group_inputs(rollouts: pd.DataFrame, grams, text_col: str, cluster_col: str):
     from .collect import grams_by_query
 
     K = grams_by_query(grams) if isinstance(grams, pd.DataFrame) else dict(grams)
@@ -290,34 +312,46 @@ def _group_inputs(rollouts: pd.DataFrame, grams, text_col: str):
         if len(ids) != len(K[q]) or not np.array_equal(ids, np.arange(len(ids))):
             raise ValueError(f"query {q!r}: rollout ids {ids.tolist()} do not index its {len(K[q])} x {len(K[q])} Gram matrix")
     texts = [groups[q][text_col].astype(str).tolist() for q in order]
+    cluster_texts = [groups[q][cluster_col].astype(str).tolist() for q in order]
     rewards = [groups[q]["reward"].to_numpy(float) for q in order]
-    return order, K, texts, rewards
+    return order, K, texts, cluster_texts, rewards
 
 
 def lipschitz_study(rollouts: pd.DataFrame, grams, *, embedder=None, judge="embedding",
                     use_full_completion: bool = False, nli_threshold: float = NLI_THRESHOLD,
-                    n_boot: int = N_BOOT, seed: int = 0, return_pairs: bool = False):
+                    cluster_text: str | None = None, n_boot: int = N_BOOT, seed: int = 0,
+                    return_pairs: bool = False):
     """(per_group, summary) frames -- and the pairs frame with ``return_pairs`` -- from a
     rollouts frame and the groups' Gram matrices (a ``grams.parquet`` frame or {query_id: K}).
 
     Embeddings and clusters come from ``prepare_groups``, the builder ``score_groups`` uses,
     with the same embedder, judge and text (``use_full_completion``: the completion, as for
-    math; otherwise the extracted answer). The summary's ``attrs['lipschitz']`` records them.
+    math; otherwise the extracted answer). ``cluster_text`` ('answer' or 'completion') clusters
+    another column than the one embedded (None: the embedded one, as ``score_groups`` does):
+    for math, 'answer' clusters by the extracted final answers, the paper's answer equivalence,
+    while the full completions stay embedded. The summary's ``attrs['lipschitz']`` records all this.
     """
     from .measures.embed import make_embedder
     from .measures.prepare import measurement_tools, prepare_groups
 
     text_col = "completion" if use_full_completion else "answer"
-    order, K, texts, rewards = _group_inputs(rollouts, grams, text_col)
+    cluster_col = text_col if cluster_text is None else cluster_text
+    if cluster_col not in ("answer", "completion"):
+        raise ValueError(f"cluster_text must be 'answer', 'completion' or None, got {cluster_text!r}")
+    order, K, texts, cluster_texts, rewards = _group_inputs(rollouts, grams, text_col, cluster_col)
     needs = {EMBEDDINGS, CLUSTERS}
     # as score_groups: an embedder object is wrapped (de-duplicated, normalised), then the tools
     embedder, judge = measurement_tools(needs, make_embedder(embedder), judge)
-    prepared, cl_stats = prepare_groups(texts, rewards, needs, embedder=embedder, judge=judge,
-                                        nli_threshold=nli_threshold)
+    prepared, cl_stats = prepare_groups(texts, rewards, needs if cluster_col == text_col else {EMBEDDINGS},
+                                        embedder=embedder, judge=judge, nli_threshold=nli_threshold)
+    clustered = prepared
+    if cluster_col != text_col:
+        clustered, cl_stats = prepare_groups(cluster_texts, rewards, {CLUSTERS}, embedder=embedder, judge=judge,
+                                             nli_threshold=nli_threshold)
     pairs, per_group = lipschitz_pairs(K, {q: g.embeddings for q, g in zip(order, prepared)},
-                                       {q: g.clusters for q, g in zip(order, prepared)})
+                                       {q: g.clusters for q, g in zip(order, clustered)})
     summary = summarise(pairs, per_group, n_boot=n_boot, seed=seed)
-    summary.attrs["lipschitz"].update(text=text_col, embedder=embedder.describe(), judge=judge.describe(),
+    summary.attrs["lipschitz"].update(text=text_col, cluster_text=cluster_col, embedder=embedder.describe(), judge=judge.describe(),
                                       nli_threshold=nli_threshold, clustering=cl_stats)
     return (per_group, summary, pairs) if return_pairs else (per_group, summary)
 
@@ -337,7 +371,8 @@ def _card_settings(folder: Path) -> dict:
 def to_markdown(summary: pd.DataFrame, title: str = "") -> str:
     meta = summary.attrs.get("lipschitz", {})
     head = (f"{title}\n\nDo gradients follow the embedding? d_g = ||g_i - g_j||^2 from each group's Gram "
-            f"matrix, d_e = 1 - cos(e_i, e_j) of the measures' embeddings ({meta.get('text', '?')}), "
+            f"matrix, d_e = 1 - cos(e_i, e_j) of the measures' embeddings ({meta.get('text', '?')}), clusters of "
+            f"the {meta.get('judge', {}).get('kind', '?')} judge on the {meta.get('cluster_text', '?')}, "
             f"{meta.get('n_groups', '?')} groups, {meta.get('n_pairs', '?')} pairs; "
             f"{int(meta.get('level', LEVEL) * 100)}% percentile bootstrap CIs over groups "
             f"({meta.get('n_boot', '?')} resamples, seed {meta.get('seed', '?')}). "
@@ -346,11 +381,14 @@ def to_markdown(summary: pd.DataFrame, title: str = "") -> str:
     return head + summary[cols].to_markdown(index=False, floatfmt=".3f") + "\n"
 
 
-def write_lipschitz(folder, *, embedder=None, n_boot: int = N_BOOT, seed: int = 0):
+def write_lipschitz(folder, *, embedder=None, n_boot: int = N_BOOT, seed: int = 0, queries=None,
+                    name: str = "lipschitz", cluster_text: str | None = None):
     """Read ``folder``'s rollouts.parquet, grams.parquet and run_card.json (dataset, judge,
-    embedder, nli_threshold), run ``lipschitz_study`` and write tables/lipschitz.{md,csv},
-    tables/lipschitz_groups.csv, tables/lipschitz_meta.json and figures/lipschitz.{png,svg}.
-    ``embedder`` overrides the card's (an object, for tests). Returns (per_group, summary)."""
+    embedder, nli_threshold), run ``lipschitz_study`` and write tables/<name>.{md,csv},
+    tables/<name>_groups.csv, tables/<name>_meta.json and figures/<name>.{png,svg}.
+    ``embedder`` overrides the card's (an object, for tests); ``queries`` keeps only those
+    query ids (a sensitivity check; None keeps all); ``cluster_text`` as in ``lipschitz_study``.
+    Returns (per_group, summary)."""
     from . import plots
     from .frames import read_frame
 
@@ -360,21 +398,30 @@ def write_lipschitz(folder, *, embedder=None, n_boot: int = N_BOOT, seed: int = 
     if not grams_file.exists():
         raise FileNotFoundError(f"{grams_file} is missing (older runs: scripts/recompute_grams.py rebuilds it)")
     rollouts = read_frame(folder / "rollouts.parquet", kind="rollouts")
+    grams = pd.read_parquet(grams_file)
+    if queries is not None:
+        keep = set(queries)
+        unknown = keep - set(rollouts["query_id"])
+        if unknown:
+            raise ValueError(f"{len(unknown)} query id(s) to keep are not in {folder}, e.g. {sorted(unknown)[0]!r}")
+        rollouts, grams = rollouts[rollouts["query_id"].isin(keep)], grams[grams["query_id"].isin(keep)]
     threshold = settings.get("nli_threshold", settings.get("threshold", NLI_THRESHOLD))
     per_group, summary, pairs = lipschitz_study(
-        rollouts, pd.read_parquet(grams_file), embedder=embedder if embedder is not None else settings.get("embedder"),
+        rollouts, grams, embedder=embedder if embedder is not None else settings.get("embedder"),
         judge=settings["judge"], use_full_completion=settings["dataset"] in MATH_DATASETS,
-        nli_threshold=threshold, n_boot=n_boot, seed=seed, return_pairs=True)
-    meta = dict(summary.attrs["lipschitz"], dataset=settings["dataset"], source=str(folder))
+        nli_threshold=threshold, cluster_text=cluster_text, n_boot=n_boot, seed=seed, return_pairs=True)
+    meta = dict(summary.attrs["lipschitz"], dataset=settings["dataset"], source=str(folder),
+                queries="all" if queries is None else sorted(keep))
     tables, figs = folder / "tables", folder / "figures"
     tables.mkdir(exist_ok=True)
-    summary.to_csv(tables / "lipschitz.csv", index=False)
-    per_group.to_csv(tables / "lipschitz_groups.csv", index=False)
-    (tables / "lipschitz.md").write_text(to_markdown(summary, f"# Lipschitz check: {settings['dataset']}"))
-    (tables / "lipschitz_meta.json").write_text(json.dumps(meta, indent=2, default=str))
+    summary.to_csv(tables / f"{name}.csv", index=False)
+    per_group.to_csv(tables / f"{name}_groups.csv", index=False)
+    subset = "" if queries is None else f" ({len(keep)} selected queries)"
+    (tables / f"{name}.md").write_text(to_markdown(summary, f"# Lipschitz check: {settings['dataset']}{subset}"))
+    (tables / f"{name}_meta.json").write_text(json.dumps(meta, indent=2, default=str))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # tight_layout notes on tiny test figures
-        fig = plots.lipschitz_plot(pairs, per_group, summary, path=figs / "lipschitz", title=settings["dataset"])
+        fig = plots.lipschitz_plot(pairs, per_group, summary, path=figs / name, title=settings["dataset"])
     import matplotlib.pyplot as plt
 
     plt.close(fig)

@@ -347,7 +347,8 @@ def lipschitz_plot(pairs: pd.DataFrame, per_group: pd.DataFrame, summary: pd.Dat
         ax[0].legend(fontsize=8, loc="lower left")
     ax[0].axvline(0, color="grey", lw=0.8)
     ax[0].set(xlim=(-1.05, 1.05), ylim=(-0.5, 0.5), yticks=[], xlabel="Spearman ρ(‖g_i − g_j‖², 1 − cos(e_i, e_j))",
-              title=f"(a) per group: {len(rho)} of {len(per_group)} groups\nmean ρ = {stat('mean_rho')}")
+              title=f"(a) per group: {len(rho)} of {len(per_group)} groups, mean ρ = {stat('mean_rho')}\n"
+                    f"gradient directions only, 1 − cos(g_i, g_j): mean ρ = {stat('mean_rho_direction')}")
 
     ok = pairs.dropna(subset=["grad_norm", "emb_norm"])
     ok = ok[ok["grad_norm"] > 0]

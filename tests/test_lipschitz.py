@@ -61,28 +61,32 @@ def test_statistics_against_independent_computation():
     pairs, per_group = lipschitz_pairs({q: v[0] for q, v in groups.items()}, {q: v[1] for q, v in groups.items()},
                                        {q: v[2] for q, v in groups.items()})
     summary = summarise(pairs, per_group, n_boot=50).set_index("statistic")
-    rows, rhos, ratios_same, ratios_diff = [], [], [], []
+    rows, rhos, ratios_same, ratios_diff, directions = [], [], [], [], []
     for q, (_, e, lab, g) in groups.items():
-        dg, de, same = [], [], []
+        dg, de, same, dc = [], [], [], []
         for i in range(len(g)):
             for j in range(i + 1, len(g)):
                 dg.append(np.sum((g[i] - g[j]) ** 2))
+                dc.append(1 - g[i] @ g[j] / np.linalg.norm(g[i]) / np.linalg.norm(g[j]))
                 de.append(1 - e[i] @ e[j] / np.linalg.norm(e[i]) / np.linalg.norm(e[j]))
                 same.append(lab[i] == lab[j])
         dg, de, same = np.array(dg), np.array(de), np.array(same)
         rhos.append(pd.Series(dg).corr(pd.Series(de), method="spearman"))
+        directions.append(pd.Series(dc).corr(pd.Series(de), method="spearman"))
         rows.append(pd.DataFrame({"g": dg / dg.mean(), "e": de / de.mean(), "same": same}))
         ratios_same.append(dg[same].mean() / dg.mean())
         ratios_diff.append(dg[~same].mean() / dg.mean())
     np.testing.assert_allclose(per_group["rho"], rhos, atol=1e-12)
     assert summary.loc["mean_rho", "estimate"] == pytest.approx(np.mean(rhos))
+    np.testing.assert_allclose(per_group["rho_direction"], directions, atol=1e-12)
+    assert summary.loc["mean_rho_direction", "estimate"] == pytest.approx(np.mean(directions))
     allp = pd.concat(rows, ignore_index=True)
     assert summary.loc["pooled_rho", "estimate"] == pytest.approx(allp["g"].corr(allp["e"], method="spearman"))
     assert summary.loc["cluster_ratio", "estimate"] == pytest.approx(np.mean(ratios_diff) / np.mean(ratios_same))
     d, s = allp.loc[~allp["same"], "g"].to_numpy(), allp.loc[allp["same"], "g"].to_numpy()
     auc = np.mean([(a > b) + 0.5 * (a == b) for a in d for b in s])
     assert summary.loc["cluster_auc", "estimate"] == pytest.approx(auc)
-    for stat in ("mean_rho", "pooled_rho", "cluster_ratio", "cluster_auc"):
+    for stat in ("mean_rho", "pooled_rho", "cluster_ratio", "cluster_auc", "mean_rho_direction"):
         lo, hi = summary.loc[stat, ["ci_low", "ci_high"]]
         assert lo <= hi and np.isfinite([lo, hi]).all()
 
@@ -149,6 +153,10 @@ def test_constant_gradient_distances_and_zero_gradients():
     row = group_stats(p, 3, 2)
     assert row["reason"] == "constant gradient distances"
     assert row["cluster_reason"].startswith("all gradients equal")
+    g = np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 2.0], [3.0, 1.0]])  # rollout 0 has a zero gradient
+    row = group_stats(group_pairs(g @ g.T, np.random.default_rng(3).normal(size=(4, 3))), 4)
+    assert np.isfinite(row["rho"]) and np.isnan(row["rho_direction"])
+    assert row["direction_reason"] == "a zero gradient: no direction"
 
 
 def _study_frames(G=6, n=4, seed=0):
@@ -182,6 +190,15 @@ def test_study_adapter_uses_the_measures_embeddings_and_checks_ids():
     assert per_group.loc[0, "rho"] == pytest.approx(expect)
     full, _ = lipschitz_study(rollouts, grams, embedder=HashEmbedder(), use_full_completion=True, n_boot=5)
     assert full.loc[0, "n_pairs"] == 15
+    # clusters of another column than the one embedded: the math judge on the answers
+    by_answer, s_answer = lipschitz_study(rollouts, grams, embedder=HashEmbedder(), use_full_completion=True,
+                                          judge="math", cluster_text="answer", n_boot=5)
+    expect_k = rollouts.groupby("query_id")["answer"].nunique()
+    assert by_answer.set_index("query_id")["n_clusters"].equals(expect_k.rename("n_clusters").astype(by_answer["n_clusters"].dtype))
+    np.testing.assert_allclose(by_answer["rho"], full["rho"])  # same embeddings: rho unchanged
+    assert s_answer.attrs["lipschitz"]["cluster_text"] == "answer" and s_answer.attrs["lipschitz"]["text"] == "completion"
+    with pytest.raises(ValueError, match="cluster_text"):
+        lipschitz_study(rollouts, grams, embedder=HashEmbedder(), cluster_text="prompt")
     with pytest.raises(ValueError, match="without a Gram matrix"):
         lipschitz_study(rollouts, grams[grams.query_id != "q2"], embedder=HashEmbedder())
     bad = rollouts.copy()
@@ -203,6 +220,12 @@ def test_write_lipschitz_from_a_study_folder(tmp_path):
     back = pd.read_csv(tmp_path / "tables" / "lipschitz.csv")
     np.testing.assert_allclose(back["estimate"], summary["estimate"])
     assert json.loads((tmp_path / "tables" / "lipschitz_meta.json").read_text())["nli_threshold"] == 0.35
+    sub, _ = write_lipschitz(tmp_path, embedder=HashEmbedder(), n_boot=5, queries=["q0", "q2", "q3"], name="sub")
+    assert list(sub["query_id"]) == ["q0", "q2", "q3"] and (tmp_path / "tables" / "sub.md").exists()
+    pd.testing.assert_frame_equal(sub.reset_index(drop=True),
+                                  per_group[per_group.query_id.isin(["q0", "q2", "q3"])].reset_index(drop=True))
+    with pytest.raises(ValueError, match="'q9'"):
+        write_lipschitz(tmp_path, embedder=HashEmbedder(), queries=["q0", "q9"])
     (tmp_path / "grams.parquet").unlink()
     with pytest.raises(FileNotFoundError, match="recompute_grams"):
         write_lipschitz(tmp_path, embedder=HashEmbedder())
