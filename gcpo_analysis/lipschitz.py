@@ -357,14 +357,16 @@ def lipschitz_study(rollouts: pd.DataFrame, grams, *, embedder=None, judge="embe
 
 
 # --------------------------------------------------------------------------- a study folder
-def _card_settings(folder: Path) -> dict:
+def _card_settings(folder: Path, settings: dict | None = None) -> dict:
     card_file = folder / "run_card.json"
-    if not card_file.exists():
-        raise FileNotFoundError(f"{card_file} is missing: the judge, embedder and dataset come from it")
-    settings = json.loads(card_file.read_text()).get("settings", {})
+    source = "the settings given" if settings is not None else str(card_file)
+    if settings is None:
+        if not card_file.exists():
+            raise FileNotFoundError(f"{card_file} is missing: the judge, embedder and dataset come from it")
+        settings = json.loads(card_file.read_text()).get("settings", {})
     for key in ("dataset", "judge"):
         if key not in settings:
-            raise ValueError(f"{card_file}: settings has no {key!r}")
+            raise ValueError(f"{source}: settings has no {key!r}")
     return settings
 
 
@@ -382,18 +384,19 @@ def to_markdown(summary: pd.DataFrame, title: str = "") -> str:
 
 
 def write_lipschitz(folder, *, embedder=None, n_boot: int = N_BOOT, seed: int = 0, queries=None,
-                    name: str = "lipschitz", cluster_text: str | None = None):
+                    name: str = "lipschitz", cluster_text: str | None = None, settings: dict | None = None):
     """Read ``folder``'s rollouts.parquet, grams.parquet and run_card.json (dataset, judge,
     embedder, nli_threshold), run ``lipschitz_study`` and write tables/<name>.{md,csv},
     tables/<name>_groups.csv, tables/<name>_meta.json and figures/<name>.{png,svg}.
-    ``embedder`` overrides the card's (an object, for tests); ``queries`` keeps only those
+    ``settings`` (a StudyConfig as a dict) stands in for the card's, for a study that has not
+    written its card yet. ``embedder`` overrides the card's (an object, for tests); ``queries`` keeps only those
     query ids (a sensitivity check; None keeps all); ``cluster_text`` as in ``lipschitz_study``.
     Returns (per_group, summary)."""
     from . import plots
     from .frames import read_frame
 
     folder = Path(folder)
-    settings = _card_settings(folder)
+    settings = _card_settings(folder, settings)
     grams_file = folder / "grams.parquet"
     if not grams_file.exists():
         raise FileNotFoundError(f"{grams_file} is missing (older runs: scripts/recompute_grams.py rebuilds it)")

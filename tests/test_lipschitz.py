@@ -224,11 +224,17 @@ def test_write_lipschitz_from_a_study_folder(tmp_path):
     assert list(sub["query_id"]) == ["q0", "q2", "q3"] and (tmp_path / "tables" / "sub.md").exists()
     pd.testing.assert_frame_equal(sub.reset_index(drop=True),
                                   per_group[per_group.query_id.isin(["q0", "q2", "q3"])].reset_index(drop=True))
+    (tmp_path / "run_card.json").unlink()  # a study that has not written its card: settings given
+    again, _ = write_lipschitz(tmp_path, embedder=HashEmbedder(), n_boot=5, name="again",
+                               settings={"dataset": "narrativeqa", "judge": "embedding", "nli_threshold": 0.35})
+    pd.testing.assert_frame_equal(again, per_group)
+    with pytest.raises(FileNotFoundError, match="run_card"):
+        write_lipschitz(tmp_path, embedder=HashEmbedder())
     with pytest.raises(ValueError, match="'q9'"):
-        write_lipschitz(tmp_path, embedder=HashEmbedder(), queries=["q0", "q9"])
+        write_lipschitz(tmp_path, embedder=HashEmbedder(), queries=["q0", "q9"], settings={"dataset": "x", "judge": "embedding"})
     (tmp_path / "grams.parquet").unlink()
     with pytest.raises(FileNotFoundError, match="recompute_grams"):
-        write_lipschitz(tmp_path, embedder=HashEmbedder())
+        write_lipschitz(tmp_path, embedder=HashEmbedder(), settings={"dataset": "x", "judge": "embedding"})
 
 
 def test_bootstrap_shortcuts_equal_scipy_with_ties():
