@@ -358,3 +358,74 @@ def simulation_gaps_plot(rho_table: pd.DataFrame, filter_table: pd.DataFrame, pa
     if path is not None:
         save_figure(fig, path)
     return fig
+
+
+def lipschitz_plot(pairs: pd.DataFrame, per_group: pd.DataFrame, summary: pd.DataFrame, path=None,
+                   title: str | None = None):
+    """Do gradients follow the embedding? (``gcpo_analysis.lipschitz``, paper App. C's assumption.)
+
+    (a) the per-group Spearman rho(d_g, d_e), one dot per group, with the mean and its bootstrap
+    CI; (b) every pair: d_e / group mean against d_g / group mean (log axis), with the median of
+    d_g in deciles of d_e and the pooled rho; (c) d_g / group mean of same-cluster and
+    different-cluster pairs, with the ratio of means and the AUC (bootstrap CIs over groups).
+    """
+    need = {"pairs": (pairs, ("query_id", "grad_norm", "emb_norm")), "per_group": (per_group, ("rho",)),
+            "summary": (summary, ("statistic", "estimate", "ci_low", "ci_high"))}
+    for name, (t, cols) in need.items():
+        missing = [c for c in cols if c not in t.columns]
+        if missing:
+            raise ValueError(f"lipschitz_plot: {name} lacks column(s) {missing}")
+    s = summary.set_index("statistic")
+    palette = sns.color_palette("deep")
+    fig, ax = plt.subplots(1, 3, figsize=(16, 4.6), layout="constrained")
+
+    def stat(name):
+        r = s.loc[name] if name in s.index else None
+        if r is None or not np.isfinite(r["estimate"]):
+            return "n/a"
+        return f"{r['estimate']:.2f} [{r['ci_low']:.2f}, {r['ci_high']:.2f}]"
+
+    rho = per_group["rho"].dropna().to_numpy()
+    jitter = np.random.default_rng(0).uniform(-0.15, 0.15, len(rho))
+    ax[0].scatter(rho, jitter, s=18, alpha=0.7, color=palette[0])
+    if "mean_rho" in s.index and np.isfinite(s.loc["mean_rho", "estimate"]):
+        m = s.loc["mean_rho"]
+        ax[0].errorbar([m["estimate"]], [0.3], xerr=[[m["estimate"] - m["ci_low"]], [m["ci_high"] - m["estimate"]]],
+                       fmt="D", color="black", capsize=4, label="mean, 95% CI")
+        ax[0].legend(fontsize=8, loc="lower left")
+    ax[0].axvline(0, color="grey", lw=0.8)
+    ax[0].set(xlim=(-1.05, 1.05), ylim=(-0.5, 0.5), yticks=[], xlabel="Spearman ρ(‖g_i − g_j‖², 1 − cos(e_i, e_j))",
+              title=f"(a) per group: {len(rho)} of {len(per_group)} groups, mean ρ = {stat('mean_rho')}\n"
+                    f"gradient directions only, 1 − cos(g_i, g_j): mean ρ = {stat('mean_rho_direction')}")
+
+    ok = pairs.dropna(subset=["grad_norm", "emb_norm"])
+    ok = ok[ok["grad_norm"] > 0]
+    ax[1].scatter(ok["emb_norm"], ok["grad_norm"], s=6, alpha=0.25, color=palette[0], rasterized=True)
+    if ok["emb_norm"].nunique() >= 10:
+        bins = pd.qcut(ok["emb_norm"], 10, duplicates="drop")
+        med = ok.groupby(bins, observed=True).agg(x=("emb_norm", "median"), y=("grad_norm", "median"))
+        ax[1].plot(med["x"], med["y"], "o-", color="black", lw=1.5, label="median per decile of d_e")
+        ax[1].legend(fontsize=8, loc="lower right")
+    ax[1].set_yscale("log")
+    ax[1].set(xlabel="embedding distance / group mean", ylabel="gradient distance / group mean",
+              title=f"(b) all pairs: pooled ρ = {stat('pooled_rho')}")
+
+    if "same_cluster" in pairs.columns:
+        used = per_group.loc[per_group.get("same_mean", pd.Series(dtype=float)).notna(), "query_id"]
+        cp = pairs[pairs["query_id"].isin(used)].assign(
+            kind=lambda d: np.where(d["same_cluster"], "same cluster", "different cluster"))
+        if len(cp):
+            sns.boxplot(data=cp, x="kind", y="grad_norm", order=["same cluster", "different cluster"], ax=ax[2],
+                        hue="kind", palette=[palette[2], palette[3]], legend=False, showfliers=False)
+            sns.stripplot(data=cp, x="kind", y="grad_norm", order=["same cluster", "different cluster"], ax=ax[2],
+                          color="black", size=2, alpha=0.3)
+        ax[2].set(xlabel="", ylabel="gradient distance / group mean",
+                  title=f"(c) {len(used)} groups with both kinds of pair\nratio = {stat('cluster_ratio')}, "
+                        f"AUC = {stat('cluster_auc')}")
+    else:
+        ax[2].set_axis_off()
+    if title:
+        fig.suptitle(f"Do gradients follow the embedding? {_human(title)}", fontsize=13, fontweight="bold")
+    if path is not None:
+        save_figure(fig, path)
+    return fig

@@ -65,7 +65,7 @@ def simulate_study(n_queries: int = 300, G: int = 16, d_embed: int = 32, d_grad:
                    anisotropy: float = 0.9, lipschitz: bool = True, reward_coupling: float = 0.8,
                    k_max: int = 6, theta_mid: float = 0.6, paraphrase: float = 0.15,
                    lipschitz_const: float = 3.0, grad_noise: float = 0.1, reward_noise: float = 0.15,
-                   zero_reward_frac: float = 0.0, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
+                   zero_reward_frac: float = 0.0, seed: int = 0, return_arrays: bool = False):
     """Simulate ``n_queries`` groups of G rollouts; return (rollouts_frame, groups_frame).
 
     See the module docstring for the generative model. ``zero_reward_frac`` plants a block of
@@ -73,7 +73,10 @@ def simulate_study(n_queries: int = 300, G: int = 16, d_embed: int = 32, d_grad:
     a weak policy's hopeless queries: their advantages, RD and V(q) are exactly 0. The frames follow docs/conventions.md's frames:
     rollouts (query_id, rollout_id, completion, answer, reward, cluster, token_entropy) and
     groups (query_id, G, se, cd, bot, rd, token_entropy, n_clusters, success_rate, mean_reward,
-    grad_var, mean_update_norm = ||g_hat||, g_hat = (1/G) sum_i A_i g_i).
+    grad_var, mean_update_norm = ||g_hat||, g_hat = (1/G) sum_i A_i g_i). With ``return_arrays``
+    a third item holds the planted arrays: ``embeddings`` (n, G, d_embed), ``gradients``
+    (n, G, d_grad) and ``labels`` (n, G), for checks of the Lipschitz measurement
+    (``gcpo_analysis.lipschitz``).
     """
     if not 0 <= anisotropy <= 1:
         raise ValueError(f"anisotropy must lie in [0, 1], got {anisotropy}")
@@ -141,6 +144,8 @@ def simulate_study(n_queries: int = 300, G: int = 16, d_embed: int = 32, d_grad:
         "cluster": labels.ravel(),
         "token_entropy": tok_rollout.ravel(),
     })
+    if return_arrays:
+        return rollouts, groups, {"embeddings": emb, "gradients": grads, "labels": labels}
     return rollouts, groups
 
 
