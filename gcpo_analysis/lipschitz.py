@@ -295,7 +295,7 @@ def lipschitz_pairs(grams: dict, embeddings: dict, clusters: dict | None = None)
     return pd.concat(pair_parts, ignore_index=True), pd.DataFrame(rows)
 
 
-def _group_inputs(rollouts: pd.DataFrame, grams, text_col: str, cluster_col: str):
+def _group_inputs(rollouts: pd.DataFrame, grams, text_col: str):
     from .collect import grams_by_query
 
     K = grams_by_query(grams) if isinstance(grams, pd.DataFrame) else dict(grams)
@@ -312,45 +312,36 @@ def _group_inputs(rollouts: pd.DataFrame, grams, text_col: str, cluster_col: str
         if len(ids) != len(K[q]) or not np.array_equal(ids, np.arange(len(ids))):
             raise ValueError(f"query {q!r}: rollout ids {ids.tolist()} do not index its {len(K[q])} x {len(K[q])} Gram matrix")
     texts = [groups[q][text_col].astype(str).tolist() for q in order]
-    cluster_texts = [groups[q][cluster_col].astype(str).tolist() for q in order]
+    answers = [groups[q]["answer"].astype(str).tolist() for q in order]
     rewards = [groups[q]["reward"].to_numpy(float) for q in order]
-    return order, K, texts, cluster_texts, rewards
+    return order, K, texts, answers, rewards
 
 
 def lipschitz_study(rollouts: pd.DataFrame, grams, *, embedder=None, judge="embedding",
                     use_full_completion: bool = False, nli_threshold: float = NLI_THRESHOLD,
-                    cluster_text: str | None = None, n_boot: int = N_BOOT, seed: int = 0,
-                    return_pairs: bool = False):
+                    n_boot: int = N_BOOT, seed: int = 0, return_pairs: bool = False):
     """(per_group, summary) frames -- and the pairs frame with ``return_pairs`` -- from a
     rollouts frame and the groups' Gram matrices (a ``grams.parquet`` frame or {query_id: K}).
 
     Embeddings and clusters come from ``prepare_groups``, the builder ``score_groups`` uses,
     with the same embedder, judge and text (``use_full_completion``: the completion, as for
-    math; otherwise the extracted answer). ``cluster_text`` ('answer' or 'completion') clusters
-    another column than the one embedded (None: the embedded one, as ``score_groups`` does):
-    for math, 'answer' clusters by the extracted final answers, the paper's answer equivalence,
-    while the full completions stay embedded. The summary's ``attrs['lipschitz']`` records all this.
+    math; otherwise the extracted answer); the math judge clusters the extracted answers, as in
+    ``score_groups``. The summary's ``attrs['lipschitz']`` records all this.
     """
     from .measures.embed import make_embedder
     from .measures.prepare import measurement_tools, prepare_groups
 
     text_col = "completion" if use_full_completion else "answer"
-    cluster_col = text_col if cluster_text is None else cluster_text
-    if cluster_col not in ("answer", "completion"):
-        raise ValueError(f"cluster_text must be 'answer', 'completion' or None, got {cluster_text!r}")
-    order, K, texts, cluster_texts, rewards = _group_inputs(rollouts, grams, text_col, cluster_col)
+    order, K, texts, answers, rewards = _group_inputs(rollouts, grams, text_col)
     needs = {EMBEDDINGS, CLUSTERS}
     # as score_groups: an embedder object is wrapped (de-duplicated, normalised), then the tools
     embedder, judge = measurement_tools(needs, make_embedder(embedder), judge)
-    prepared, cl_stats = prepare_groups(texts, rewards, needs if cluster_col == text_col else {EMBEDDINGS},
-                                        embedder=embedder, judge=judge, nli_threshold=nli_threshold)
-    clustered = prepared
-    if cluster_col != text_col:
-        clustered, cl_stats = prepare_groups(cluster_texts, rewards, {CLUSTERS}, embedder=embedder, judge=judge,
-                                             nli_threshold=nli_threshold)
+    prepared, cl_stats = prepare_groups(texts, rewards, needs, embedder=embedder, judge=judge,
+                                        nli_threshold=nli_threshold, answers=answers)
     pairs, per_group = lipschitz_pairs(K, {q: g.embeddings for q, g in zip(order, prepared)},
-                                       {q: g.clusters for q, g in zip(order, clustered)})
+                                       {q: g.clusters for q, g in zip(order, prepared)})
     summary = summarise(pairs, per_group, n_boot=n_boot, seed=seed)
+    cluster_col = "answer" if getattr(judge, "clusters_answers", False) else text_col
     summary.attrs["lipschitz"].update(text=text_col, cluster_text=cluster_col, embedder=embedder.describe(), judge=judge.describe(),
                                       nli_threshold=nli_threshold, clustering=cl_stats)
     return (per_group, summary, pairs) if return_pairs else (per_group, summary)
@@ -384,13 +375,13 @@ def to_markdown(summary: pd.DataFrame, title: str = "") -> str:
 
 
 def write_lipschitz(folder, *, embedder=None, n_boot: int = N_BOOT, seed: int = 0, queries=None,
-                    name: str = "lipschitz", cluster_text: str | None = None, settings: dict | None = None):
+                    name: str = "lipschitz", settings: dict | None = None):
     """Read ``folder``'s rollouts.parquet, grams.parquet and run_card.json (dataset, judge,
     embedder, nli_threshold), run ``lipschitz_study`` and write tables/<name>.{md,csv},
     tables/<name>_groups.csv, tables/<name>_meta.json and figures/<name>.{png,svg}.
     ``settings`` (a StudyConfig as a dict) stands in for the card's, for a study that has not
     written its card yet. ``embedder`` overrides the card's (an object, for tests); ``queries`` keeps only those
-    query ids (a sensitivity check; None keeps all); ``cluster_text`` as in ``lipschitz_study``.
+    query ids (a sensitivity check; None keeps all).
     Returns (per_group, summary)."""
     from . import plots
     from .frames import read_frame
@@ -412,7 +403,7 @@ def write_lipschitz(folder, *, embedder=None, n_boot: int = N_BOOT, seed: int = 
     per_group, summary, pairs = lipschitz_study(
         rollouts, grams, embedder=embedder if embedder is not None else settings.get("embedder"),
         judge=settings["judge"], use_full_completion=settings["dataset"] in MATH_DATASETS,
-        nli_threshold=threshold, cluster_text=cluster_text, n_boot=n_boot, seed=seed, return_pairs=True)
+        nli_threshold=threshold, n_boot=n_boot, seed=seed, return_pairs=True)
     meta = dict(summary.attrs["lipschitz"], dataset=settings["dataset"], source=str(folder),
                 queries="all" if queries is None else sorted(keep))
     tables, figs = folder / "tables", folder / "figures"

@@ -334,6 +334,12 @@ def run_study(cfg: StudyConfig):
         _write_paper_tables(result, tables, cfg.dataset)
     with timer("figures"):
         _draw_figures(result, out / "figures", cfg.dataset)
+    if grams is not None:
+        from .lipschitz import write_lipschitz
+
+        with timer("Lipschitz check (gradient vs embedding distances)"):
+            _, lipschitz = write_lipschitz(out, embedder=cfg.embedder, seed=cfg.seed, settings=asdict(cfg))
+            card["lipschitz"] = lipschitz.attrs.get("lipschitz")
 
     card["timings_s"] = dict(timer.seconds, total=round(time.perf_counter() - t_start, 2))
     card["n_queries"] = int(len(groups))

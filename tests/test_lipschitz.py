@@ -190,15 +190,13 @@ def test_study_adapter_uses_the_measures_embeddings_and_checks_ids():
     assert per_group.loc[0, "rho"] == pytest.approx(expect)
     full, _ = lipschitz_study(rollouts, grams, embedder=HashEmbedder(), use_full_completion=True, n_boot=5)
     assert full.loc[0, "n_pairs"] == 15
-    # clusters of another column than the one embedded: the math judge on the answers
+    # the math judge clusters the answers while the completions are embedded (as score_groups)
     by_answer, s_answer = lipschitz_study(rollouts, grams, embedder=HashEmbedder(), use_full_completion=True,
-                                          judge="math", cluster_text="answer", n_boot=5)
+                                          judge="math", n_boot=5)
     expect_k = rollouts.groupby("query_id")["answer"].nunique()
     assert by_answer.set_index("query_id")["n_clusters"].equals(expect_k.rename("n_clusters").astype(by_answer["n_clusters"].dtype))
     np.testing.assert_allclose(by_answer["rho"], full["rho"])  # same embeddings: rho unchanged
     assert s_answer.attrs["lipschitz"]["cluster_text"] == "answer" and s_answer.attrs["lipschitz"]["text"] == "completion"
-    with pytest.raises(ValueError, match="cluster_text"):
-        lipschitz_study(rollouts, grams, embedder=HashEmbedder(), cluster_text="prompt")
     with pytest.raises(ValueError, match="without a Gram matrix"):
         lipschitz_study(rollouts, grams[grams.query_id != "q2"], embedder=HashEmbedder())
     bad = rollouts.copy()
