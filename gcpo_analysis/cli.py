@@ -85,7 +85,9 @@ def _read_rollouts(args, measures):
 
     mapping = {"query_id": args.query_col, "rollout_id": args.rollout_col, "completion": args.completion_col,
                "answer": args.answer_col, "reward": args.reward_col}
-    df = map_rollout_columns(read_table(args.rollouts), mapping, source=str(args.rollouts))
+    text_cols = [args.query_col, args.rollout_col, args.completion_col, args.answer_col]
+    df = map_rollout_columns(read_table(args.rollouts, text_columns=[c for c in text_cols if c]), mapping,
+                             source=str(args.rollouts))
     reads_answers = not args.full_completion and any(MEASURES[m] for m in measures)
     if "answer" not in df.columns:
         if reads_answers:

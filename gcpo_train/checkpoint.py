@@ -262,6 +262,15 @@ def load_trained(path, device=None):
 
     path = Path(path)
     saved = _read_json(path / "config.json", ())
+    if not isinstance(saved, dict):
+        raise UnreadableCheckpoint(f"{path / 'config.json'} is not a mapping of config fields")
+    import dataclasses
+
+    names = {f.name for f in dataclasses.fields(TrainConfig)}
+    unknown = sorted(set(saved) - names)
+    if unknown:
+        raise UnreadableCheckpoint(f"{path / 'config.json'} has unknown config key(s) {unknown} (written by another "
+                                   f"gcpo version, or edited?)")
     # reporting backends of the run that wrote it are not needed (nor maybe installed) to load it
     cfg = TrainConfig(**{**saved, "tensorboard": False, "report_to": None})
     model, tok = load_model_and_tokenizer(cfg.model, cfg.dtype)
