@@ -197,7 +197,7 @@ def validate_groups(df: pd.DataFrame, source: str | None = None) -> pd.DataFrame
         if bad.any():
             row = int(np.flatnonzero(bad)[0])
             raise FrameError(f"groups frame{' in ' + source if source else ''}: column 'grad_var' must be a finite "
-                             f"number >= 0 (a variance), got {df['grad_var'].iloc[row]!r} at row {row} "
+                             f"number >= 0 (a variance), got {_show(df['grad_var'].iloc[row])} at row {row} "
                              f"(query_id={df['query_id'].iloc[row]!r})")
     return df.copy()
 
