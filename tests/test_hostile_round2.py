@@ -216,9 +216,15 @@ def test_export_of_an_all_nan_checkpoint_is_refused(tmp_path, capsys):
     assert rc == 2 and "NaN" in err and not (tmp_path / "out").exists()
 
 
-def test_eval_n_below_one_is_refused(capsys):
-    rc, err = _cli(["eval", "packaged", "--dataset", "narrativeqa", "--n", "-2"], capsys)
-    assert rc == 2 and "--n" in err and ">= 1" in err
+def test_eval_n_below_one_is_refused(tmp_path, capsys):
+    run = _run(tmp_path, steps=1)
+    data = tmp_path / "nqa.jsonl"
+    data.write_text("".join(json.dumps({"id": f"d{i}", "question": "who is the king ?", "passage": "the king .",
+                                        "answer": ["the king"]}) + "\n" for i in range(3)))
+    out = tmp_path / "eval.json"
+    rc, err = _cli(["eval", str(run / "checkpoints" / "step_000001"), "--data_path", str(data), "--split", "train",
+                    "--n", "-2", "--output", str(out), "--no-progress"], capsys)
+    assert rc == 2 and "--n" in err and ">= 1" in err and not out.exists()
 
 
 def test_disk_full_during_a_checkpoint_is_one_line_and_leaves_no_tmp(tmp_path, monkeypatch, capsys):
