@@ -177,33 +177,9 @@ def main(argv=None) -> int:
         close = difflib.get_close_matches(extra[0].split("=")[0], flags, n=3)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         sub.error(f"unknown option {extra[0]!r}{hint}")
+    from .errors import run_one_line
+
     return run_one_line(lambda: int(args.func(args) or 0), f"gcpo {args.command}", args.traceback)
-
-
-def run_one_line(fn, prog: str, traceback: bool) -> int:
-    """Run ``fn``; any error is one line on stderr naming it (exit 2), the full traceback only
-    with ``--traceback``. Bad input, file-system errors (a full disk), a busy run folder and a
-    library's own errors all read the same way."""
-    if traceback:
-        return fn()
-    try:
-        return fn()
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
-        return 130
-    except Exception as err:  # noqa: BLE001 - every error is reported, in one line
-        print(f"{prog}: error: {one_line(err)} (--traceback for details)", file=sys.stderr)
-        return 2
-
-
-def one_line(err: BaseException) -> str:
-    """An exception as one line: our ValueError/OSError texts as they are, others with their type."""
-    text = " ".join(str(err).split()) or type(err).__name__
-    if isinstance(err, OSError) and err.filename and str(err.filename) not in text:
-        text = f"{text}: {err.filename}"
-    if not isinstance(err, (ValueError, OSError)):  # a library's error or a bug: say which kind
-        text = f"{type(err).__name__}: {text}"
-    return text[:2000]
 
 
 if __name__ == "__main__":

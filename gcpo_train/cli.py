@@ -143,7 +143,7 @@ def main(argv=None) -> int:
     args, extra = parser.parse_known_args(argv)
     if extra:
         _refuse_unknown(args._parser, extra)
-    from gcpo_analysis.cli import run_one_line
+    from gcpo_analysis.errors import run_one_line
 
     return run_one_line(lambda: args.func(args), f"gcpo {args.command}", args.traceback)
 
