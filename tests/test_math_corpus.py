@@ -13,6 +13,16 @@ CORPUS = Path(__file__).parent / "data" / "math_corpus.jsonl"
 ROWS = [json.loads(line) for line in CORPUS.read_text().splitlines() if line.strip()]
 
 
+@pytest.fixture(autouse=True)
+def roomy_budget(monkeypatch):
+    """Correctness, not speed, is tested here (test_hostile_answers.py holds the 2 s bound): a
+    loaded CI machine must not turn a verdict into a time fallback."""
+    from gcpo_analysis import math_grading
+
+    monkeypatch.setattr(math_grading, "MATH_TIME_BUDGET_S", 10.0)
+    math_grading.clear_caches()
+
+
 def test_the_corpus_is_large_and_balanced():
     assert len(ROWS) >= 300
     assert 0.2 < sum(not r["equal"] for r in ROWS) / len(ROWS) < 0.5
@@ -22,17 +32,13 @@ def test_the_corpus_is_large_and_balanced():
 def test_every_verdict_of_the_corpus_is_right():
     pytest.importorskip("math_verify")
     math_equiv("1", "1")  # start the worker
-    wrong, timed_out = [], 0
+    wrong = []
+    math_fallbacks(reset=True)
     for r in ROWS:
-        math_fallbacks(reset=True)
-        got = math_equiv(r["answer"], r["reference"])
-        if math_fallbacks().get("time"):  # a loaded CI machine: decided as strings, counted
-            timed_out += 1
-            continue
-        if got != r["equal"]:
+        if math_equiv(r["answer"], r["reference"]) != r["equal"]:
             wrong.append((r["family"], r["answer"], r["reference"], r["equal"]))
     assert not wrong, wrong
-    assert timed_out <= len(ROWS) // 50
+    assert math_fallbacks() == {}  # every verdict is a comparison, none a guard's string fallback
 
 
 @pytest.mark.parametrize("answer, reference, equal", [
