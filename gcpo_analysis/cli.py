@@ -56,10 +56,13 @@ def _run_score(args) -> int:
     if out.suffix.lower() not in (".parquet", ".jsonl", ".csv"):
         out = out.with_suffix(".parquet")
     source = Path(args.rollouts).resolve()
+    from .outputs import check_output
+
     for target in (out, out.with_suffix(".csv"), out.with_suffix(".meta.json")):
         if target.resolve() == source:
             raise ValueError(f"output {target} is the input rollouts file; choose another -o "
                              f"(the groups frame would replace the rollouts)")
+        check_output(target, [source], "-o")  # not inside a checkpoint or a run's pruned folders
     rollouts = _read_rollouts(args, measures)
     groups = score_groups(
         rollouts, measures, embedder=args.embedder, judge=args.judge, nli_threshold=args.nli_threshold,

@@ -89,6 +89,14 @@ def test_export_into_its_own_checkpoint_is_refused(tmp_path, capsys):
         assert rc == 2 and ("inside" in err or "holds" in err) and not out.exists(), err
 
 
+def test_score_output_inside_a_runs_rollouts_is_refused(tmp_path, capsys):
+    run = _run(tmp_path, steps=1)
+    frame = run / "rollouts" / "step_000001.parquet"
+    before = _snapshot(run)
+    rc, err = _cli(["score", str(frame), "-o", str(run / "rollouts" / "groups.parquet"), "--measures", "rd"], capsys)
+    assert rc == 2 and "prunes and replaces" in err and _snapshot(run) == before
+
+
 def test_a_failed_start_leaves_the_folder_as_found(tmp_path):
     from test_train_trainer import queries, word_reward
 
