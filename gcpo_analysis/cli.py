@@ -56,10 +56,13 @@ def _run_score(args) -> int:
     if out.suffix.lower() not in (".parquet", ".jsonl", ".csv"):
         out = out.with_suffix(".parquet")
     source = Path(args.rollouts).resolve()
+    from .outputs import check_output
+
     for target in (out, out.with_suffix(".csv"), out.with_suffix(".meta.json")):
         if target.resolve() == source:
             raise ValueError(f"output {target} is the input rollouts file; choose another -o "
                              f"(the groups frame would replace the rollouts)")
+        check_output(target, [source], "-o")  # not inside a checkpoint or a run's pruned folders
     rollouts = _read_rollouts(args, measures)
     groups = score_groups(
         rollouts, measures, embedder=args.embedder, judge=args.judge, nli_threshold=args.nli_threshold,
@@ -85,7 +88,9 @@ def _read_rollouts(args, measures):
 
     mapping = {"query_id": args.query_col, "rollout_id": args.rollout_col, "completion": args.completion_col,
                "answer": args.answer_col, "reward": args.reward_col}
-    df = map_rollout_columns(read_table(args.rollouts), mapping, source=str(args.rollouts))
+    text_cols = [args.query_col, args.rollout_col, args.completion_col, args.answer_col]
+    df = map_rollout_columns(read_table(args.rollouts, text_columns=[c for c in text_cols if c]), mapping,
+                             source=str(args.rollouts))
     reads_answers = not args.full_completion and any(MEASURES[m] for m in measures)
     if "answer" not in df.columns:
         if reads_answers:
@@ -130,6 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Uncertainty-calibrated GRPO: measures, the gap study, proofs, training.",
     )
     parser.add_argument("--version", action="version", version=f"gcpo {_version()}")
+    parser.add_argument("--traceback", action="store_true",
+                        help="on an error, show the full Python traceback instead of one line")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     from . import study
 
@@ -173,13 +180,9 @@ def main(argv=None) -> int:
         close = difflib.get_close_matches(extra[0].split("=")[0], flags, n=3)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         sub.error(f"unknown option {extra[0]!r}{hint}")
-    try:
-        return int(args.func(args) or 0)
-    except (ValueError, OSError) as err:
-        # Bad input and file-system errors (a folder where a file goes, a full disk) are one
-        # clear line naming the path, not a traceback.
-        print(f"gcpo {args.command}: error: {err}", file=sys.stderr)
-        return 2
+    from .errors import run_one_line
+
+    return run_one_line(lambda: int(args.func(args) or 0), f"gcpo {args.command}", args.traceback)
 
 
 if __name__ == "__main__":

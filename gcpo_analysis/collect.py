@@ -205,7 +205,11 @@ def collect_rollouts(model, tokenizer, queries: pd.DataFrame, *, G: int = 16, te
     for k, (_, row) in enumerate(tqdm(list(queries.iterrows()), desc="collect", disable=not progress)):
         stem = f"{k:05d}_{_safe(row['query_id'])}"
         if parts is not None and (parts / f"{stem}.groups.parquet").exists():
-            rollouts.append(pd.read_parquet(parts / f"{stem}.parquet"))
+            part = pd.read_parquet(parts / f"{stem}.parquet")
+            if len(part) != G:  # a part of another run, or edited: never a group of another size
+                raise ValueError(f"{parts / stem}.parquet holds {len(part)} rollouts, not G = {G}; delete it "
+                                 f"(and its .groups.parquet) to collect that query again")
+            rollouts.append(part)
             groups.append(pd.read_parquet(parts / f"{stem}.groups.parquet"))
             gram_part = parts / f"{stem}.gram.parquet"
             grams.append(pd.read_parquet(gram_part) if gram_part.exists() else None)

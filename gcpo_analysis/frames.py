@@ -73,7 +73,7 @@ def validate_rollouts(df: pd.DataFrame, source: str | None = None) -> pd.DataFra
             _check_numeric(df, col, "rollouts", source)
     _check_finite(df, [c for c in ROLLOUT_NUMERIC if c in df.columns], "rollouts", source)
     for col in ("completion", "answer"):
-        nulls = df[col].isna().to_numpy()
+        nulls = df[col].map(lambda v: v is None or (isinstance(v, float) and np.isnan(v))).to_numpy()
         if nulls.any():
             row = int(np.flatnonzero(nulls)[0])
             raise FrameError(
@@ -89,11 +89,52 @@ def validate_rollouts(df: pd.DataFrame, source: str | None = None) -> pd.DataFra
         )
     out = df.copy()
     out["reward"] = out["reward"].astype(float)
-    out["completion"] = out["completion"].astype(str)
-    out["answer"] = out["answer"].astype(str)
+    for col in ("completion", "answer"):
+        out[col] = text_column(out, col, "rollouts", source)
     if "references" in out.columns:
         out["references"] = out["references"].map(_as_str_list)
     return out
+
+
+def message_text(value):
+    """A TRL conversational cell (a list of {"role", "content"} messages) as its text: the last
+    assistant message's content (the completion), else the last message's; None when ``value``
+    is not a list of messages."""
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
+    if not (isinstance(value, list) and value and all(isinstance(m, dict) and "content" in m for m in value)):
+        return None
+    said = [m for m in value if m.get("role") == "assistant"] or value
+    content = said[-1]["content"]
+    if isinstance(content, list):  # multimodal content parts: their text
+        content = " ".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return content if isinstance(content, str) else None
+
+
+def text_column(df: pd.DataFrame, col: str, kind: str = "rollouts", source: str | None = None) -> pd.Series:
+    """A text column as strings: conversational cells read as TRL writes them (``message_text``);
+    any other non-string cell (a number, a list, a dict) is refused naming the column and row,
+    never stringified ("[{'role': ...}]" would make every completion one cluster)."""
+    values = df[col].map(lambda v: v if isinstance(v, str) else message_text(v))
+    bad = values.isna().to_numpy()
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        where = f" in {source}" if source else ""
+        cell = df[col].iloc[row]
+        raise FrameError(f"{kind} frame{where}: column {col!r} must hold text, got {_show(cell)[:80]} "
+                         f"({type(cell).__name__}) at row {row}; {int(bad.sum())} such row(s)")
+    return values.astype(object)
+
+
+def prompt_key(value):
+    """A conversational prompt (a list of messages) as a stable id: its canonical JSON."""
+    import json
+
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
+    if isinstance(value, (list, dict)):
+        return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+    return value
 
 
 def _check_ids(df: pd.DataFrame, col: str, kind: str, source: str | None) -> None:
@@ -150,6 +191,14 @@ def validate_groups(df: pd.DataFrame, source: str | None = None) -> pd.DataFrame
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
         raise FrameError(f"groups frame: column 'G' must be an integer >= 1, got {df['G'].iloc[row]!r} at row {row}")
+    if "grad_var" in df.columns:  # a variance: a negative one is a bug upstream, not a small number
+        v = pd.to_numeric(df["grad_var"], errors="coerce").to_numpy(dtype=float)
+        bad = ~(v >= 0)
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            raise FrameError(f"groups frame{' in ' + source if source else ''}: column 'grad_var' must be a finite "
+                             f"number >= 0 (a variance), got {_show(df['grad_var'].iloc[row])} at row {row} "
+                             f"(query_id={df['query_id'].iloc[row]!r})")
     return df.copy()
 
 
@@ -171,8 +220,12 @@ def read_frame(path: str | Path, kind: str = "rollouts") -> pd.DataFrame:
     raise ValueError(f"unknown frame kind {kind!r}; expected 'rollouts' or 'groups'")
 
 
-def read_table(path: str | Path, kind: str = "rollouts") -> pd.DataFrame:
-    """Read a Parquet, JSONL or CSV file as it is (no schema check; ``read_frame`` checks)."""
+CSV_TEXT_COLUMNS = ("query_id", "rollout_id", "completion", "answer", "prompt", "question")
+
+
+def read_table(path: str | Path, kind: str = "rollouts", text_columns=()) -> pd.DataFrame:
+    """Read a Parquet, JSONL or CSV file as it is (no schema check; ``read_frame`` checks).
+    A CSV's id and text columns (``CSV_TEXT_COLUMNS`` and ``text_columns``) are read as strings."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no such {kind} file: {path}")
@@ -183,8 +236,8 @@ def read_table(path: str | Path, kind: str = "rollouts") -> pd.DataFrame:
         df = _read_jsonl(path)
     elif suffix == ".json":
         df = pd.read_json(path)
-    elif suffix == ".csv":
-        df = pd.read_csv(path)
+    elif suffix == ".csv":  # ids and texts as written: "01" and "1" are two queries, "42" is text
+        df = pd.read_csv(path, dtype={c: str for c in CSV_TEXT_COLUMNS + tuple(text_columns)})
     else:
         raise FrameError(f"{path}: unknown frame format {suffix!r} (use .parquet, .jsonl or .csv)")
     return df
@@ -199,7 +252,18 @@ def map_rollout_columns(df: pd.DataFrame, columns: dict, source: str | None = No
     if missing:
         ours, theirs = next(iter(missing.items()))
         raise FrameError(f"column {theirs!r} (given for {ours}) is not{where}; it has {list(df.columns)}")
-    out = df.rename(columns={theirs: ours for ours, theirs in columns.items() if theirs and theirs != ours})
+    pairs = {ours: theirs for ours, theirs in columns.items() if theirs and theirs != ours}
+    shadowed = [ours for ours in pairs if ours in df.columns and ours not in pairs.values()]
+    if shadowed:
+        import warnings
+
+        warnings.warn(f"{source or 'the frame'}: column(s) {shadowed} replaced by the mapped "
+                      f"{[pairs[c] for c in shadowed]}, as asked", stacklevel=2)
+    # copies, not renames: one source column may feed two (--completion-col text --answer-col text)
+    out = df.drop(columns=shadowed).assign(**{ours: df[theirs] for ours, theirs in pairs.items()})
+    out = out.drop(columns=[t for t in set(pairs.values()) if t not in pairs and t in out.columns])
+    if "query_id" in out.columns and out["query_id"].dtype == object:
+        out["query_id"] = out["query_id"].map(prompt_key)  # a conversational prompt: a stable key
     if "rollout_id" not in out.columns and "query_id" in out.columns:
         out["rollout_id"] = out.groupby("query_id", sort=False).cumcount()
     return out
@@ -214,9 +278,13 @@ def _read_jsonl(path: Path) -> pd.DataFrame:
             if not line.strip():
                 continue
             try:
-                records.append(json.loads(line))
+                record = json.loads(line)
             except json.JSONDecodeError as err:
                 raise FrameError(f"{path}, line {lineno}: not valid JSON ({err.msg})") from None
+            if not isinstance(record, dict):
+                raise FrameError(f"{path}, line {lineno}: a JSONL line must be one JSON object (one row), "
+                                 f"got a {type(record).__name__}")
+            records.append(record)
     return pd.DataFrame.from_records(records)
 
 

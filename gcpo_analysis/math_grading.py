@@ -1,9 +1,17 @@
 """Math answer equivalence: the rule of the math reward and the math judge (paper Table
 "Per-task reward definitions"; docs/conventions.md "Rewards").
 
-Normalisation reimplements the string clean-up of the MATH evaluation (Hendrycks et al. 2021,
-``is_equiv``) and Minerva's ``normalize_final_answer`` (Lewkowycz et al. 2022); then numbers
-are compared here and everything else by sympy in a worker process under a hard time limit.
+The equivalence engine is Hugging Face's ``math-verify`` (sets, intervals, matrices, units,
+binomials, factorials, logs, LaTeX normalisation), run in the worker process under a hard time
+limit, behind our static guards (``_text_guard``). Our own rules stay only where it is silent
+or wrong, and say so: numbers (integers, decimals, fractions of integers) are compared here
+without the worker; repeating decimals (``0.\\overline{36}``, which it reads as 0) and
+``\\varnothing`` (a variable to it) are rewritten first; where it extracts nothing, or reads
+letters as variables ("10 dollars", ``oo``, ``e^{i\\pi}``), the older chain decides: the
+string clean-up of the MATH evaluation (Hendrycks et al. 2021, ``is_equiv``) and Minerva's
+``normalize_final_answer`` (Lewkowycz et al. 2022), tuples, and sympy in the same worker; never
+for matrices, whose row breaks that clean-up deletes. Accuracy on tests/data/math_corpus.jsonl
+(370 pairs with known verdicts): 331/370 before math-verify, 370/370 with it.
 
 Model answers are untrusted. An answer reaches sympy only as plain-arithmetic code
 (``math_syntax``) that passed the static guards (length, nesting depth, token count, literal
@@ -23,7 +31,9 @@ from fractions import Fraction
 
 from . import sympy_worker
 from .extraction import extract_boxed
-from .math_syntax import MAX_MATH_CHARS, latex_to_code, static_guard
+from .math_syntax import (
+    MAX_FACTORIAL, MAX_MATH_CHARS, MAX_VERIFY_CHARS, MAX_VERIFY_DEPTH, latex_to_code, prepare_answer, static_guard,
+)
 
 MATH_TIME_BUDGET_S = 1.0  # sympy time of one answer against all its references (bound: 2 s in all)
 FALLBACK_REASONS = ("length", "depth", "cost", "memory", "time", "worker")
@@ -35,7 +45,7 @@ def math_fallbacks(reset: bool = False) -> dict[str, int]:
     guard, by reason, counted per compared pair of answers since the last reset:
 
     * "length": a normalised answer longer than MAX_MATH_CHARS;
-    * "depth": parentheses nested deeper than MAX_DEPTH;
+    * "depth": brackets nested deeper than MAX_VERIFY_DEPTH (math-verify) or MAX_DEPTH (sympy);
     * "cost": the size guards (tokens, expression nodes, exponents, number size, root and
       expansion size; ``static_guard``, ``sympy_check.over_cost_guard``);
     * "memory": the worker ran out of its address-space limit;
@@ -143,17 +153,91 @@ def math_equiv_any(answer, references) -> bool:
     if answer is None:
         return False
     deadline = time.monotonic() + MATH_TIME_BUDGET_S
-    na = normalize_math_answer(answer)
+    a = prepare_answer(answer)
     for ref in references:
-        nb = normalize_math_answer(ref) if ref is not None else ""
-        if not na or not nb:
+        b = prepare_answer(ref) if ref is not None else ""
+        if not a or not b:
             continue
         guards: set = set()
-        equal = _equiv_normalized(na, nb, 0, guards, deadline)
+        equal = _pair_equiv(a, b, guards, deadline)
         _FALLBACKS.update(guards)
         if equal:
             return True
     return False
+
+
+# ----------------------------------------------------------------------------- math-verify first
+_MATRIX = re.compile(r"\\begin|\\\\|&")  # a matrix or an environment: math-verify's verdict stands
+_FACTORIAL = re.compile(r"(\d{1,9})\s*!")
+def _text_guard(s: str) -> str | None:
+    """The static guards on an answer text before any parser sees it: "length" over
+    MAX_VERIFY_CHARS, "depth" for brackets nested deeper than MAX_VERIFY_DEPTH, and the guards of the
+    plain-arithmetic form when it has one (token count, literal exponents)."""
+    if len(s) > MAX_VERIFY_CHARS:
+        return "length"
+    depth = peak = 0
+    for ch in s:
+        depth += (ch in "([{") - (ch in ")]}")
+        peak = max(peak, depth)
+    if peak > MAX_VERIFY_DEPTH:
+        return "depth"
+    if any(int(m.group(1)) > MAX_FACTORIAL for m in _FACTORIAL.finditer(s)):
+        return "cost"
+    code = latex_to_code(normalize_math_answer(s))
+    return static_guard(code) if code is not None else None
+
+
+def _pair_equiv(a: str, b: str, guards: set, deadline: float) -> bool:
+    """Numbers (integers, decimals, fractions of integers) exactly, here, without a worker;
+    else math-verify's verdict on (answer a, reference b) in the worker, behind the static guards
+    (over a guard: unequal, counted). Where math-verify is silent, or says unequal because it
+    reads letters as variables (unit words as in "10 dollars", sympy's ``oo``, ``e`` in
+    ``e^{i\\pi}``), our own comparison decides (``_equiv_normalized``: the MATH/Minerva clean-up,
+    tuples, sympy); not for matrices, whose row breaks that clean-up deletes (12 \\\\ 3 -> 123)."""
+    if a == b:
+        return True
+    na, nb = normalize_math_answer(a), normalize_math_answer(b)
+    if na == nb and not _MATRIX.search(a + b):
+        return True
+    guard = ("length" if max(len(na), len(nb)) > MAX_MATH_CHARS else None)
+    if guard is None and _number(na) is not None and _number(nb) is not None:
+        return _scalar_equiv(na, nb, deadline)[0]
+    guard = guard or _text_guard(a) or _text_guard(b)
+    if guard:
+        guards.add(guard)
+        return False
+    verdict, reason = _verify(a, b, deadline)
+    if reason:
+        guards.add(reason)
+        return False
+    if verdict or (verdict is False and _MATRIX.search(a + b)):
+        return verdict
+    return _equiv_normalized(na, nb, 0, guards, deadline)
+
+
+def _verify(a: str, b: str, deadline: float) -> tuple[bool | None, str | None]:
+    """(verdict or None when math-verify is silent, guard reason) from the worker, cached."""
+    cached = _PAIRS.get(("verify", a, b))
+    if cached is not None:
+        return cached
+    left = deadline - time.monotonic()
+    if left <= 0:
+        return None, "time"
+    try:
+        reply = sympy_worker.WORKER.call(["verify", b, a], timeout=left)
+    except sympy_worker.WorkerTimeout:
+        result = (None, "time")
+        if left >= MATH_TIME_BUDGET_S / 2:
+            _PAIRS.put(("verify", a, b), result)
+        return result
+    except sympy_worker.WorkerUnavailable as err:
+        return None, _no_worker(err)[1]
+    if not (isinstance(reply, list) and len(reply) == 2 and reply[0] in (True, False, None)
+            and reply[1] in (None, "cost", "memory")):
+        return None, _no_worker(f"malformed reply {reply!r:.80}")[1]
+    result = (reply[0], reply[1])
+    _PAIRS.put(("verify", a, b), result)
+    return result
 
 
 def _split_top(s: str) -> tuple[str, list[str], str]:

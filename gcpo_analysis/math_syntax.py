@@ -14,8 +14,9 @@ from __future__ import annotations
 import io
 import re
 import tokenize
+from fractions import Fraction
 
-from .extraction import matching_braces
+from .extraction import extract_boxed, matching_braces
 
 # The guards: an answer over one is compared as a string, and the fallback is counted by the
 # reason named in brackets (``math_grading.math_fallbacks``).
@@ -26,6 +27,9 @@ MAX_EXPONENT = 10_000  # [cost] larger numeric exponents (an exact 9^9^9 never e
 MAX_BITS = 65_536  # [cost] numbers whose estimated size exceeds 2^MAX_BITS (towers included)
 MAX_SYMBOLIC_EXPONENT = 64  # [cost] (x + 1)^n with larger n is not expanded
 MAX_EXPANDED_TERMS = 500  # [cost] no expand() of more terms (~0.3 ms a term)
+MAX_VERIFY_CHARS = 400  # [length] longer answer texts reach no parser (math-verify)
+MAX_VERIFY_DEPTH = 12  # [depth] brackets nested deeper: math-verify's parser takes ~1 s at 23 levels
+MAX_FACTORIAL = 1000  # [cost] n! of a larger literal n (math-verify evaluates factorials)
 MAX_ROOT_BITS = 1_024  # [cost] roots of numbers over 2^MAX_ROOT_BITS (sympy factors the radicand)
 
 FUNCS = frozenset({"sqrt", "sin", "cos", "tan", "cot", "sec", "csc", "log", "ln", "exp", "pi", "oo"})
@@ -137,3 +141,29 @@ def static_guard(code: str) -> str | None:
             if j >= 0 and tokens[j] == "**" and float(tok) > MAX_EXPONENT:
                 return "cost"
     return None
+
+
+# ----------------------------------------------------------------------------- before math-verify
+_REPEATING = re.compile(r"(-?)(\d*+)\.(\d*+)\\overline\{(\d++)\}")
+
+
+def _repeating_to_fraction(m) -> str:
+    """0.\\overline{36} -> \\frac{36}{99}; 1.2\\overline{3} -> \\frac{111}{90} (exact)."""
+    sign, whole, fixed, period = m.groups()
+    value = Fraction(int(whole or 0)) + (Fraction(int(fixed), 10 ** len(fixed)) if fixed else 0) + \
+        Fraction(int(period), (10 ** len(period) - 1) * 10 ** len(fixed))
+    return f"{sign}\\frac{{{value.numerator}}}{{{value.denominator}}}"
+
+
+def prepare_answer(text) -> str:
+    """The answer text math-verify compares: stripped, a leading ``\\boxed{}`` unwrapped, and our
+    own rewriting only where math-verify is silent or wrong: ``\\varnothing`` is read as a
+    symbol (so ``\\emptyset`` differs) and a repeating decimal ``0.\\overline{36}`` as 0."""
+    s = "" if text is None else str(text).strip()
+    boxed = extract_boxed(s)
+    if boxed is not None and s.startswith(("\\boxed", "\\fbox", "$\\boxed")):
+        s = boxed.strip()
+    s = s.replace("\\varnothing", "\\emptyset")
+    if "\\overline" in s and len(s) <= MAX_VERIFY_CHARS:  # the regex is quadratic on 64 KB of digits
+        s = _REPEATING.sub(_repeating_to_fraction, s)
+    return s

@@ -59,6 +59,49 @@ def resolve_embedder(name: str | None) -> str:
     return str(name)
 
 
+HUB_PROBE_SECONDS = 3.0
+
+
+def hub_reachable(seconds: float = HUB_PROBE_SECONDS) -> bool:
+    """Whether the hub's host accepts a TCP connection within ``seconds`` (DNS included: the probe
+    runs in a thread, as name resolution ignores socket timeouts)."""
+    import os
+    import socket
+    import threading
+    from urllib.parse import urlparse
+
+    host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname or "huggingface.co"
+    ok = []
+
+    def probe():
+        try:
+            socket.create_connection((host, 443), timeout=seconds).close()
+            ok.append(True)
+        except OSError:
+            pass
+
+    thread = threading.Thread(target=probe, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    return bool(ok)
+
+
+def offline_first(name: str) -> dict:
+    """from_pretrained keyword arguments for ``name``: a hub name is read from the local cache only
+    (no HTTP retries for a minute) when HF_HUB_OFFLINE is set or the hub does not answer within
+    ``HUB_PROBE_SECONDS``; a local folder needs nothing."""
+    import os
+    from pathlib import Path
+
+    if Path(name).exists():
+        return {}
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        return {"local_files_only": True, "_why": "HF_HUB_OFFLINE is set"}
+    if not hub_reachable():
+        return {"local_files_only": True, "_why": f"no answer from the hub within {HUB_PROBE_SECONDS:g} s"}
+    return {}
+
+
 def load_policy(name: str | None = None, *, dtype=None, device: str | None = None):
     """Load a causal LM and its tokenizer: ``(model, tokenizer)``.
 
@@ -75,9 +118,16 @@ def load_policy(name: str | None = None, *, dtype=None, device: str | None = Non
         kwargs = dict(gguf_file=gguf)
         source = str(folder)
     else:
-        kwargs, source = {}, str(name)
-    tokenizer = transformers.AutoTokenizer.from_pretrained(source, **kwargs)
-    model = transformers.AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **kwargs)
+        kwargs, source = offline_first(str(name)), str(name)
+    why = kwargs.pop("_why", None)
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(source, **kwargs)
+        model = transformers.AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **kwargs)
+    except OSError as err:
+        if why is None:
+            raise
+        raise OSError(f"model {source!r} is not in the local Hugging Face cache and the hub is offline "
+                      f"({why}); download it first, or pass a local folder") from err
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"

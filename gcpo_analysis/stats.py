@@ -365,7 +365,12 @@ def gap_study(groups: pd.DataFrame, measures=DEFAULT_MEASURES, target: str = "gr
             rho, p = spearman(u, y)
         lo, hi = _percentile_ci(boot[mask.tobytes()][m], level)
         rows_s.append(dict(measure=m, rho=rho, p=p, ci_low=lo, ci_high=hi, n=N))
-        auc, prec = retrieval(u, y, top_frac)
+        try:
+            auc, prec = retrieval(u, y, top_frac)
+        except ValueError as err:  # a degenerate top split (the target tied at the cut): report the rest
+            warnings.warn(f"measure {m!r}: AUC and precision skipped ({err}); rho and the other tables "
+                          f"are reported", stacklevel=2)
+            auc, prec = float("nan"), float("nan")
         rows_r.append(dict(measure=m, auc=auc, precision_at_10=prec, n=N))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -396,7 +401,10 @@ def gap_study(groups: pd.DataFrame, measures=DEFAULT_MEASURES, target: str = "gr
     retrieval_boot = None
     if reference in measures and len(measures) > 1:
         idx = rng.integers(0, int(common.sum()), size=(n_boot, int(common.sum())))
-        retrieval_boot = paired_retrieval_bootstrap(Xc, measures, y_all[common], reference, idx, top_frac, level)
+        try:
+            retrieval_boot = paired_retrieval_bootstrap(Xc, measures, y_all[common], reference, idx, top_frac, level)
+        except ValueError as err:  # the same degenerate split: no paired retrieval bootstrap
+            warnings.warn(f"paired retrieval bootstrap skipped ({err})", stacklevel=2)
     size = None  # drawn after every other statistic, so the older tables keep their resamples
     if norm_column in frame.columns:
         size = size_control(Xc, measures, y_all[common], _finite_column(frame, norm_column)[common],

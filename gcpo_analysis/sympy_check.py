@@ -195,22 +195,85 @@ def compare(code_a: str, code_b: str) -> tuple[bool, str | None]:
     return equal(ea, eb)
 
 
+def _math_verify():
+    """math-verify's parse and verify, or None when it is not installed; its log lines about the
+    timeouts it leaves to us are silenced (this process is the time limit)."""
+    try:
+        from math_verify import parse as mv_parse
+        from math_verify import verify as mv_verify
+    except ImportError:
+        return None
+    import logging
+
+    logging.getLogger("math_verify").setLevel(logging.CRITICAL)
+    return mv_parse, mv_verify
+
+
+def _as_latex(text: str) -> str:
+    """An answer as math-verify's LaTeX extraction reads it: inside $...$ unless it is delimited."""
+    return text if ("$" in text or "\\boxed" in text or "\\[" in text) else f"${text}$"
+
+
+_COMBINATORIAL = (sympy.factorial, sympy.factorial2, sympy.subfactorial, sympy.binomial, sympy.gamma)
+
+
+def _huge_combinatorics(value) -> bool:
+    """A factorial, binomial or gamma of a number over 2^14 (999999! has 5.5 million digits):
+    math-verify would evaluate it."""
+    try:
+        return any(isinstance(node, _COMBINATORIAL) and any(_log2_size(x) > 14 for x in node.args)
+                   for node in sympy.preorder_traversal(value))
+    except (OverflowError, ValueError, TypeError, AttributeError):
+        return True
+
+
+def verify(gold: str, answer: str) -> tuple[bool | None, str | None]:
+    """(equal, reason) of two answer texts by math-verify (Hugging Face's ``math_verify``: sets,
+    intervals, matrices, units, LaTeX normalisation); (None, None) when it is silent (not
+    installed, or it extracts no value from one side), so the caller's own comparison decides.
+    The parsed values pass ``over_cost_guard`` before ``verify`` evaluates them: (False, "cost")."""
+    engine = _math_verify()
+    if engine is None:
+        return None, None
+    mv_parse, mv_verify = engine
+    try:
+        g = mv_parse(_as_latex(gold), parsing_timeout=None)
+        a = mv_parse(_as_latex(answer), parsing_timeout=None)
+    except MemoryError:
+        return False, "memory"
+    except Exception:
+        return None, None
+    if not g or not a:
+        return None, None
+    for value in (g[0], a[0]):
+        if isinstance(value, sympy.Basic) and (over_cost_guard(value) or _huge_combinatorics(value)):
+            return False, "cost"
+    try:
+        return bool(mv_verify(g, a, timeout_seconds=None)), None
+    except MemoryError:
+        return False, "memory"
+    except Exception:
+        return None, None
+
+
 def warm() -> None:
     """Import-time work done once, before the worker forks its comparers: sympy's parser and
-    evaluator caches (the first parse takes ~50 ms)."""
+    evaluator caches (the first parse takes ~50 ms), math-verify's import and grammar (~2 s)."""
     compare("((1)/(2))", "x**2 + sqrt(8)")
+    verify("\\frac{1}{2}", "\\{1, 2\\} \\cup [0, 1]")
 
 
 def handle(request):
     """The worker's entry point, on JSON values: ``["equiv", code_a, code_b]`` → ``[equal,
-    reason]``; ``["clear"]`` empties the parse cache → ``null``. sympy's warnings on odd input
+    reason]``; ``["verify", gold, answer]`` → ``[equal or null, reason]`` (math-verify on the
+    texts; null: it is silent); ``["clear"]`` empties the parse cache → ``null``. sympy's warnings on odd input
     (deprecations) are silenced: the verdict is the answer, the caller's stderr is not a log."""
     if request == ["clear"]:
         parse.cache_clear()
         return None
     op, code_a, code_b = request
-    if op != "equiv" or not isinstance(code_a, str) or not isinstance(code_b, str):
+    if op not in ("equiv", "verify") or not isinstance(code_a, str) or not isinstance(code_b, str):
         raise ValueError(f"unknown request {request!r:.80}")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return list(compare(code_a, code_b))
+        return list((compare if op == "equiv" else verify)(code_a, code_b))

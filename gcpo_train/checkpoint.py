@@ -90,16 +90,57 @@ def trainable_state(model) -> dict:
     return {n: p.detach().cpu().clone() for n, p in model.named_parameters() if p.requires_grad}
 
 
+def nonfinite_tensors(tensors: dict) -> list[str]:
+    """Names of the tensors holding a NaN or an infinity (floating point only)."""
+    torch = require("torch")
+    return [n for n, t in tensors.items() if t.is_floating_point() and not bool(torch.isfinite(t).all())]
+
+
+class DivergedRun(ValueError):
+    """The trainable weights stopped being finite (a diverged step)."""
+
+
+def check_finite_weights(model, step: int) -> None:
+    """Stop the run at the step whose update made a trainable weight NaN or infinite, before
+    anything of that step is logged or saved (the newest checkpoint stays the last finite one)."""
+    bad = nonfinite_tensors({n: p.detach() for n, p in model.named_parameters() if p.requires_grad})
+    if bad:
+        raise DivergedRun(f"step {step}: the update made {len(bad)} trainable tensor(s) NaN or infinite "
+                          f"(e.g. {bad[0]}); the run diverged and was stopped, nothing of step {step} was "
+                          f"saved (lower learning_rate, or check the rewards)")
+
+
 def save_checkpoint(output_dir, step: int, *, model, optimizer, scheduler, config: TrainConfig,
                     data_position: int) -> Path:
-    """Write checkpoint ``step`` atomically (tmp folder + ``os.replace``); returns its path."""
-    torch = require("torch")
+    """Write checkpoint ``step`` atomically (tmp folder + ``os.replace``); returns its path.
+    Non-finite weights are refused (``DivergedRun``); a failed write (a full disk) removes the
+    temporary folder and raises OSError naming the checkpoint."""
     final = checkpoint_dir(output_dir, step)
     tmp = final.with_name(final.name + ".tmp")
+    weights = trainable_state(model)
+    bad = nonfinite_tensors(weights)
+    if bad:
+        raise DivergedRun(f"step {step}: {len(bad)} trainable tensor(s) are NaN or infinite (e.g. {bad[0]}); "
+                          f"checkpoint not saved")
+    try:
+        _write_checkpoint(tmp, weights, model=model, optimizer=optimizer, scheduler=scheduler, config=config,
+                          step=step, data_position=data_position)
+    except OSError as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise OSError(err.errno, f"checkpoint {final.name} not written ({err.strerror or err}); the newest "
+                      f"complete checkpoint is unchanged", str(tmp)) from None
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    return final
+
+
+def _write_checkpoint(tmp: Path, weights: dict, *, model, optimizer, scheduler, config, step, data_position) -> None:
+    torch = require("torch")
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
-    torch.save(trainable_state(model), tmp / "trainable.pt")
+    torch.save(weights, tmp / "trainable.pt")
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
     torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
     torch.save({"torch": torch.get_rng_state()}, tmp / "rng.pt")
@@ -109,10 +150,6 @@ def save_checkpoint(output_dir, step: int, *, model, optimizer, scheduler, confi
     (tmp / "config.json").write_text(json.dumps(config.to_dict(), indent=2, default=str))
     (tmp / "state.json").write_text(json.dumps(
         {"step": step, "data_position": data_position, "config_hash": config.config_hash()}, indent=2))
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
-    return final
 
 
 def check_compatible(path: Path, config: TrainConfig) -> dict:
@@ -146,13 +183,25 @@ def _read_json(path: Path, keys) -> dict:
 
 
 def load_trainable(model, path: Path) -> None:
-    """Copy ``trainable.pt`` into the model's trainable parameters (names must match exactly)."""
+    """Copy ``trainable.pt`` into the model's trainable parameters. The names must match exactly:
+    an empty or partial file (which would silently keep some freshly initialised adapters) and
+    non-finite values are refused as ``UnreadableCheckpoint``, so resume falls back to an older one."""
     torch = require("torch")
-    saved = safe_load(Path(path) / "trainable.pt")
+    file = Path(path) / "trainable.pt"
+    saved = safe_load(file)
     params = dict(model.named_parameters())
+    if not isinstance(saved, dict) or not all(torch.is_tensor(v) for v in saved.values()):
+        raise UnreadableCheckpoint(f"{file} is not a mapping of parameter names to tensors")
     missing = [n for n in saved if n not in params]
     if missing:
         raise ValueError(f"checkpoint {path} has parameters the model lacks, e.g. {missing[:3]}")
+    absent = [n for n, p in params.items() if p.requires_grad and n not in saved]
+    if absent:
+        raise UnreadableCheckpoint(f"{file} lacks {len(absent)} of the model's {len(absent) + len(saved)} "
+                                   f"trainable tensors (e.g. {absent[0]}): an empty or partial file")
+    bad = nonfinite_tensors(saved)
+    if bad:
+        raise UnreadableCheckpoint(f"{file} holds NaN or infinite weights ({len(bad)} tensor(s), e.g. {bad[0]})")
     with torch.no_grad():
         for name, value in saved.items():
             params[name].copy_(value.to(params[name].device, params[name].dtype))
@@ -213,6 +262,15 @@ def load_trained(path, device=None):
 
     path = Path(path)
     saved = _read_json(path / "config.json", ())
+    if not isinstance(saved, dict):
+        raise UnreadableCheckpoint(f"{path / 'config.json'} is not a mapping of config fields")
+    import dataclasses
+
+    names = {f.name for f in dataclasses.fields(TrainConfig)}
+    unknown = sorted(set(saved) - names)
+    if unknown:
+        raise UnreadableCheckpoint(f"{path / 'config.json'} has unknown config key(s) {unknown} (written by another "
+                                   f"gcpo version, or edited?)")
     # reporting backends of the run that wrote it are not needed (nor maybe installed) to load it
     cfg = TrainConfig(**{**saved, "tensorboard": False, "report_to": None})
     model, tok = load_model_and_tokenizer(cfg.model, cfg.dtype)

@@ -19,9 +19,9 @@ from .config import DTYPES, TrainConfig, load_config
 
 
 def _yaml_value(text: str):
-    import yaml
+    from .config import safe_yaml
 
-    return yaml.safe_load(text)
+    return safe_yaml(text, "a flag value")
 
 
 def add_train_parser(subparsers) -> argparse.ArgumentParser:
@@ -135,6 +135,7 @@ def _refuse_unknown(parser, extra) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gcpo_train", allow_abbrev=False)
+    parser.add_argument("--traceback", action="store_true", help="on an error, show the full traceback")
     sub = parser.add_subparsers(dest="command", required=True)
     add_train_parser(sub)
     add_eval_parser(sub)
@@ -142,7 +143,9 @@ def main(argv=None) -> int:
     args, extra = parser.parse_known_args(argv)
     if extra:
         _refuse_unknown(args._parser, extra)
-    return args.func(args)
+    from gcpo_analysis.errors import run_one_line
+
+    return run_one_line(lambda: args.func(args), f"gcpo {args.command}", args.traceback)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -159,6 +159,10 @@ class TrainConfig:
         for key in ("steps", "queries_per_step", "num_iterations", "micro_batch_size", "max_new_tokens"):
             if int(getattr(self, key)) < 1:
                 raise ValueError(f"{key} must be >= 1, got {getattr(self, key)!r}")
+        for key in ("save_total_limit", "n_train", "eval_n"):  # None = all; 0 or less would drop everything
+            if getattr(self, key) is not None and getattr(self, key) < 1:
+                raise ValueError(f"{key} must be >= 1 or null (keep all), got {getattr(self, key)!r}")
+        self.modulator_params = check_modulator_params(self.modulator_params)
         if not self.r_max > self.r_min:
             raise ValueError(f"r_max ({self.r_max}) must be > r_min ({self.r_min})")
         if self.temperature <= 0:
@@ -204,6 +208,8 @@ class TrainConfig:
                 raise ValueError(f"{f.name} must be true or false, got {value!r} ({type(value).__name__})")
             elif kind == "str" and not isinstance(value, str):
                 raise ValueError(f"{f.name} must be a string, got {value!r} ({type(value).__name__})")
+            elif f.name == "report_to" and isinstance(value, str):
+                continue  # one backend's name, or "none", as TRL accepts it: check_report_to reads it
             elif kind in ("list", "dict") and not isinstance(value, {"list": (list, tuple), "dict": dict}[kind]):
                 raise ValueError(f"{f.name} must be a {kind}, got {value!r} ({type(value).__name__})")
 
@@ -237,6 +243,74 @@ def known_modulators():
     return set(MODULATORS)
 
 
+# modulate()'s own arguments; modulator_params must not pass them a second time
+_MODULATE_ARGS = frozenset({"alpha", "r_min", "r_max", "eps"})
+
+
+def modulator_param_names() -> list[str]:
+    """The keyword arguments the modulators take beyond modulate()'s own (q_alpha, eg_alpha, ...),
+    read from their signatures."""
+    import inspect
+
+    from gcpo_analysis.measures.modulators import MODULATORS
+
+    names = set()
+    for mod in MODULATORS.values():
+        fn = getattr(mod, "fn", mod)
+        names |= {p.name for p in inspect.signature(fn).parameters.values() if p.kind == p.KEYWORD_ONLY}
+    return sorted(names - _MODULATE_ARGS)
+
+
+def check_modulator_params(params):
+    """``modulator_params`` checked: a mapping of known names (the accepted ones listed) to finite
+    numbers; an unknown key such as ``q_alfa`` would otherwise be ignored silently."""
+    if params is None:
+        return None
+    if not isinstance(params, dict):
+        raise ValueError(f"modulator_params must be a mapping, got {params!r} ({type(params).__name__})")
+    accepted = modulator_param_names()
+    for key, value in params.items():
+        if key not in accepted:
+            close = difflib.get_close_matches(str(key), accepted, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(f"modulator_params: unknown key {key!r}{hint}; accepted keys: {', '.join(accepted)}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ValueError(f"modulator_params[{key!r}] must be a finite number, got {value!r}")
+    return {k: float(v) for k, v in params.items()}
+
+
+YAML_NODE_LIMIT = 100_000  # nodes after alias expansion; a config has a few hundred
+
+
+def safe_yaml(text: str, source: str):
+    """``yaml.safe_load`` with the alias expansion bounded (a "billion laughs" bomb is refused
+    before anything expands) and a syntax error as one line naming the source and the line."""
+    import yaml
+
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise ValueError(f"{source}:{where} not valid YAML ({getattr(err, 'problem', None) or err})") from None
+    if node is None:
+        return None
+    sizes: dict = {}
+
+    def size(n) -> int:  # nodes after expansion; aliases point at shared node objects
+        if id(n) not in sizes:
+            sizes[id(n)] = 0  # a recursive alias counts once
+            kids = [x for pair in n.value for x in pair] if isinstance(n, yaml.MappingNode) else \
+                n.value if isinstance(n, yaml.SequenceNode) else []
+            sizes[id(n)] = min(1 + sum(size(k) for k in kids), YAML_NODE_LIMIT + 1)
+        return sizes[id(n)]
+
+    if size(node) > YAML_NODE_LIMIT:
+        raise ValueError(f"{source}: refused, its aliases expand to more than {YAML_NODE_LIMIT:,} values "
+                         f"(a YAML alias bomb?)")
+    return yaml.safe_load(text)
+
+
 def field_help() -> dict[str, str]:
     return {f.name: f.metadata["help"] for f in dataclasses.fields(TrainConfig)}
 
@@ -252,27 +326,23 @@ def _check_keys(keys, source: str) -> None:
 
 def parse_overrides(pairs) -> dict:
     """``['lr=1e-4', 'use_lora=false']`` → dict, values parsed as YAML scalars/lists."""
-    import yaml
-
     out = {}
     for pair in pairs or []:
         if "=" not in pair:
             raise ValueError(f"override {pair!r} is not of the form key=value")
         key, value = pair.split("=", 1)
-        out[key.strip()] = yaml.safe_load(value) if value != "" else None
+        out[key.strip()] = safe_yaml(value, f"override {key.strip()}") if value != "" else None
     return out
 
 
 def load_config(path: str | Path | None = None, overrides: dict | None = None) -> TrainConfig:
     """Defaults ← YAML file ← overrides; refuses unknown keys naming them (with close matches)."""
-    import yaml
-
     values: dict = {}
     if path is not None:
         path = Path(path)
         if not path.exists():
             raise FileNotFoundError(f"no such config file: {path}")
-        loaded = yaml.safe_load(path.read_text()) or {}
+        loaded = safe_yaml(path.read_text(), str(path)) or {}
         if not isinstance(loaded, dict):
             raise ValueError(f"{path}: a config file must be a YAML mapping, got {type(loaded).__name__}")
         _check_keys(loaded, str(path))

@@ -24,6 +24,14 @@ def evaluate(checkpoint_or_model, dataset: str | None = None, split: str = "test
     Returns {"dataset", "split", "n", "metrics": task_metrics(...) + mean_reward, "model"}.
     Predictions go next to the JSON as ``<name>.predictions.parquet``.
     """
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+        raise ValueError(f"n (--n) must be an integer >= 1 (queries to evaluate), got {n!r}")
+    if output is not None:  # never over the checkpoint, the data file or a pruned run folder
+        from gcpo_analysis.outputs import check_output
+
+        sources = [checkpoint_or_model if isinstance(checkpoint_or_model, (str, Path)) else None, data_path]
+        check_output(output, sources, "--output")
+        check_output(Path(output).with_name(Path(output).stem + ".predictions.parquet"), sources, "--output's predictions")
     torch = require("torch")
     tqdm = require("tqdm").tqdm
     from gcpo_analysis.rewards import extract_answer, task_metrics, task_reward

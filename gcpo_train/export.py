@@ -39,9 +39,12 @@ FLOAT32_TOLERANCE = 1e-3  # max |logit difference| / max(1, max |logit|) a float
 
 def check_output(out, source, overwrite: bool) -> Path:
     """OUT as an absolute path, refused when it would destroy the checkpoint or a user's folder."""
+    from gcpo_analysis.outputs import check_output as check_path
+
     out, source = Path(out).resolve(), Path(source).resolve()
     if out == source or out in source.parents:
         raise ValueError(f"output {out} holds the checkpoint {source}; choose another folder")
+    check_path(out, [source], "output")  # not inside the checkpoint or a run's pruned checkpoints/
     if not out.exists():
         return out
     if not overwrite:
@@ -142,7 +145,11 @@ def verify(folder: Path, expected: list, tokenizer, dtype: str, checked: bool) -
     reloaded_tok = transformers.AutoTokenizer.from_pretrained(folder)
     if reloaded_tok(PROBES[0])["input_ids"] != tokenizer(PROBES[0])["input_ids"]:
         raise RuntimeError(f"the tokenizer written to {folder} encodes the probe differently")
-    diff = max_abs_difference(probe_logits(model, reloaded_tok), expected)
+    reloaded = probe_logits(model, reloaded_tok)
+    if not all(bool(torch.isfinite(x).all()) for x in reloaded + expected):
+        raise RuntimeError(f"the exported model's or the trained policy's logits are NaN or infinite "
+                           f"(non-finite weights?); nothing written")
+    diff = max_abs_difference(reloaded, expected)
     scale = max(1.0, max(float(x.abs().max()) for x in expected))
     if checked and diff > FLOAT32_TOLERANCE * scale:
         raise RuntimeError(f"the exported model's logits differ from the trained policy's by {diff:.3g} "
@@ -164,6 +171,22 @@ def export_checkpoint(checkpoint, output, *, dtype: str | None = None, overwrite
     if dtype is not None and dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
     out = check_output(output, checkpoint, overwrite)
+    from .run_folder import take_lock
+
+    # one export into OUT at a time; the lock and owner files beside OUT are removed afterwards
+    lock_path, owner = out.with_name(f".{out.name}.gcpo.lock"), out.with_name(f".{out.name}.gcpo.owner.json")
+    lock = take_lock(lock_path, owner, f"export folder {out}")
+    try:
+        return _export(checkpoint, out, dtype, overwrite, check)
+    finally:
+        owner.unlink(missing_ok=True)
+        lock.release()
+        lock_path.unlink(missing_ok=True)
+
+
+def _export(checkpoint, out: Path, dtype, overwrite: bool, check: bool) -> dict:
+    torch = require("torch")
+    out = check_output(out, checkpoint, overwrite)  # again, now that the lock is held
     t0 = time.perf_counter()
     model, tokenizer, cfg, state, source = load_checkpoint_policy(checkpoint)
     dtype = dtype or cfg.dtype

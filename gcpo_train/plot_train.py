@@ -10,6 +10,23 @@ from pathlib import Path
 
 from .runlog import read_log
 
+MAX_POINTS = 2000  # per curve: a 300k-step log would otherwise take a minute and a 200 MB SVG
+
+
+def downsample(df, max_points: int = MAX_POINTS):
+    """At most ``max_points`` rows, evenly spaced over the steps (first and last kept), with a
+    warning naming the stride; a shorter log is returned as it is."""
+    import warnings
+
+    import numpy as np
+
+    if len(df) <= max_points:
+        return df
+    keep = np.unique(np.linspace(0, len(df) - 1, max_points).round().astype(int))
+    warnings.warn(f"plot-train: {len(df)} logged steps drawn as {len(keep)} evenly spaced points "
+                  f"(every ~{len(df) / len(keep):.0f}th step)")
+    return df.iloc[keep]
+
 
 def plot_training(run_dir, output=None):
     """Draw the curves of a run folder; returns the two written paths."""
@@ -24,6 +41,7 @@ def plot_training(run_dir, output=None):
     df = pd.DataFrame(read_log(log))
     if df.empty:
         raise ValueError(f"{log} has no logged step")
+    df = downsample(df)
     fig, ax = plt.subplots(1, 4, figsize=(18, 3.6))
     panels = [("(a) reward", [c for c in ("reward_mean", "frac_zero_std") if c in df]),
               ("(b) KL to the reference and loss", [c for c in ("kl", "loss") if c in df]),
@@ -31,7 +49,7 @@ def plot_training(run_dir, output=None):
               ("(d) seconds per phase", [c for c in df if c.startswith("time_")])]
     for a, (title, cols) in zip(ax, panels):
         for c in cols:
-            a.plot(df["step"], df[c], marker="o", ms=3, label=c)
+            a.plot(df["step"], df[c], marker="o" if len(df) <= 200 else None, ms=3, label=c)
         a.set(title=title, xlabel="step")
         if cols:
             a.legend(fontsize=7)

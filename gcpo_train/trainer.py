@@ -47,7 +47,7 @@ from .config import TrainConfig
 from .loss import chunk_logprobs, grpo_loss, masked_var, rollout_chunks
 from .modulation import GroupModulator
 from .policy import Reference, forward_parameters, generate_groups, load_model_and_tokenizer, wrap_lora
-from .run_folder import prepare_run_folder, write_run_info
+from .run_folder import RunFolder, write_run_info
 from .splits import load_split, query_indices
 from .step_data import BeforeUpdate, Rollouts, StepTimer, UpdateStats, rollouts_frame, summarize_step
 
@@ -334,10 +334,9 @@ class GRPOTrainer:
         return summarize_step(step, parts, self.config.group_size)
 
     # ------------------------------------------------------------------ run
-    def _prepare_output(self) -> None:
-        self.start_step, self.resumed_from = prepare_run_folder(
-            self.out, resume=self.config.resume, overwrite=self.config.overwrite,
-            is_main=self.accelerator.is_main_process,
+    def _prepare_output(self, folder: RunFolder) -> None:
+        self.start_step, self.resumed_from = folder.prepare(
+            resume=self.config.resume, overwrite=self.config.overwrite, config_hash=self.config.config_hash(),
             load_latest=lambda: ckpt.load_latest_usable(self.out, model=self.policy, optimizer=self.optimizer,
                                                         scheduler=self.scheduler, config=self.config))
 
@@ -360,10 +359,16 @@ class GRPOTrainer:
             self._reporter.log(row)
 
     def train(self) -> list[dict]:
-        """Run steps start_step..steps; returns the logged rows of this call."""
+        """Run steps start_step..steps in the locked run folder (``run_folder.RunFolder``: one run
+        per folder; a start that fails before its first logged step leaves the folder as found);
+        returns the logged rows of this call."""
+        with RunFolder(self.out, is_main=self.accelerator.is_main_process) as folder:
+            return self._train(folder)
+
+    def _train(self, folder: RunFolder) -> list[dict]:
         cfg, acc = self.config, self.accelerator
         self.out.mkdir(parents=True, exist_ok=True)
-        self._prepare_output()
+        self._prepare_output(folder)
         # every process checks the folder before the main one writes run.json into it
         acc.wait_for_everyone()
         if cfg.report_to and acc.is_main_process:
@@ -381,7 +386,9 @@ class GRPOTrainer:
                    desc=f"gcpo {cfg.modulator}", initial=self.start_step - 1, total=cfg.steps)
         for step in bar:
             row, frame = self.train_step(step)
+            ckpt.check_finite_weights(self.policy, step)  # a diverged step stops here, never saved
             self._log(row, frame)
+            folder.started()
             rows.append(row)
             bar.set_postfix(reward=f"{row['reward_mean']:.3f}", kl=f"{row['kl']:.4f}")
             if cfg.eval_every and step % cfg.eval_every == 0 and acc.is_main_process:

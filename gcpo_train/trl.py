@@ -80,14 +80,38 @@ class GCPOConfig(GRPOConfig):
 
     def __post_init__(self):
         super().__post_init__()
+        self._check_gcpo_types()
         check_trl_modulator(self.modulator)
         from gcpo_analysis.measures.dispersion import check_alpha_base
 
+        from .config import check_modulator_params
+
         check_alpha_base(self.alpha_base)
+        self.modulator_params = check_modulator_params(self.modulator_params)
         if not self.r_max > self.r_min:
             raise ValueError(f"r_max ({self.r_max}) must be > r_min ({self.r_min})")
         if not 0 <= self.nli_threshold <= 1:
             raise ValueError(f"nli_threshold must lie in [0, 1], got {self.nli_threshold}")
+
+    def _check_gcpo_types(self) -> None:
+        """The GCPO fields validated as TrainConfig's are: numbers finite and not strings or
+        booleans ("0.6" is refused, not stored), booleans real booleans ("no" is refused, not
+        read as True), strings strings."""
+        import math
+
+        for name in ("alpha_base", "r_min", "r_max", "nli_threshold"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ValueError(f"{name} must be a finite number, got {value!r} ({type(value).__name__})")
+            setattr(self, name, float(value))
+        for name in ("use_full_completion", "log_group_measures"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r} "
+                                 f"({type(getattr(self, name)).__name__})")
+        for name, optional in (("modulator", False), ("judge", False), ("embedder", True)):
+            value = getattr(self, name)
+            if not (isinstance(value, str) or (optional and value is None)):
+                raise ValueError(f"{name} must be a string, got {value!r} ({type(value).__name__})")
 
 
 def completion_text(completion) -> str:

@@ -25,7 +25,7 @@ def gcpo_config_from(cfg: TrainConfig, plain_trl: bool = False, **overrides):
         loss_type=loss_type, scale_rewards="group", num_generations=cfg.group_size,
         per_device_train_batch_size=cfg.queries_per_step * cfg.group_size, max_completion_length=cfg.max_new_tokens,
         temperature=cfg.temperature, top_p=cfg.top_p, top_k=0, logging_steps=cfg.log_every,
-        save_steps=cfg.checkpoint_every or cfg.steps, use_cpu=cfg.device == "cpu",
+        save_steps=cfg.checkpoint_every or cfg.steps, save_total_limit=cfg.save_total_limit, use_cpu=cfg.device == "cpu",
         bf16=cfg.dtype == "bfloat16", fp16=cfg.dtype == "float16", gradient_checkpointing=cfg.gradient_checkpointing,
         report_to=list(cfg.report_to),
         modulator=cfg.modulator, alpha_base=cfg.alpha_base, r_min=cfg.r_min, r_max=cfg.r_max, judge=cfg.judge,
@@ -68,6 +68,14 @@ def task_reward_fn(completions, references, task, **_):
     return [task_reward(t, completion_text(c), list(refs)) for c, refs, t in zip(completions, references, task)]
 
 
+def refuse_unsupported(cfg: TrainConfig) -> None:
+    """Fields with no TRL counterpart here are refused, naming them (before any file is touched)."""
+    refused = {"resume": "use TRL's resume_from_checkpoint", "eval_every": "use TRL's eval_strategy"}
+    for key, why in refused.items():
+        if getattr(cfg, key):
+            raise ValueError(f"{key} has no --backend trl counterpart here ({why}); unset it")
+
+
 def build_trl_trainer(cfg: TrainConfig, *, embedder=None, judge=None, plain_trl: bool = False, **overrides):
     """A ready GCPOTrainer for ``cfg`` (not yet trained); ``plain_trl`` builds TRL's own
     GRPOTrainer on the same workload instead (benchmarks)."""
@@ -76,10 +84,7 @@ def build_trl_trainer(cfg: TrainConfig, *, embedder=None, judge=None, plain_trl:
 
     if cfg.backend != "trl":
         raise ValueError(f"build_trl_trainer needs backend: trl, got {cfg.backend!r}")
-    refused = {"resume": "use TRL's resume_from_checkpoint", "eval_every": "use TRL's eval_strategy"}
-    for key, why in refused.items():
-        if getattr(cfg, key):
-            raise ValueError(f"{key} has no --backend trl counterpart here ({why}); unset it")
+    refuse_unsupported(cfg)
     model, tokenizer = load_model_and_tokenizer(cfg.model, cfg.dtype)
     if getattr(getattr(model, "hf_quantizer", None), "quantization_config", None) is not None and \
             str(model.hf_quantizer.quantization_config.quant_method).lower().endswith("gguf"):
@@ -107,7 +112,30 @@ def build_trl_trainer(cfg: TrainConfig, *, embedder=None, judge=None, plain_trl:
 
 
 def run(cfg: TrainConfig) -> list[dict]:
-    """Train with TRL; returns TRL's log history (one dict per logged step)."""
-    trainer = build_trl_trainer(cfg)
-    trainer.train()
+    """Train with TRL in the locked run folder, under gcpo's run-folder rules
+    (``run_folder.RunFolder``: a folder holding a run needs ``overwrite``, which removes only what
+    gcpo or TRL wrote; a start that fails before the first step leaves the folder as found);
+    returns TRL's log history (one dict per logged step)."""
+    import os
+
+    from .run_folder import RunFolder
+
+    refuse_unsupported(cfg)
+    is_main = int(os.environ.get("RANK", "0")) == 0  # accelerate launch sets RANK per process
+    with RunFolder(cfg.output_dir, is_main=is_main) as folder:
+        folder.prepare(resume=False, overwrite=cfg.overwrite, load_latest=lambda: (None, None))
+        trainer = build_trl_trainer(cfg)
+        trainer.add_callback(_started_callback(folder))
+        trainer.train()
     return [h for h in trainer.state.log_history if "loss" in h]
+
+
+def _started_callback(folder):
+    """A TrainerCallback that marks the run folder started after TRL's first optimizer step."""
+    from transformers import TrainerCallback
+
+    class Started(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            folder.started()
+
+    return Started()

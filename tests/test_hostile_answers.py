@@ -33,14 +33,16 @@ HOSTILE_ANSWERS = {
     "64 KB of digits": ("\\boxed{" + "9" * 65_000 + "}", "1", 0.0, "length"),
     "64 KB of braces": ("{" * 32_000 + "}" * 32_000, "1", 0.0, None),
     "exponent chain": (r"\boxed{2^{2^{2^{2^{2^{2^{2}}}}}}}", "1", 0.0, "cost"),
-    "factorial": (r"\boxed{9999!!!}", "1", 0.0, None),
+    # math-verify reads factorials (5! = 120): a literal n over MAX_FACTORIAL is a counted guard
+    "factorial": (r"\boxed{9999!!!}", "1", 0.0, "cost"),
     # sympy.parsing.latex evaluated 1000000! while parsing; the grader no longer uses it
-    "factorial 1000000!": (r"\boxed{1000000!}", "1", 0.0, None),
+    "factorial 1000000!": (r"\boxed{1000000!}", "1", 0.0, "cost"),
     "float literal 1e999999999": (r"\boxed{1e999999999}", "1", 0.0, "cost"),
     "method call .n(99999999)": (r"\boxed{\pi.n(99999999)}", "1", 0.0, None),
     "code": (r"\boxed{__import__('os').system('true')}", "1", 0.0, None),
     "polynomial power against a reordering": (r"\boxed{(a+b+c+d+e+f)^{64}}", "(f+e+d+c+b+a)^{64}", 2.0, None),
-    "polynomial power that needs expanding": (r"\boxed{(2a+2b+2c+2d+2e+2f)^{64}}", "2^{64}(a+b+c+d+e+f)^{64}", 0.0, "cost"),
+    # equal; math-verify proves it within the budget (before it, a counted "cost" fallback, reward 0)
+    "polynomial power that needs expanding": (r"\boxed{(2a+2b+2c+2d+2e+2f)^{64}}", "2^{64}(a+b+c+d+e+f)^{64}", 2.0, None),
     "square root of a 7,000-bit integer": ("\\boxed{\\sqrt{" + str(2**7000 + 1) + "}}", "1", 0.0, "length"),
     "square root of 2^7000 + 1": (r"\boxed{\sqrt{2^{7000}+1}}", "1", 0.0, "cost"),
     "cube root of 7^2500 + 3": (r"\boxed{\sqrt[3]{7^{2500}+3}}", "1", 0.0, "cost"),
@@ -158,7 +160,8 @@ def test_equivalences_that_need_sympy_go_through_the_worker(monkeypatch, warm_gr
                        (r"e^{i\pi}", "-1", True), ("2^{1009}", "2^{1009}+1", False), (r"\pi", "3.1416", False),
                        ("(a+b)^{3}", "a^3+3a^2b+3ab^2+b^3", True), ("(a+b)^{3}", "a^3+b^3", False)]:
         assert rewards.math_equiv(a, b) is same, (a, b)
-    assert len(calls) == 9 and all(c[0] == "equiv" for c in calls)
+    # math-verify first ("verify"), our sympy comparison where it is silent or reads e as a variable
+    assert len([c for c in calls if c[0] == "verify"]) == 9 and all(c[0] in ("verify", "equiv") for c in calls)
     calls.clear()
     assert rewards.math_equiv("0.25", r"\frac{1}{4}") and not rewards.math_equiv("1000000", "999999")
     assert calls == []  # numbers are compared without the worker

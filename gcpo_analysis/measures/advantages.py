@@ -34,11 +34,21 @@ def grpo_advantages(rewards, eps: float = EPS) -> np.ndarray:
         raise ValueError(f"rewards must be a non-empty 1-d array, got shape {r.shape}")
     if not np.isfinite(r).all():
         raise ValueError(f"NaN or infinite reward at index {int(np.flatnonzero(~np.isfinite(r))[0])}")
-    centred = r - r.mean()
-    std = r.std()
+    with np.errstate(over="ignore", invalid="ignore"):
+        centred = r - r.mean()
+        std = r.std()
+    _check_overflow(centred, std)
     if std == 0.0 or np.all(np.abs(centred) <= 1e-12 * max(1.0, np.abs(r).max())):
         return np.zeros_like(r)
     return centred / (std + eps)
+
+
+def _check_overflow(centred, std) -> None:
+    """Finite rewards whose mean or spread overflows float64 (|r| near 1e308) are refused: the
+    advantages would be NaN, not a number."""
+    if not (np.isfinite(centred).all() and np.isfinite(std).all()):
+        raise ValueError("rewards too large: their mean or standard deviation overflows float64 "
+                         "(rescale the rewards)")
 
 
 def grpo_advantages_batch(rewards, eps: float = EPS) -> np.ndarray:
@@ -49,8 +59,10 @@ def grpo_advantages_batch(rewards, eps: float = EPS) -> np.ndarray:
     if not np.isfinite(r).all():
         idx = tuple(int(i) for i in np.argwhere(~np.isfinite(r))[0])
         raise ValueError(f"NaN or infinite reward at index {idx}")
-    centred = r - r.mean(axis=1, keepdims=True)
-    std = r.std(axis=1, keepdims=True)
+    with np.errstate(over="ignore", invalid="ignore"):
+        centred = r - r.mean(axis=1, keepdims=True)
+        std = r.std(axis=1, keepdims=True)
+    _check_overflow(centred, std)
     out = centred / (std + eps)
     out[np.broadcast_to(std == 0.0, out.shape)] = 0.0
     return out

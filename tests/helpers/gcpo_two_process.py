@@ -18,10 +18,10 @@ from gcpo_train.trainer import GRPOTrainer  # noqa: E402
 check_folder = GRPOTrainer._prepare_output
 
 
-def late_on_rank_1(self):
+def late_on_rank_1(self, *args):
     if self.accelerator.process_index == 1:
         time.sleep(2)
-    return check_folder(self)
+    return check_folder(self, *args)
 
 
 GRPOTrainer._prepare_output = late_on_rank_1

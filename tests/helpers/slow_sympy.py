@@ -7,7 +7,7 @@ warm = sympy_check.warm
 
 
 def handle(request):
-    if request[0] == "equiv" and "z" in request[1]:
+    if request[0] in ("equiv", "verify") and "z" in request[1]:
         while True:
             pass
     return sympy_check.handle(request)

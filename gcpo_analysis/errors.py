@@ -1,0 +1,31 @@
+"""One line for every error of the command line (issue 20): ``gcpo`` and ``python -m gcpo_train``
+report an error as one line naming it, exit 2, and show the traceback only with ``--traceback``."""
+from __future__ import annotations
+
+import sys
+
+
+def run_one_line(fn, prog: str, traceback: bool) -> int:
+    """Run ``fn``; any error is one line on stderr naming it (exit 2), the full traceback only
+    with ``--traceback``. Bad input, file-system errors (a full disk), a busy run folder and a
+    library's own errors all read the same way."""
+    if traceback:
+        return fn()
+    try:
+        return fn()
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as err:  # noqa: BLE001 - every error is reported, in one line
+        print(f"{prog}: error: {one_line(err)} (--traceback for details)", file=sys.stderr)
+        return 2
+
+
+def one_line(err: BaseException) -> str:
+    """An exception as one line: our ValueError/OSError texts as they are, others with their type."""
+    text = " ".join(str(err).split()) or type(err).__name__
+    if isinstance(err, OSError) and err.filename and str(err.filename) not in text:
+        text = f"{text}: {err.filename}"
+    if not isinstance(err, (ValueError, OSError)):  # a library's error or a bug: say which kind
+        text = f"{type(err).__name__}: {text}"
+    return text[:2000]
