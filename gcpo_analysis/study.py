@@ -21,6 +21,7 @@ import contextlib
 import hashlib
 import json
 import time
+import warnings
 from dataclasses import InitVar, asdict, dataclass, field, fields
 from pathlib import Path
 
@@ -233,6 +234,11 @@ def _collect(cfg: StudyConfig, out: Path, timer: _Timer, card: dict):
         )
 
     with timer("rollouts, rewards and gradient variance"):
+        gate_file = out / "pilot_gate.json"
+        if not cfg.pilot and gate_file.exists():  # an earlier gate of this folder, overridden with --pilot 0
+            card["pilot_gate"] = dict(json.loads(gate_file.read_text()), overridden=True)
+            warnings.warn(f"{out}: the pilot gate failed earlier ({gate_file}); running on with --pilot 0, "
+                          "as the run card records", stacklevel=2)
         if cfg.pilot:  # the first queries of the run itself: a passed pilot is not collected again
             gate = pilot_gate(collect(queries.iloc[: cfg.pilot])[1])
             card["pilot_gate"] = gate
@@ -242,7 +248,8 @@ def _collect(cfg: StudyConfig, out: Path, timer: _Timer, card: dict):
                     f"pilot gate failed after {gate['n_queries']} queries: mean success "
                     f"{gate['mean_success']:.2f} (wanted {PILOT_SUCCESS[0]}-{PILOT_SUCCESS[1]}), "
                     f"{gate['frac_v_positive']:.0%} of groups with V > 0 (wanted >= {PILOT_MIN_NONZERO_V:.0%}); "
-                    f"change the prompt, token budget or filter (recorded in {out / 'pilot_gate.json'})")
+                    f"change the prompt, token budget or filter, or run on regardless with --pilot 0 (the run "
+                    f"card then records the failed gate; recorded in {out / 'pilot_gate.json'})")
         rollouts, groups, grams = collect(queries)
     return rollouts, groups, grams
 
