@@ -12,6 +12,12 @@ to float rounding:
     log pi(c_t | prompt, c_<t) from the prompt's last logit (t = 0) and the completion logits
     (t >= 1), at TRL's temperature, positions and masks; 0 where the completion mask is 0.
 
+Generation (transformers, not vLLM): TRL's ``generate`` call gets G copies of each prompt and
+prefills all of them. ``_generate_single_turn`` wraps that call (not a copy of TRL's method):
+each distinct prompt but its last token runs once (``policy.run_prompt_once`` at generate's
+positions), its cache is copied to its rows and ``generate`` continues from there, with its own
+sampler and random draws (metric ``gcpo/shared_prefill``).
+
 The idea (one prompt forward, a cache shared by its G completions) is the one of TRL's
 unmerged "GRPO VRAM Optimization" pull request (huggingface/trl #2669); the code is ours.
 
@@ -47,8 +53,9 @@ def hook_matches(cls) -> bool:
     return tuple(inspect.signature(cls._get_per_token_logps_and_entropies).parameters) == HOOK_PARAMETERS
 
 
-def static_fallback(trainer, base_cls) -> str | None:
-    """Why the shared-prompt pass cannot run for this trainer at all (None: it can)."""
+def static_fallback(trainer, base_cls, generation: bool = False) -> str | None:
+    """Why the shared-prompt pass (``generation``: the shared prefill) cannot run for this
+    trainer at all (None: it can)."""
     from .policy import forward_parameters
 
     args = trainer.args
@@ -67,7 +74,7 @@ def static_fallback(trainer, base_cls) -> str | None:
     peft_cfg = getattr(trainer.model, "active_peft_config", None)
     if peft_cfg is not None and getattr(peft_cfg, "is_prompt_learning", False):
         return "a prompt-learning PEFT adapter (virtual tokens are prepended to every row)"
-    if getattr(trainer, "_entropy_bonus_enabled", False):
+    if not generation and getattr(trainer, "_entropy_bonus_enabled", False):
         return "TRL's entropy bonus (it needs gradients through the entropy; the shared pass gives them none)"
     return None
 
@@ -137,16 +144,83 @@ def shared_prompt_logps(model, input_ids, attention_mask, logits_to_keep: int, b
     return torch.cat(logps), (torch.cat(entropies) if compute_entropy else None)
 
 
+def prefill_plan(input_ids, attention_mask):
+    """(first row of each distinct prompt, each row's prompt number) of a generate batch, or None
+    when no two rows share a prompt or the prompt has one token (nothing to prefill)."""
+    groups = prompt_groups(input_ids, attention_mask)
+    if len(groups) == input_ids.size(0) or input_ids.size(1) < 2:
+        return None
+    index = torch.empty(input_ids.size(0), dtype=torch.long)
+    for k, rows in enumerate(groups):
+        index[rows] = k
+    return [rows[0] for rows in groups], index.to(input_ids.device)
+
+
+def shared_prefill_generate(model, generate):
+    """``generate`` (a model's bound method, TRL's call ``generate(input_ids=..., attention_mask=...,
+    generation_config=...)``) whose prompts' prefill runs once per distinct prompt: all but the
+    last prompt token run through ``policy.run_prompt_once`` at generate's own positions
+    (attention-mask cumsum), the cache is copied to the prompt's rows, and ``generate`` continues
+    from it (only the last prompt token and the new tokens run per row). The sampler and its
+    random draws are generate's, so the samples are the plain call's up to float rounding."""
+    from .policy import run_prompt_once
+
+    def wrapped(*args, input_ids=None, attention_mask=None, **kwargs):
+        plan = None if (args or attention_mask is None or "past_key_values" in kwargs) else prefill_plan(
+            input_ids, attention_mask)
+        if plan is None:
+            return generate(*args, input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+        firsts, index = plan
+        positions = (attention_mask.long().cumsum(-1) - 1).masked_fill(attention_mask == 0, 0)  # generate's rule
+        with torch.no_grad():
+            cache = run_prompt_once(model, input_ids[firsts, :-1], 1, attention_mask=attention_mask[firsts, :-1],
+                                    position_ids=positions[firsts, :-1]).past_key_values
+        cache.batch_select_indices(index)
+        return generate(input_ids=input_ids, attention_mask=attention_mask, past_key_values=cache, **kwargs)
+
+    return wrapped
+
+
+def generation_fallback(trainer, images, multimodal_fields) -> str | None:
+    """Why TRL's generation keeps its G prefills per prompt (None: one prefill per prompt)."""
+    if getattr(trainer, "use_vllm", False):
+        return "vLLM generation (vLLM has its own prefix cache)"
+    if getattr(trainer.args, "use_transformers_paged", False):
+        return "transformers' paged generation (generate_batch)"
+    if images is not None or multimodal_fields:
+        return "multimodal inputs"
+    if getattr(trainer.generation_config, "cache_implementation", None) is not None:
+        return f"cache_implementation={trainer.generation_config.cache_implementation!r}"
+    return None
+
+
 class SharedPromptMixin:
     """Overrides TRL's ``_get_per_token_logps_and_entropies`` (see the module docstring). Mixed
     in before ``trl.GRPOTrainer``; the trainer's ``args`` carries ``share_prompt``."""
 
-    def _gcpo_note_fallback(self, reason: str | None) -> None:
+    def _gcpo_note_fallback(self, reason: str | None, metric: str = "gcpo/shared_prompt", what: str = "pass") -> None:
+        if not hasattr(self, "gcpo_prompt_fallbacks"):
+            self.gcpo_prompt_fallbacks = set()
         mode = "train" if self.model.training else "eval"
-        self._metrics[mode]["gcpo/shared_prompt"].append(0.0 if reason else 1.0)
-        if reason and reason not in self.gcpo_prompt_fallbacks:
-            self.gcpo_prompt_fallbacks.add(reason)
-            logger.info("GCPOTrainer: each group's prompt runs G times (TRL's own pass), because of %s", reason)
+        self._metrics[mode][metric].append(0.0 if reason else 1.0)
+        if reason and (what, reason) not in self.gcpo_prompt_fallbacks:
+            self.gcpo_prompt_fallbacks.add((what, reason))
+            logger.info("GCPOTrainer: each group's prompt runs G times (TRL's own %s), because of %s", what, reason)
+
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs):
+        from trl import GRPOTrainer
+
+        reason = static_fallback(self, GRPOTrainer, generation=True) or generation_fallback(self, images, multimodal_fields)
+        self._gcpo_note_fallback(reason, "gcpo/shared_prefill", "generation prefill")
+        if reason is not None:
+            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs)
+        # TRL generates with accelerator.unwrap_model(model_wrapped): wrap that object's generate for this call
+        target = self.accelerator.unwrap_model(self.model_wrapped)
+        target.generate = shared_prefill_generate(target, target.generate)
+        try:
+            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs)
+        finally:
+            del target.generate
 
     def _gcpo_static_fallback(self):
         if not hasattr(self, "_gcpo_static"):
@@ -157,8 +231,6 @@ class SharedPromptMixin:
 
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
                                            compute_entropy=False, compute_aux_loss=False, *args, **kwargs):
-        if not hasattr(self, "gcpo_prompt_fallbacks"):
-            self.gcpo_prompt_fallbacks = set()
         reason = self._gcpo_static_fallback()
         if reason is None:
             inner_model = self.accelerator.unwrap_model(model)

@@ -80,6 +80,7 @@ def test_shared_prompt_gives_trls_numbers(model_dir, tmp_path):
     ours = _train(model_dir, tmp_path / "on", checks=checks)
     plain = _train(model_dir, tmp_path / "off", share_prompt=False)
     assert _logged(ours, "gcpo/shared_prompt") == [1.0, 1.0] and _logged(plain, "gcpo/shared_prompt") == [0.0, 0.0]
+    assert _logged(ours, "gcpo/shared_prefill") == [1.0] and _logged(plain, "gcpo/shared_prefill") == [0.0]
     # passes seen: old-policy and reference (no grad, chunks of 6 over 12 rows) and the training forwards
     kinds = {(grad, tuple(shape)[0], bs) for *_, grad, shape, bs in checks}
     assert {(False, 12, 6), (True, 6, None)} <= kinds
@@ -149,7 +150,8 @@ def test_gradient_checkpointing_falls_back_named_and_counted(tmp_path, caplog):
         trainer = _train(str(path), tmp_path / "gc", gradient_checkpointing=True)
     # step 1: old-policy and reference passes shared (TRL turns checkpointing off there), 2 training forwards not
     assert _logged(trainer, "gcpo/shared_prompt") == [0.5, 0.0]
-    assert len(trainer.gcpo_prompt_fallbacks) == 1 and "gradient checkpointing" in next(iter(trainer.gcpo_prompt_fallbacks))
+    assert [r for _, r in trainer.gcpo_prompt_fallbacks] == [sp.call_fallback(False, {}, checkpointing=True)]
+    assert _logged(trainer, "gcpo/shared_prefill") == [1.0]  # generation runs without checkpointing: it shares
     assert sum("gradient checkpointing" in r.getMessage() for r in caplog.records) == 1  # logged once, not per call
 
 
@@ -186,3 +188,37 @@ def test_prompt_groups_match_identical_rows_only():
     ids = torch.tensor([[0, 5, 6], [0, 5, 6], [7, 5, 6], [0, 5, 6]])
     mask = torch.tensor([[0, 1, 1], [0, 1, 1], [1, 1, 1], [1, 1, 1]])  # row 3: same tokens, another mask
     assert sp.prompt_groups(ids, mask) == [[0, 1], [2], [3]]
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2", "gpt2"])
+def test_shared_prefill_generate_samples_what_generate_samples(family):
+    """Left-padded prompts of different lengths, each repeated (TRL's layout) and one row alone:
+    the wrapped generate samples the same tokens from the same seed, and runs the prefix once
+    per distinct prompt."""
+    model = tiny_causal_lm(family, vocab_size=60)
+    gen = torch.Generator().manual_seed(3)
+    lengths, G = [7, 4, 9], 3
+    rows = [torch.randint(4, 60, (n,), generator=gen) for n in lengths]
+    P = max(lengths)
+    ids = torch.zeros(len(rows), P, dtype=torch.long)
+    att = torch.zeros(len(rows), P, dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, P - len(r):], att[i, P - len(r):] = r, 1
+    ids = torch.cat([ids[:2].repeat_interleave(G, 0), ids[2:]])
+    att = torch.cat([att[:2].repeat_interleave(G, 0), att[2:]])
+    kw = dict(max_new_tokens=5, do_sample=True, top_k=0, pad_token_id=0, eos_token_id=None)
+    torch.manual_seed(0)
+    plain = model.generate(input_ids=ids, attention_mask=att, **kw)
+    prefix_rows = []  # rows of every forward that starts from an empty cache (a prefill)
+
+    def counting(module, args, kwargs):
+        cache = kwargs.get("past_key_values")
+        if cache is None or cache.get_seq_length() == 0:
+            prefix_rows.append(kwargs["input_ids"].shape[0])
+
+    model.register_forward_pre_hook(counting, with_kwargs=True)
+    torch.manual_seed(0)
+    shared = sp.shared_prefill_generate(model, model.generate)(input_ids=ids, attention_mask=att, **kw)
+    assert torch.equal(plain, shared)
+    assert prefix_rows == [3]  # one prefix forward, of the 3 distinct prompts (not 7 rows)
+    assert sp.prefill_plan(ids[:1], att[:1]) is None  # nothing to share
