@@ -14,7 +14,7 @@ BoT); ``gcpo_train_plain`` is our loop without its shared prompt. Targets of iss
 GCPOTrainer (share_prompt) <= 0.7x TRL on cpu_smoke, <= 0.4x on nqa512, and a lower memory peak.
 
 Every run is its own process (so its peak RSS is its own: ``ru_maxrss``; on a GPU
-``torch.cuda.max_memory_allocated``), runs are interleaved (round 1: every engine on every
+``torch.cuda.max_memory_allocated``), runs are interleaved (round 1: each engine in turn on every
 workload, then round 2...) so a machine whose speed drifts (a shared 2-core box) slows every
 engine alike; each number is the median over the measured steps (step 1 is warm-up). The phase
 split: generation (sampling only), the rest of TRL's ``_generate_and_score_completions``
@@ -176,14 +176,17 @@ def main() -> None:
     measured = {(w, e): dict(steps=[], peaks=[]) for w in workloads for e in engines}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
-            for w in workloads:
-                for e in engines:
+            for e in engines:  # engine-major, so the first engines' pairs are complete early
+                for w in workloads:
                     got = run_in_subprocess(e, w, args.steps, f"{tmp}/{w}_{e}_{r}")
                     steps = got["steps"]
                     measured[(w, e)]["steps"] += steps[1:] if len(steps) > 1 else steps
                     measured[(w, e)]["peaks"].append(got["peak_mib"])
+                    split = {k: round(statistics.median(s[k] for s in steps[1:] or steps), 2)
+                             for k in ("total", "generate", "score", "optimise", "gcpo_weights") if k in steps[0]}
                     print(f"round {r + 1} {w} {ENGINES[e]}: steps {[round(s['total'], 2) for s in steps]}, "
-                          f"peak {got['peak_mib']:.0f} MiB", flush=True)
+                          f"measured {split}, peak {got['peak_mib']:.0f} MiB, "
+                          f"prompt tokens {steps[0].get('prompt_tokens', float('nan')):.0f}", flush=True)
 
     def median(rows, key):
         values = [row[key] for row in rows if key in row and row[key] == row[key]]
