@@ -149,6 +149,75 @@ def one_run(engine: str, prompts: str, steps: int, out_dir: str) -> dict:
     return dict(steps=rows, peak_mib=peak_mib())
 
 
+def time_passes(prompts: str, share: bool, out_dir: str) -> dict:
+    """``--passes``: TRL's two log-prob passes on one group of the workload (its first prompt, G = 8
+    rows, 32 completion tokens), through GCPOTrainer's hook with ``share_prompt`` on or off (off is
+    TRL's own pass): the reference pass (no gradient, LoRA adapters disabled, TRL's chunk of 8) and
+    the training forward with entropies plus its backward. Wall and process CPU seconds (one
+    torch thread: CPU seconds are the work, robust to a shared machine)."""
+    import torch
+    from trl.trainer.utils import use_adapter
+
+    from gcpo_train.trl_backend import build_trl_trainer
+
+    torch.set_num_threads(1)
+    trainer = build_trl_trainer(workload(out_dir, 1, "none", "trl", **PROMPTS[prompts]), logging_steps=1,
+                                save_strategy="no", share_prompt=share)
+    tok, model = trainer.processing_class, trainer.model.train()
+    prompt_ids = torch.tensor(tok(trainer.train_dataset[0]["prompt"], add_special_tokens=False)["input_ids"])
+    G, T = 8, 32
+    completions = torch.randint(10, len(tok), (G, T), generator=torch.Generator().manual_seed(0))
+    ids = torch.cat([prompt_ids.expand(G, -1), completions], dim=1)
+    mask = torch.ones_like(ids)
+    hook = trainer._get_per_token_logps_and_entropies
+    with torch.no_grad():
+        hook(model, ids[:2, -T - 4:], mask[:2, -T - 4:], T)  # warm-up (lazy initialisation), small
+    rows, rss0 = {}, rss_mib()
+
+    def clock(name, fn):
+        t0, c0 = time.perf_counter(), time.process_time()
+        fn()
+        rows[name] = dict(wall=time.perf_counter() - t0, cpu=time.process_time() - c0)
+
+    def reference():
+        with torch.no_grad(), use_adapter(model, None):
+            hook(model, ids, mask, T, batch_size=G)
+
+    def training():
+        logps, _, _ = hook(model, ids, mask, T, compute_entropy=True)
+        logps.sum().backward()
+
+    clock("reference", reference)
+    clock("training", training)
+    shared = trainer._metrics["train"]["gcpo/shared_prompt"]
+    return dict(passes=rows, prompt_tokens=int(prompt_ids.numel()), rss_start=rss0, peak_mib=peak_mib(),
+                shared=float(statistics.mean(shared[1:])))
+
+
+def passes_table(args) -> None:
+    """``--passes``: every (workload, share_prompt) in its own process, interleaved."""
+    print("| prompts | log-prob pass | reference (no grad) s | training fwd+bwd s | CPU s, both | vs TRL "
+          "| peak RSS MiB | RSS added by the passes MiB | shared |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    with tempfile.TemporaryDirectory() as tmp:
+        for w in args.prompts.split(","):
+            ref_cpu = None
+            for share in (False, True):
+                cmd = [sys.executable, __file__, "--one-passes", w, "--share", str(int(share)), "--out", f"{tmp}/{w}{share}"]
+                done = subprocess.run(cmd, capture_output=True, text=True)
+                if done.returncode != 0:
+                    raise RuntimeError(f"passes {w} share={share} failed:\n{done.stderr[-3000:]}")
+                got = json.loads(done.stdout.strip().splitlines()[-1])
+                p = got["passes"]
+                cpu = p["reference"]["cpu"] + p["training"]["cpu"]
+                ref_cpu = ref_cpu or cpu
+                name = "GCPOTrainer, share_prompt" if share else "TRL's own (share_prompt off)"
+                print(f"| {w} ({got['prompt_tokens']} tok) | {name} | {p['reference']['wall']:.2f} "
+                      f"({p['reference']['cpu']:.2f} CPU) | {p['training']['wall']:.2f} ({p['training']['cpu']:.2f} CPU) "
+                      f"| {cpu:.2f} | {cpu / ref_cpu:.2f}x | {got['peak_mib']:.0f} | {got['peak_mib'] - got['rss_start']:.0f} "
+                      f"| {got['shared']:.0f} |", flush=True)
+
+
 def run_in_subprocess(engine: str, prompts: str, steps: int, out_dir: str) -> dict:
     cmd = [sys.executable, __file__, "--one", engine, "--prompts", prompts, "--steps", str(steps), "--out", out_dir]
     done = subprocess.run(cmd, capture_output=True, text=True)
@@ -164,12 +233,21 @@ def main() -> None:
     ap.add_argument("--engines", default="trl,gcpotrainer,gcpotrainer_plain,gcpo_train",
                     help="comma-separated subset of " + ", ".join(ENGINES))
     ap.add_argument("--prompts", default="cpu_smoke,nqa512", help="comma-separated subset of " + ", ".join(PROMPTS))
+    ap.add_argument("--passes", action="store_true", help="time only TRL's two log-prob passes of one group, "
+                    "share_prompt off (TRL's) and on, CPU seconds (for a machine too busy for whole steps)")
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)  # internal: one run, JSON on stdout
+    ap.add_argument("--one-passes", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--share", default="1", help=argparse.SUPPRESS)
     ap.add_argument("--out", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
         print(json.dumps(one_run(args.one, args.prompts, args.steps, args.out)))
         return
+    if args.one_passes:
+        print(json.dumps(time_passes(args.one_passes, args.share == "1", args.out)))
+        return
+    if args.passes:
+        return passes_table(args)
     import torch
 
     engines, workloads = args.engines.split(","), args.prompts.split(",")

@@ -22,13 +22,14 @@ The idea (one prompt forward, a cache shared by its G completions) is the one of
 unmerged "GRPO VRAM Optimization" pull request (huggingface/trl #2669); the code is ours.
 
 Falls back to TRL's own pass, named once in an info log and in the metric
-``gcpo/shared_prompt`` (the fraction of the step's hook calls that shared: 1 = all, 0 = none), when: share_prompt is off; the hook's
-signature is not the one written against (TRL 1.16); active dropout (TRL's default keeps the
-model's dropout; the G rows would share one mask on their prompt); gradient checkpointing, TRL's default
-(in the training forward only: it keeps no cache; TRL turns checkpointing off for the old-policy
-and reference passes, which still share); DeepSpeed ZeRO-3 or FSDP (sharded parameters: not tested here); a model whose
-forward takes no ``past_key_values``; a prompt-learning PEFT adapter (virtual tokens); multimodal
-inputs; TRL's MoE aux loss; TRL's entropy bonus (needs gradients through the entropy).
+``gcpo/shared_prompt`` (the fraction of the step's hook calls that shared: 1 all, 0 none), when:
+share_prompt is off; the hook's signature is not TRL 1.16's; active dropout (TRL keeps the
+model's dropout by default; the G rows would share one mask on their prompt); gradient
+checkpointing, TRL's default (the training forward only, which then keeps no cache; TRL turns
+checkpointing off for the old-policy and reference passes, which still share); DeepSpeed ZeRO-3
+or FSDP (sharded parameters, not tested here); a model whose forward takes no
+``past_key_values``; a prompt-learning PEFT adapter; multimodal inputs; TRL's MoE aux loss;
+TRL's entropy bonus (it needs gradients through the entropy).
 """
 from __future__ import annotations
 
@@ -44,8 +45,6 @@ HOOK_PARAMETERS = ("self", "model", "input_ids", "attention_mask", "logits_to_ke
                    "compute_aux_loss", "pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask",
                    "spatial_shapes", "num_tiles", "image_sizes", "token_type_ids", "mm_token_type_ids",
                    "image_position_ids")
-TEXT_ONLY = ("model", "input_ids", "attention_mask", "logits_to_keep", "batch_size", "compute_entropy",
-             "compute_aux_loss")
 
 
 def hook_matches(cls) -> bool:
