@@ -114,7 +114,7 @@ def token_logprobs_and_entropy(model, input_ids, attention_mask, n_completion: i
 
 
 def group_logprobs_and_entropy(model, prompt_ids, completion_ids, completion_mask, temperature: float = 1.0,
-                               with_entropy: bool = True, prompt_model=None):
+                               with_entropy: bool = True, prompt_model=None, prompt_mask=None):
     """``token_logprobs_and_entropy`` for g rollouts that continue one prompt, running the prompt once.
 
     The prompt's keys and values are computed once (P tokens instead of g·P) and repeated g
@@ -123,17 +123,19 @@ def group_logprobs_and_entropy(model, prompt_ids, completion_ids, completion_mas
     numbers as the plain forward up to float rounding, gradients included: the backward of the
     repeat sums the g rollouts' gradients into the shared prompt. prompt_ids (1, P) unpadded;
     completion_ids, completion_mask (g, T). ``prompt_model`` runs the prompt (the model inside a
-    DDP wrapper, so that DDP sees one forward per backward; default ``model``).
+    DDP wrapper, so that DDP sees one forward per backward; default ``model``). ``prompt_mask``
+    (1, P): the attention mask of a left-padded prompt (TRL's batches); None = all ones.
     """
     from .policy import run_prompt_once
 
     torch = require("torch")
     g, T = completion_ids.shape
     P = prompt_ids.shape[1]
-    prompt = run_prompt_once(model if prompt_model is None else prompt_model, prompt_ids, g)
+    prompt = run_prompt_once(model if prompt_model is None else prompt_model, prompt_ids, g, attention_mask=prompt_mask)
     logits = prompt.logits[:, -1:, :].expand(g, 1, -1)
     if T > 1:
-        ones = torch.ones(g, P, dtype=completion_mask.dtype, device=completion_mask.device)
+        ones = (torch.ones(g, P, dtype=completion_mask.dtype, device=completion_mask.device) if prompt_mask is None
+                else prompt_mask.to(completion_mask.dtype).expand(g, -1))
         positions = torch.arange(P, P + T - 1, device=completion_ids.device).expand(g, -1)
         rest = model(input_ids=completion_ids[:, :-1], attention_mask=torch.cat([ones, completion_mask[:, :-1]], dim=1),
                      past_key_values=prompt.past_key_values, position_ids=positions, use_cache=True)

@@ -77,13 +77,14 @@ def forward_parameters(model) -> set:
     return set(inspect.signature(base.forward).parameters)
 
 
-def run_prompt_once(model, prompt_ids, repeats: int, attention_mask=None):
+def run_prompt_once(model, prompt_ids, repeats: int, attention_mask=None, **model_kwargs):
     """The forward of one prompt (1, P) with its keys/values then repeated ``repeats`` times in
     the batch (``Cache.batch_repeat_interleave``): the cache the G rollouts of a group continue
     from, computed once instead of G times. Only the last position's logits are kept where the
-    model allows it. Returns the model output (``.logits``, ``.past_key_values``)."""
+    model allows it. Returns the model output (``.logits``, ``.past_key_values``).
+    ``model_kwargs`` go to the forward (e.g. generate's ``position_ids`` for left-padded prompts)."""
     keep = {"logits_to_keep": 1} if "logits_to_keep" in forward_parameters(model) else {}
-    out = model(input_ids=prompt_ids, attention_mask=attention_mask, use_cache=True, **keep)
+    out = model(input_ids=prompt_ids, attention_mask=attention_mask, use_cache=True, **keep, **model_kwargs)
     out.past_key_values.batch_repeat_interleave(repeats)
     return out
 

@@ -26,6 +26,9 @@ the reason: ``eg_spo`` (per-rollout gates from token entropies), ``r2vpo`` (per-
 variance of the policy ratio against the reference policy) and ``empo`` (it replaces the reward
 by cluster frequency instead of weighting the advantage). Under TRL, ``se`` is the discrete SE
 (TRL computes no sequence log-probabilities before the advantages).
+
+Speed (``share_prompt``, on by default): each group's prompt runs once in TRL's log-prob passes
+(``gcpo_train.trl_shared_prompt``); the same numbers as TRL's pass, with named fallbacks.
 """
 from __future__ import annotations
 
@@ -43,6 +46,8 @@ from trl import GRPOConfig, GRPOTrainer
 from gcpo_analysis.measures.advantages import EPS
 from gcpo_analysis.measures.modulators import MODULATORS
 from gcpo_analysis.vocab import ALPHA_BASE, NLI_THRESHOLD, R_MAX, R_MIN
+
+from .trl_shared_prompt import SharedPromptMixin
 
 TRL_MODULATORS = ("none", "se", "kle", "care", "cd", "bot", "rd", "cd_rd", "bot_rd", "q_hawkeye")
 REFUSED = {
@@ -76,6 +81,7 @@ class GCPOConfig(GRPOConfig):
     nli_threshold: float = field(default=NLI_THRESHOLD, metadata={"help": "Entailment threshold of the greedy clustering (Appendix E)."})
     use_full_completion: bool = field(default=True, metadata={"help": "Embed and cluster the full completion (True, the paper's choice for math) or the extracted QA answer (False)."})
     modulator_params: dict | None = field(default=None, metadata={"help": "Extra keyword arguments passed to modulate() verbatim (e.g. {'q_alpha': 0.6})."})
+    share_prompt: bool = field(default=True, metadata={"help": "Run each group's prompt once in TRL's log-prob passes (training forward and backward, old-policy and reference) and in transformers generation's prefill: the G rows that share a prompt get its keys/values repeated and only their completions run. Same numbers as TRL's pass up to float rounding. Falls back to TRL's pass, named in an info log and in the metric gcpo/shared_prompt (fraction of passes shared), under gradient checkpointing (TRL's default; the training forward only, set gradient_checkpointing=False to share it too), DeepSpeed ZeRO-3, FSDP, multimodal inputs, the MoE aux loss, the entropy bonus, prompt-learning PEFT or a model without a cache."})
     log_group_measures: bool = field(default=False, metadata={"help": "Also write each step's per-group measures and weights as output_dir/gcpo_groups/step_XXXXXX.parquet (main process)."})
 
     def __post_init__(self):
@@ -135,7 +141,7 @@ def modulation_settings(config: GCPOConfig) -> SimpleNamespace:
         r2vpo_lambda=1.0, empo_low=0.0, empo_high=0.5, modulator_params=config.modulator_params)
 
 
-class GCPOTrainer(GRPOTrainer):
+class GCPOTrainer(SharedPromptMixin, GRPOTrainer):
     """``trl.GRPOTrainer`` whose advantages are multiplied by the GCPO group weights.
 
     Same constructor as TRL's; ``args`` must be a ``GCPOConfig``. ``embedder`` / ``judge``

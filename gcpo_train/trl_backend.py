@@ -30,7 +30,7 @@ def gcpo_config_from(cfg: TrainConfig, plain_trl: bool = False, **overrides):
         report_to=list(cfg.report_to),
         modulator=cfg.modulator, alpha_base=cfg.alpha_base, r_min=cfg.r_min, r_max=cfg.r_max, judge=cfg.judge,
         embedder=cfg.embedder, nli_threshold=cfg.nli_threshold, use_full_completion=cfg.full_completion,
-        modulator_params=cfg.modulator_params, disable_tqdm=not cfg.progress,
+        modulator_params=cfg.modulator_params, disable_tqdm=not cfg.progress, share_prompt=cfg.share_prompt,
     )
     kwargs.update(overrides)
     if plain_trl:
