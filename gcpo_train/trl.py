@@ -213,7 +213,7 @@ def group_weights(texts: list[str], rewards, G: int, *, group_modulator, modulat
     layout — and each group's measures (``modulate``'s info). A pure function of the texts and
     rewards: every process computes the same weights from the same gathered batch."""
     from gcpo_analysis.measures.modulators import group_weight_from
-    from gcpo_analysis.rewards import extract_qa_answer
+    from gcpo_analysis.rewards import extract_math_answer, extract_qa_answer
 
     n = len(texts) // G
     if n * G != len(texts):
@@ -221,10 +221,13 @@ def group_weights(texts: list[str], rewards, G: int, *, group_modulator, modulat
     r = np.nan_to_num(np.asarray(rewards, float), nan=r_min)  # unscorable: TRL zeroes their advantage
     r_groups = [r[k * G:(k + 1) * G] for k in range(n)]
     t_groups = [list(texts[k * G:(k + 1) * G]) for k in range(n)]
-    shown = t_groups if use_full_completion else [[extract_qa_answer(t) for t in g] for g in t_groups]
+    qa_answers = [[extract_qa_answer(t) for t in g] for g in t_groups]
+    shown = t_groups if use_full_completion else qa_answers
+    # the math judge clusters final answers (answer equivalence), never whole derivations
+    answers = [[extract_math_answer(t) or "" for t in g] for g in t_groups] if use_full_completion else qa_answers
     if modulator == "none":
         return np.ones(n), [{} for _ in range(n)]
-    advantages, infos, _ = group_modulator.modulate_groups(r_groups, shown, shown)
+    advantages, infos, _ = group_modulator.modulate_groups(r_groups, shown, answers)
     weights = np.array([group_weight_from(adv, rg) for adv, rg in zip(advantages, r_groups)])
     return weights, infos
 

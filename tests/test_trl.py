@@ -172,3 +172,13 @@ def test_accelerate_configs_parse_and_name_an_existing_training_config(name):
     assert cfg["distributed_type"] in ("MULTI_GPU", "DEEPSPEED", "FSDP") and cfg["num_processes"] >= 1
     used = re.findall(r"--config (configs/\S+\.yaml)", path.read_text())
     assert used and all((ROOT / u).exists() for u in used)
+
+
+def test_math_judge_under_trl_clusters_final_answers(tmp_path):
+    cfg = GCPOConfig(**config_kwargs(tmp_path / "math", modulator="bot", judge="math"))
+    group_modulator = GroupModulator(modulation_settings(cfg), embedder=HashEmbedder(), judge=make_judge("math"))
+    texts = ["2 + 7 = 9. The answer is \\boxed{9}.", "Nine in all: \\boxed{9}", "I get \\boxed{10}",
+             "So 4 + 5 = \\boxed{9.0}"]
+    _, infos = group_weights(texts, np.array([2.0, 2.0, 0.0, 2.0]), 4, group_modulator=group_modulator,
+                             modulator="bot")
+    assert infos[0]["n_clusters"] == 2  # {9, 9, 9.0} and {10}; the derivations themselves all differ
