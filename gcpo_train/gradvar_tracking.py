@@ -1,0 +1,150 @@
+"""The exact gradient variance of every training group, from the training backward itself
+(``track_gradvar``; docs/conventions.md, "Gradient variance during training").
+
+With L the step's objective (``loss.grpo_loss`` summed over the step's micro-batches and
+processes) written as a sum over rollouts, L = Σ_i L_i, rollout i's contribution is
+
+    h_i = ∇_θ L_i   over the trainable parameters θ (LoRA adapters, or every weight),
+
+    L_i = (1/N) · (1/|o_i|) Σ_t m_{i,t} [−min(ρ Ã_i, clip(ρ) Ã_i) + β·KL_{i,t}]   ("sequence")
+    L_i = Σ_t m_{i,t} [...] / n_tokens                                         ("token"),
+
+at the first of the μ updates (θ = θ_old, so ρ = 1), before gradient clipping; N and n_tokens
+are the step-wide normalisers. Per group q of G rollouts, K_ij = h_i·h_j and
+
+    V_train(q) = (1/G) Σ_i ‖h_i − h̄‖² = (1/G) tr K − (1/G²) 1ᵀK1,    grad_norm2_mean = (1/G) tr K.
+
+K comes from ``gcpo_analysis.gradvar.hooks.GramCapture`` riding the training backward: its
+hooks keep each trainable layer's input A and output gradient B per rollout, and each
+parameter's per-rollout Gram is taken when its last use has its gradient (``rules.param_gram``).
+A group split over micro-batches: the factors of its rollouts in earlier micro-batches are
+kept, per parameter, until the group is complete, and the cross blocks K_ij (i, j in different
+micro-batches) are taken then. A group never spans processes (each process generates whole
+groups), and the hooks see the gradient of ``loss · num_processes`` before DDP averages it,
+which ``scale`` undoes, so N processes give one process's K.
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+
+import numpy as np
+
+from gcpo_analysis.gradvar.rules import Term, param_gram
+from gcpo_analysis.gradvar.variance import gradient_variance
+from gcpo_analysis.models import require
+
+
+def _subset(terms, vecs, idx):
+    """The terms and vectors of the samples ``idx`` (a list of row positions)."""
+    def take(t):
+        return None if t is None else t[idx]
+    return [Term(R=take(t.R), L=take(t.L), ids=take(t.ids)) for t in terms], [v[idx] for v in vecs]
+
+
+def _cat_padded(parts):
+    """Concatenate (g, T, ...) tensors along samples, zero-padding T (a zero position adds nothing)."""
+    torch = require("torch")
+    T = max(p.shape[1] for p in parts)
+    padded = [p if p.shape[1] == T else torch.cat([p, p.new_zeros((p.shape[0], T - p.shape[1], *p.shape[2:]))], 1)
+              for p in parts]
+    return torch.cat(padded, 0)
+
+
+def _union(a_terms, a_vecs, b_terms, b_vecs):
+    """Terms of the samples of a followed by those of b (uses paired in their hook order)."""
+    torch = require("torch")
+    if len(a_terms) != len(b_terms) or len(a_vecs) != len(b_vecs):
+        raise RuntimeError("a parameter's uses differ between micro-batches; cannot join its factors")
+    terms = []
+    for x, y in zip(a_terms, b_terms):
+        terms.append(Term(R=_cat_padded([x.R, y.R]),
+                          L=None if x.L is None else _cat_padded([x.L, y.L]),
+                          ids=None if x.ids is None else _cat_padded([x.ids, y.ids])))
+    return terms, [torch.cat([x, y], 0) for x, y in zip(a_vecs, b_vecs)]
+
+
+class GradVarTracker:
+    """K of every group of one update pass, from hooks on the trainable layers.
+
+    ``rows`` are the flat batch rows (query-major, G per group). Use ``with tracker.chunk(rows):``
+    around each micro-batch's forward and backward, then ``results()``; ``remove()`` the hooks.
+    """
+
+    def __init__(self, model, params, group_size: int, n_rows: int, *, scale: float = 1.0, method: str = "auto"):
+        from gcpo_analysis.gradvar.hooks import GramCapture
+
+        torch = require("torch")
+        if n_rows % group_size:
+            raise ValueError(f"{n_rows} rollouts are not whole groups of {group_size}")
+        self.torch, self.G, self.method, self.scale = torch, group_size, method, float(scale)
+        self.n_groups = n_rows // group_size
+        self.K = torch.zeros(self.n_groups, group_size, group_size, dtype=torch.float64)
+        self.seen = np.zeros(n_rows, dtype=bool)
+        self.held = {}   # (group, id(param)) -> [(positions in group, terms, vecs)] of earlier chunks
+        self.rows = None
+        self.seconds = 0.0  # time spent turning factors into Grams (inside the backward)
+        self.capture = GramCapture(model, params, 0, method, on_param=self._on_param, keep_float64=True)
+
+    @contextlib.contextmanager
+    def chunk(self, rows: slice):
+        """Track the forward and backward of the flat rows ``rows`` (one micro-batch)."""
+        start, stop = rows.start or 0, rows.stop
+        if self.seen[start:stop].any():
+            raise RuntimeError(f"rows {start}..{stop - 1} were tracked twice in one update")
+        self.rows = range(start, stop)
+        self.capture.begin(stop - start)
+        yield
+        t0 = time.perf_counter()
+        self.capture.flush()
+        self.seen[start:stop] = True
+        for k in self._groups():
+            if self.seen[k * self.G:(k + 1) * self.G].all():
+                for key in [key for key in self.held if key[0] == k]:
+                    del self.held[key]
+        self.rows = None
+        self.seconds += time.perf_counter() - t0
+
+    def _groups(self):
+        return range(self.rows.start // self.G, (self.rows.stop - 1) // self.G + 1)
+
+    def _on_param(self, p, terms, vecs):
+        """A parameter's per-rollout factors of this chunk: add its Gram blocks to each group's K."""
+        t0 = time.perf_counter()
+        G, start = self.G, self.rows.start
+        for k in self._groups():
+            lo, hi = max(k * G, start), min((k + 1) * G, self.rows.stop)
+            local = list(range(lo - start, hi - start))
+            pos = list(range(lo - k * G, hi - k * G))
+            sub = (terms, vecs) if len(local) == len(self.rows) else _subset(terms, vecs, local)
+            self._add(k, pos, pos, param_gram(*sub, len(local), p.shape[0], self.method).cpu())
+            for prev_pos, prev_terms, prev_vecs in self.held.get((k, id(p)), []):
+                joined = _union(prev_terms, prev_vecs, *sub)
+                Ku = param_gram(*joined, len(prev_pos) + len(local), p.shape[0], self.method).cpu()
+                cross = Ku[:len(prev_pos), len(prev_pos):]
+                self._add(k, prev_pos, pos, cross)
+                self._add(k, pos, prev_pos, cross.T)
+            if hi < (k + 1) * G:  # more of the group comes in a later chunk: keep these factors
+                self.held.setdefault((k, id(p)), []).append((pos, *sub))
+        self.seconds += time.perf_counter() - t0
+
+    def _add(self, k, rows, cols, block):
+        torch = self.torch
+        r, c = torch.tensor(rows)[:, None], torch.tensor(cols)[None, :]
+        self.K[k][r, c] += block.to(self.K.dtype)
+
+    def results(self) -> list[dict]:
+        """Per group: grad_var (V_train), grad_norm2_mean ((1/G) Σ ‖h_i‖²)."""
+        if not self.seen.all():
+            missing = int(np.flatnonzero(~self.seen)[0])
+            raise RuntimeError(f"row {missing} was never tracked: its group's K is incomplete")
+        out = []
+        for K in self.K:
+            K = (0.5 * (K + K.T)).numpy() / self.scale ** 2
+            out.append({"grad_var": gradient_variance(K, np.ones(self.G)),
+                        "grad_norm2_mean": float(np.trace(K)) / self.G})
+        return out
+
+    def remove(self) -> None:
+        self.capture.remove()
+        self.held.clear()
