@@ -97,10 +97,17 @@ def add_parser(sub) -> None:
         help_text = f.metadata["help"].replace("%", "%%")  # argparse %-formats help strings
         p.add_argument(*flags, dest=f.name, type=kind, default=None, help=f"{help_text} (default: {f.default})")
     p.add_argument("--threshold", type=float, default=None, help="deprecated: use --nli-threshold")
+    p.add_argument("--from-training", "--from_training", dest="from_training", default=None, metavar="RUN",
+                   help="the study on a training run's groups (track_gradvar), pooled and by phase "
+                        "(gcpo_analysis.training_study; default output RUN/training_study)")
     p.set_defaults(func=_run_cli, _parser=p)
 
 
 def _run_cli(args) -> int:
+    if getattr(args, "from_training", None):
+        from .training_study import run_from_cli
+
+        return run_from_cli(args)
     values = dict(PRESETS.get(args.preset, {}))
     values.update({f.name: getattr(args, f.name) for f in fields(StudyConfig) if getattr(args, f.name) is not None})
     if args.threshold is not None:
