@@ -93,10 +93,19 @@ class GradVarTracker:
         if self.seen[start:stop].any():
             raise RuntimeError(f"rows {start}..{stop - 1} were tracked twice in one update")
         self.rows = range(start, stop)
+        self.chunk_K = self.torch.zeros(stop - start, stop - start, dtype=self.torch.float64)
         self.capture.begin(stop - start)
-        yield
+        try:
+            yield
+        except BaseException:  # a failed forward/backward leaves no hook behind
+            self.remove()
+            raise
         t0 = time.perf_counter()
         self.capture.flush()
+        for k in self._groups():  # the within-chunk blocks of each group
+            lo, hi = max(k * self.G, start), min((k + 1) * self.G, stop)
+            pos = list(range(lo - k * self.G, hi - k * self.G))
+            self._add(k, pos, pos, self.chunk_K[lo - start:hi - start, lo - start:hi - start])
         self.seen[start:stop] = True
         for k in self._groups():
             if self.seen[k * self.G:(k + 1) * self.G].all():
@@ -112,12 +121,16 @@ class GradVarTracker:
         """A parameter's per-rollout factors of this chunk: add its Gram blocks to each group's K."""
         t0 = time.perf_counter()
         G, start = self.G, self.rows.start
+        # one Gram over the whole chunk (its cross-group entries are not used): fewer, larger
+        # products than one per group; its blocks go to the groups when the chunk ends
+        self.chunk_K += param_gram(terms, vecs, len(self.rows), p.shape[0], self.method).cpu()
         for k in self._groups():
             lo, hi = max(k * G, start), min((k + 1) * G, self.rows.stop)
+            if hi == (k + 1) * G and (k, id(p)) not in self.held:
+                continue  # the whole group is in this chunk
             local = list(range(lo - start, hi - start))
             pos = list(range(lo - k * G, hi - k * G))
-            sub = (terms, vecs) if len(local) == len(self.rows) else _subset(terms, vecs, local)
-            self._add(k, pos, pos, param_gram(*sub, len(local), p.shape[0], self.method).cpu())
+            sub = _subset(terms, vecs, local)
             for prev_pos, prev_terms, prev_vecs in self.held.get((k, id(p)), []):
                 joined = _union(prev_terms, prev_vecs, *sub)
                 Ku = param_gram(*joined, len(prev_pos) + len(local), p.shape[0], self.method).cpu()

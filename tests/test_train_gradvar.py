@@ -158,10 +158,12 @@ def test_two_processes_give_one_process_v(tmp_path):
 
     _launch_two_processes(tmp_path / "two", TWO)
     make_f32(tmp_path / "one", "gv", **TWO["gv"]).train()
+    positive = np.zeros(12, dtype=bool)
     for step, rtol in ((1, 1e-4), (2, 1e-3)):  # step 2 starts from float32-rounded, Adam-updated weights
         a = pd.read_parquet(tmp_path / "one" / "gv" / "rollouts" / f"step_{step:06d}.parquet")
         b = pd.read_parquet(tmp_path / "two" / "gv" / "rollouts" / f"step_{step:06d}.parquet")
         assert a["completion"].tolist() == b["completion"].tolist()
-        assert (a["grad_var"] > 0).all()
+        positive |= a["grad_var"].to_numpy() > 0
         np.testing.assert_allclose(b["grad_var"], a["grad_var"], rtol=rtol)
         np.testing.assert_allclose(b["grad_norm2_mean"], a["grad_norm2_mean"], rtol=rtol)
+    assert positive.all()  # every group position, rank 1's included, had a V > 0 to compare
