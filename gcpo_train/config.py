@@ -56,9 +56,11 @@ class TrainConfig:
     share_prompt: bool = _f(True, "gcpo loop: run each group's prompt once, in generation's prefill and in every "
                             "log-prob pass, for its G rollouts (exact up to float rounding; off under gradient "
                             "checkpointing). False = the plain full-sequence forward, for comparison.")
-    track_gradvar: bool = _f(False, "Record each group's exact gradient variance V_train = (1/G) Σ‖h_i − h̄‖² of "
-                             "the step's objective over the trainable parameters, from the training backward "
-                             "(hooks; docs/conventions.md). Needs share_prompt: false and no gradient checkpointing.")
+    track_gradvar: bool | str = _f(False, "Record each group's exact gradient variance V_train = (1/G) Σ‖h_i − h̄‖² "
+                                   "of the step's objective over the trainable parameters, from the training backward "
+                                   "(hooks; docs/conventions.md). 'full' also records the study's V (all parameters, "
+                                   "sequence log-probs, GRPO advantages) with one extra forward+backward per group. "
+                                   "Needs share_prompt: false and no gradient checkpointing.")
     # --- data ---
     dataset: str = _f("narrativeqa", f"Benchmark: one of {', '.join(DATASETS)}.")
     data_path: str = _f(None, "Local data file/folder passed to gcpo_analysis.data.load_queries "
@@ -180,6 +182,8 @@ class TrainConfig:
 
         self.report_to = check_report_to(self.report_to) + (["tensorboard"] if self.tensorboard else [])
         self.report_to = check_report_to(self.report_to)  # once each, also when validate runs again
+        if self.track_gradvar not in (False, True, "full"):
+            raise ValueError(f"track_gradvar must be true, false or 'full', got {self.track_gradvar!r}")
         if self.track_gradvar and (self.share_prompt or self.gradient_checkpointing):
             raise ValueError("track_gradvar needs share_prompt: false (a shared prompt runs once for its group, so "
                              "its layers see the sum of the rollouts' gradients, not each one's) and "

@@ -161,3 +161,24 @@ class GradVarTracker:
     def remove(self) -> None:
         self.capture.remove()
         self.held.clear()
+
+
+def study_variances(model, batch, rewards, group_size: int) -> list[dict]:
+    """``track_gradvar: full``: per group, the study's V(q) (``gcpo study``; docs/conventions.md,
+    "Gradient variance of a query"): g_i = ∇ log π(y_i|q) over all parameters (temperature 1,
+    completion tokens), GRPO advantages A_i of the rewards, from ``group_gradient_gram``'s own
+    forward and backward at θ_old (one extra pass per group). Returns grad_var_study and
+    grad_norm2_study ((1/G) Σ‖g_i‖²) per group."""
+    from gcpo_analysis.gradvar import group_gradient_gram
+    from gcpo_analysis.measures.advantages import grpo_advantages
+
+    torch = require("torch")
+    cm = torch.zeros_like(batch.attention_mask)
+    cm[:, -batch.n_completion:] = batch.completion_mask
+    out = []
+    for k in range(len(rewards) // group_size):
+        rows = slice(k * group_size, (k + 1) * group_size)
+        K = group_gradient_gram(model, batch.input_ids[rows], batch.attention_mask[rows], cm[rows], params="all")
+        out.append({"grad_var_study": gradient_variance(K, grpo_advantages(np.asarray(rewards)[rows])),
+                    "grad_norm2_study": float(np.mean(np.diag(K)))})
+    return out

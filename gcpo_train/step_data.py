@@ -127,6 +127,11 @@ def gradvar_summary(gradvar: list[dict], infos: list[dict], advantages: np.ndarr
     row = {"grad_var_mean": float(v.mean()), "frac_grad_var_zero": float((v == 0).mean()),
            "frac_adv_all_zero": float((np.abs(advantages) == 0).all(axis=1).mean()),
            "grad_norm2_mean": float(np.mean([g["grad_norm2_mean"] for g in gradvar]))}
+    if "grad_var_study" in gradvar[0]:  # track_gradvar: full
+        study = np.array([g["grad_var_study"] for g in gradvar], dtype=float)
+        row["grad_var_study_mean"] = float(study.mean())
+        ok = (np.ptp(study) > 0 and np.ptp(v) > 0 and len(v) >= MIN_GROUPS_FOR_RHO)
+        row["rho_grad_var_study_grad_var"] = float(spearmanr(study, v).statistic) if ok else None
     for key in sorted({k for info in infos for k in info}):
         u = np.array([info.get(key, np.nan) for info in infos], dtype=float)
         ok = np.isfinite(u)
@@ -145,6 +150,9 @@ def group_columns(frame: pd.DataFrame, gradvar: list[dict], infos: list[dict], a
     adv_zero = (np.abs(np.asarray(advantages).reshape(-1, group_size)) == 0).all(axis=1)
     cols = {"grad_var": [g["grad_var"] for g in gradvar],
             "grad_norm2_mean": [g["grad_norm2_mean"] for g in gradvar], "adv_all_zero": adv_zero}
+    for key in ("grad_var_study", "grad_norm2_study"):  # track_gradvar: full
+        if key in gradvar[0]:
+            cols[key] = [g[key] for g in gradvar]
     for key in sorted({k for info in infos for k in info}):
         cols[key if key not in frame.columns and key not in cols else f"group_{key}"] = \
             [info.get(key, np.nan) for info in infos]

@@ -190,7 +190,15 @@ class GRPOTrainer:
             before = self._logprobs_before_update(rollouts.batch)
         with timer("measure"):
             advantages, infos, cluster_stats = self._modulate(rollouts, before)
+        study = None
+        if self.config.track_gradvar == "full":  # the study's V at θ_old, its own pass per group
+            from .gradvar_tracking import study_variances
+
+            with timer("gradvar_full"):
+                study = study_variances(self.policy, rollouts.batch, rollouts.rewards, self.config.group_size)
         update = self._update(rollouts.batch, advantages, before)
+        if study is not None:
+            update.gradvar = [{**g, **s} for g, s in zip(update.gradvar, study)]
         timer.seconds.update(forward_backward=update.time_forward_backward, step=update.time_step)
         if update.gradvar is not None:  # part of forward_backward, reported on its own
             timer.seconds.update(gradvar=update.time_gradvar)

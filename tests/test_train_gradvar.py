@@ -167,3 +167,31 @@ def test_two_processes_give_one_process_v(tmp_path):
         np.testing.assert_allclose(b["grad_var"], a["grad_var"], rtol=rtol)
         np.testing.assert_allclose(b["grad_norm2_mean"], a["grad_norm2_mean"], rtol=rtol)
     assert positive.all()  # every group position, rank 1's included, had a V > 0 to compare
+
+
+def test_full_mode_gives_the_study_v(tmp_path):
+    """track_gradvar: full adds the study's V (all parameters, sequence log-probs, GRPO
+    advantages) per group: equal to the naive per-rollout backward of gcpo_analysis.gradvar."""
+    import torch
+
+    from gcpo_analysis.gradvar import naive_gram
+    from gcpo_analysis.measures.advantages import grpo_advantages
+
+    tr = make(tmp_path, "llama", track_gradvar="full")
+    seen = {}
+    update = tr._update
+
+    def spy(batch, advantages, before):
+        cm = torch.zeros_like(batch.attention_mask)
+        cm[:, -batch.n_completion:] = batch.completion_mask
+        seen["K"] = [naive_gram(tr.policy, batch.input_ids[k:k + 4], batch.attention_mask[k:k + 4], cm[k:k + 4])
+                     for k in (0, 4)]
+        return update(batch, advantages, before)
+
+    tr._update = spy
+    row, frame = tr.train_step(1)
+    groups = frame.groupby("query_id", sort=False).first()
+    rewards = frame["reward"].to_numpy().reshape(2, 4)
+    expected = [gradient_variance(K, grpo_advantages(r)) for K, r in zip(seen["K"], rewards)]
+    np.testing.assert_allclose(groups["grad_var_study"].to_numpy(), expected, rtol=1e-6)
+    assert row["time_gradvar_full"] > 0 and "grad_var_study_mean" in row
