@@ -63,3 +63,17 @@ def test_untracked_run_is_refused(tmp_path):
     make(tmp_path, "plain", steps=1).train()
     with pytest.raises(ValueError, match="track_gradvar"):
         read_training_run(tmp_path / "plain")
+
+
+def test_cli_dispatch(monkeypatch):
+    """`gcpo study --from-training RUN` reaches run_training_study with the study's flags."""
+    from gcpo_analysis import training_study
+    from gcpo_analysis.cli import main
+
+    seen = []
+    monkeypatch.setattr(training_study, "run_training_study", lambda run, out, **kw: seen.append((run, out, kw)))
+    main(["study", "--from-training", "runs/x", "--output", "o", "--measures", "bot,rd", "--n-boot", "200",
+          "--trim", "0", "--judge", "lexical"])
+    run, out, kw = seen[0]
+    assert (run, out) == ("runs/x", "o")
+    assert kw["measures"] == ["bot", "rd"] and kw["n_boot"] == 200 and kw["trim"] == 0 and kw["judge"] == "lexical"
