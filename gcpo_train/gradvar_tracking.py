@@ -31,7 +31,6 @@ import time
 import numpy as np
 
 from gcpo_analysis.gradvar.rules import Term, param_gram
-from gcpo_analysis.gradvar.variance import gradient_variance
 from gcpo_analysis.models import require
 
 
@@ -62,6 +61,29 @@ def _union(a_terms, a_vecs, b_terms, b_vecs):
                           L=None if x.L is None else _cat_padded([x.L, y.L]),
                           ids=None if x.ids is None else _cat_padded([x.ids, y.ids])))
     return terms, [torch.cat([x, y], 0) for x, y in zip(a_vecs, b_vecs)]
+
+
+# Per-parameter Grams are float32 products (summed in float64): a group whose h_i are all
+# (nearly) equal can come out slightly below 0 at this relative size, which is rounding
+_ROUNDING = 1e-5
+
+
+def _variance(K, k: int) -> float:
+    """V_train = (1/G) tr K − (1/G²) 1ᵀK1 (``gradient_variance``'s formula with A = 1); a negative value
+    within float32 rounding is 0; a larger one (K not PSD: a bug) warns and gives NaN rather
+    than stopping a long run."""
+    import warnings
+
+    G = K.shape[0]
+    first, second = float(np.trace(K)) / G, float(K.sum()) / G ** 2
+    v = first - second
+    if v >= 0:
+        return v
+    if v >= -_ROUNDING * max(abs(first), 1e-300):
+        return 0.0
+    warnings.warn(f"group {k}: V_train = {v:.3e} < 0 beyond float32 rounding (tr K / G = {first:.3e}); "
+                  "recorded as NaN", RuntimeWarning)
+    return float("nan")
 
 
 class GradVarTracker:
@@ -152,10 +174,9 @@ class GradVarTracker:
             missing = int(np.flatnonzero(~self.seen)[0])
             raise RuntimeError(f"row {missing} was never tracked: its group's K is incomplete")
         out = []
-        for K in self.K:
+        for k, K in enumerate(self.K):
             K = (0.5 * (K + K.T)).numpy() / self.scale ** 2
-            out.append({"grad_var": gradient_variance(K, np.ones(self.G)),
-                        "grad_norm2_mean": float(np.trace(K)) / self.G})
+            out.append({"grad_var": _variance(K, k), "grad_norm2_mean": float(np.trace(K)) / self.G})
         return out
 
     def remove(self) -> None:
@@ -169,7 +190,7 @@ def study_variances(model, batch, rewards, group_size: int) -> list[dict]:
     completion tokens), GRPO advantages A_i of the rewards, from ``group_gradient_gram``'s own
     forward and backward at θ_old (one extra pass per group). Returns grad_var_study and
     grad_norm2_study ((1/G) Σ‖g_i‖²) per group."""
-    from gcpo_analysis.gradvar import group_gradient_gram
+    from gcpo_analysis.gradvar import gradient_variance, group_gradient_gram
     from gcpo_analysis.measures.advantages import grpo_advantages
 
     torch = require("torch")

@@ -195,3 +195,16 @@ def test_full_mode_gives_the_study_v(tmp_path):
     expected = [gradient_variance(K, grpo_advantages(r)) for K, r in zip(seen["K"], rewards)]
     np.testing.assert_allclose(groups["grad_var_study"].to_numpy(), expected, rtol=1e-6)
     assert row["time_gradvar_full"] > 0 and "grad_var_study_mean" in row
+
+
+def test_variance_rounding_and_nan():
+    """Equal h_i: V = 0 up to float32 rounding is 0; a non-PSD K (a bug) warns and gives NaN."""
+    from gcpo_train.gradvar_tracking import _variance
+
+    K = np.full((4, 4), 2.0)
+    assert _variance(K, 0) == 0.0
+    assert _variance(K - 1e-7 * np.eye(4) + 1e-7, 0) == 0.0  # slightly below 0: rounding
+    with pytest.warns(RuntimeWarning, match="beyond float32 rounding"):
+        assert np.isnan(_variance(K - np.eye(4) + 1.0, 0))
+    H = np.random.default_rng(0).normal(size=(4, 7))
+    assert _variance(H @ H.T, 0) == pytest.approx(((H - H.mean(0)) ** 2).sum(1).mean())
