@@ -6,7 +6,10 @@
 
 ``--track-gradvar`` runs each modulator three ways: the default step (shared prompt), the step
 without prompt sharing (what tracking needs), and that step with ``track_gradvar`` on; the
-``gradvar`` column is the hooks' Gram work inside forward_backward.
+``gradvar`` column is the hooks' Gram work inside forward_backward. The three trainers are built
+first and then stepped in turn (step 1 of each, step 2 of each, ...), so a change in the load of
+a shared machine reaches all three alike; each trainer's steps draw the same samples as the
+others' only where the prompt sharing agrees (sampling is seeded per group).
 
 Each modulator gets a fresh trainer (packaged SmolLM2-135M, LoRA r=8, G=4, 2 prompts/step,
 embedding judge for clustering). The first step is a warm-up (it loads the embedder) and is
@@ -47,13 +50,35 @@ def _time_steps(config_path: str, name: str, variant: str, steps: int, overrides
         return load, [trainer.train_step(s)[0] for s in range(1, steps + 1)]
 
 
+def _interleaved(config_path: str, name: str, variants, steps: int, overrides: dict) -> dict:
+    """{variant: (load seconds, log rows)} with the variants' trainers stepped in turn."""
+    from gcpo_train.config import load_config
+    from gcpo_train.trainer import GRPOTrainer
+
+    trainers, loads, logs = {}, {}, {v: [] for v in variants}
+    with tempfile.TemporaryDirectory() as out:
+        for v in variants:
+            cfg = load_config(config_path, {**overrides, **VARIANTS[v], "modulator": name, "steps": steps,
+                                            "output_dir": f"{out}/{v}", "checkpoint_every": 0, "progress": False,
+                                            "save_rollouts": False})
+            t0 = time.perf_counter()
+            trainers[v] = GRPOTrainer(cfg)
+            loads[v] = time.perf_counter() - t0
+        for s in range(1, steps + 1):
+            for v in variants:
+                logs[v].append(trainers[v].train_step(s)[0])
+    return {v: (loads[v], logs[v]) for v in variants}
+
+
 def bench(config_path: str, modulators, steps: int, overrides: dict, variants=("default",)) -> list[dict]:
     import numpy as np
 
     rows = []
     for name in modulators:
+        runs = _interleaved(config_path, name, variants, steps, overrides) if len(variants) > 1 else \
+            {variants[0]: _time_steps(config_path, name, variants[0], steps, overrides)}
         for variant in variants:
-            load, logs = _time_steps(config_path, name, variant, steps, overrides)
+            load, logs = runs[variant]
             timed = logs[1:] if len(logs) > 1 else logs
             row = {"modulator": name if variant == "default" else f"{name} {variant}", "load_s": load,
                    "steps": len(timed)}
