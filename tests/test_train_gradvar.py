@@ -208,3 +208,25 @@ def test_variance_rounding_and_nan():
         assert np.isnan(_variance(K - np.eye(4) + 1.0, 0))
     H = np.random.default_rng(0).normal(size=(4, 7))
     assert _variance(H @ H.T, 0) == pytest.approx(((H - H.mean(0)) ** 2).sum(1).mean())
+
+
+def test_summaries_reach_report_to(tmp_path, monkeypatch):
+    """The per-step V_train summaries go to every report_to backend (a fake trackio here)."""
+    import importlib.machinery
+    import sys
+    import types
+
+    from gcpo_train import reporting
+
+    logged = []
+    fake = types.ModuleType("trackio")
+    fake.__spec__ = importlib.machinery.ModuleSpec("trackio", None)
+    fake.init = lambda **kw: types.SimpleNamespace(finish=lambda: None)
+    fake.log = lambda row, step: logged.append((step, row))
+    monkeypatch.setitem(sys.modules, "trackio", fake)
+    monkeypatch.setattr(reporting, "installed", lambda module: module == "trackio")
+    make(tmp_path, float64=False, queries_per_step=6, steps=1, micro_batch_size=8, report_to=["trackio"]).train()
+    row = json.loads((tmp_path / "run" / "log.jsonl").read_text().splitlines()[0])
+    step, sent = logged[0]
+    for key in ("grad_var_mean", "frac_grad_var_zero", "frac_adv_all_zero", "rho_bot_grad_var", "time_gradvar"):
+        assert sent[key] == pytest.approx(row[key]), key
