@@ -2,6 +2,14 @@
 
     python bench/train_step.py [--config configs/cpu_smoke.yaml] [--steps 3]
                                [--modulators none cd bot se rd cd_rd] [--max_new_tokens 24 ...]
+                               [--track-gradvar] [--set use_lora=false]
+
+``--track-gradvar`` runs each modulator three ways: the default step (shared prompt), the step
+without prompt sharing (what tracking needs), and that step with ``track_gradvar`` on; the
+``gradvar`` column is the hooks' Gram work inside forward_backward. The three trainers are built
+first and then stepped in turn (step 1 of each, step 2 of each, ...), so a change in the load of
+a shared machine reaches all three alike; each trainer's steps draw the same samples as the
+others' only where the prompt sharing agrees (sampling is seeded per group).
 
 Each modulator gets a fresh trainer (packaged SmolLM2-135M, LoRA r=8, G=4, 2 prompts/step,
 embedding judge for clustering). The first step is a warm-up (it loads the embedder) and is
@@ -22,31 +30,64 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 STAGES = ("time_generate", "time_reward", "time_logprobs", "time_measure", "time_forward_backward",
-          "time_step", "time_total")
+          "time_gradvar", "time_step", "time_total")
+VARIANTS = {"default": {}, "unshared": {"share_prompt": False},
+            "unshared+track": {"share_prompt": False, "track_gradvar": True}}
 
 
-def bench(config_path: str, modulators, steps: int, overrides: dict) -> list[dict]:
-    import numpy as np
-
+def _time_steps(config_path: str, name: str, variant: str, steps: int, overrides: dict) -> tuple[float, list]:
+    """(load seconds, log rows) of a fresh trainer's first ``steps`` steps."""
     from gcpo_train.config import load_config
     from gcpo_train.trainer import GRPOTrainer
 
+    with tempfile.TemporaryDirectory() as out:
+        cfg = load_config(config_path, {**overrides, **VARIANTS[variant], "modulator": name, "steps": steps,
+                                        "output_dir": out, "checkpoint_every": 0, "progress": False,
+                                        "save_rollouts": False})
+        t0 = time.perf_counter()
+        trainer = GRPOTrainer(cfg)
+        load = time.perf_counter() - t0
+        return load, [trainer.train_step(s)[0] for s in range(1, steps + 1)]
+
+
+def _interleaved(config_path: str, name: str, variants, steps: int, overrides: dict) -> dict:
+    """{variant: (load seconds, log rows)} with the variants' trainers stepped in turn."""
+    from gcpo_train.config import load_config
+    from gcpo_train.trainer import GRPOTrainer
+
+    trainers, loads, logs = {}, {}, {v: [] for v in variants}
+    with tempfile.TemporaryDirectory() as out:
+        for v in variants:
+            cfg = load_config(config_path, {**overrides, **VARIANTS[v], "modulator": name, "steps": steps,
+                                            "output_dir": f"{out}/{v}", "checkpoint_every": 0, "progress": False,
+                                            "save_rollouts": False})
+            t0 = time.perf_counter()
+            trainers[v] = GRPOTrainer(cfg)
+            loads[v] = time.perf_counter() - t0
+        for s in range(1, steps + 1):
+            for v in variants:
+                logs[v].append(trainers[v].train_step(s)[0])
+    return {v: (loads[v], logs[v]) for v in variants}
+
+
+def bench(config_path: str, modulators, steps: int, overrides: dict, variants=("default",)) -> list[dict]:
+    import numpy as np
+
     rows = []
     for name in modulators:
-        with tempfile.TemporaryDirectory() as out:
-            cfg = load_config(config_path, {**overrides, "modulator": name, "steps": steps, "output_dir": out,
-                                            "checkpoint_every": 0, "progress": False, "save_rollouts": False})
-            t0 = time.perf_counter()
-            trainer = GRPOTrainer(cfg)
-            load = time.perf_counter() - t0
-            logs = [trainer.train_step(s)[0] for s in range(1, steps + 1)]
-        timed = logs[1:] if len(logs) > 1 else logs
-        row = {"modulator": name, "load_s": load, "steps": len(timed)}
-        row.update({k: float(np.mean([r[k] for r in timed])) for k in STAGES})
-        row["measure_share_%"] = 100 * row["time_measure"] / row["time_total"]
-        row["peak_rss_MB"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        rows.append(row)
-        print(f"# {name}: {row['time_total']:.2f} s/step, modulation {row['measure_share_%']:.1f}%", flush=True)
+        runs = _interleaved(config_path, name, variants, steps, overrides) if len(variants) > 1 else \
+            {variants[0]: _time_steps(config_path, name, variants[0], steps, overrides)}
+        for variant in variants:
+            load, logs = runs[variant]
+            timed = logs[1:] if len(logs) > 1 else logs
+            row = {"modulator": name if variant == "default" else f"{name} {variant}", "load_s": load,
+                   "steps": len(timed)}
+            row.update({k: float(np.mean([r.get(k, 0.0) for r in timed])) for k in STAGES})
+            row["measure_share_%"] = 100 * row["time_measure"] / row["time_total"]
+            row["peak_rss_MB"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            rows.append(row)
+            print(f"# {row['modulator']}: {row['time_total']:.2f} s/step, modulation {row['measure_share_%']:.1f}%",
+                  flush=True)
     return rows
 
 
@@ -68,13 +109,24 @@ def main(argv=None) -> None:
     ap.add_argument("--steps", type=int, default=3, help="steps per modulator (the first is warm-up)")
     ap.add_argument("--modulators", nargs="+", default=["none", "cd", "bot", "se", "rd", "cd_rd"])
     ap.add_argument("--set", nargs="*", default=[], help="config overrides key=value")
+    ap.add_argument("--track-gradvar", "--track_gradvar", action="store_true",
+                    help="also time each modulator without prompt sharing, with and without track_gradvar")
     args = ap.parse_args(argv)
     overrides = {k: yaml.safe_load(v) for k, v in (s.split("=", 1) for s in args.set)}
     import torch
 
     print(f"torch threads: {torch.get_num_threads()}; config {args.config}; overrides {overrides}")
-    rows = bench(args.config, args.modulators, args.steps, overrides)
+    variants = tuple(VARIANTS) if args.track_gradvar else ("default",)
+    rows = bench(args.config, args.modulators, args.steps, overrides, variants)
     print(markdown(rows))
+    if args.track_gradvar:
+        for name in args.modulators:
+            by = {r["modulator"]: r for r in rows}
+            base, plain, tracked = by[name], by[f"{name} unshared"], by[f"{name} unshared+track"]
+            print(f"# {name}: tracked step / unshared step = {tracked['time_total'] / plain['time_total']:.2f}x, "
+                  f"/ default step = {tracked['time_total'] / base['time_total']:.2f}x; "
+                  f"forward_backward {plain['time_forward_backward']:.2f} -> {tracked['time_forward_backward']:.2f} s "
+                  f"(Gram work {tracked['time_gradvar']:.2f} s)")
 
 
 if __name__ == "__main__":

@@ -107,7 +107,7 @@ def add_parser(sub) -> None:
         "study", help="run the gap study (the main job)",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--preset", choices=sorted(PRESETS), help="paper: 1,000 queries, G=16, roberta-large-mnli, trim 20, Qwen2.5-1.5B-Instruct; cpu-large: 200 NarrativeQA queries, G=8, 192-token passages, trim 2%% (about 1.5 h on 2 cores); cpu-math: 200 ASDiv problems with integer answers <= 20, G=8, 48 tokens, math judge, pilot gate at 20 queries")
+    p.add_argument("--preset", choices=sorted(PRESETS), help="paper: 1,000 queries, G=16, roberta-large-mnli, trim 20, Qwen2.5-1.5B-Instruct; cpu-large: 200 NarrativeQA queries, G=8, 192-token passages, trim 2%% (about 1.5 h on 2 cores); cpu-math: 200 ASDiv problems with integer answers <= 10, one-shot prompt, G=8, T=0.7, 48 tokens, math judge, pilot gate at 20 queries")
     for f in fields(StudyConfig):
         flags = dict.fromkeys(["--" + f.name.replace("_", "-"), "--" + f.name])  # both spellings
         kind = f.metadata.get("type") or {int: int, float: float}.get(type(f.default), str)
@@ -117,6 +117,9 @@ def add_parser(sub) -> None:
     p.add_argument("--restat", metavar="FOLDER", default=None,
                    help="re-score a finished study folder's statistics (tables, figures, card) in place from its "
                         "groups frame; no model, no other flag")
+    p.add_argument("--from-training", "--from_training", dest="from_training", default=None, metavar="RUN",
+                   help="the study on a training run's groups (track_gradvar), pooled and by phase "
+                        "(gcpo_analysis.training_study; default output RUN/training_study)")
     p.set_defaults(func=_run_cli, _parser=p)
 
 
@@ -124,6 +127,10 @@ def _run_cli(args) -> int:
     if args.restat:
         restat(args.restat)
         return 0
+    if getattr(args, "from_training", None):
+        from .training_study import run_from_cli
+
+        return run_from_cli(args)
     values = dict(PRESETS.get(args.preset, {}))
     values.update({f.name: getattr(args, f.name) for f in fields(StudyConfig) if getattr(args, f.name) is not None})
     if args.threshold is not None:

@@ -29,7 +29,7 @@ _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 NON_IDENTITY_KEYS = frozenset({
     "steps", "output_dir", "resume", "log_every", "checkpoint_every", "eval_every",
     "eval_n", "progress", "device", "tensorboard", "report_to", "save_rollouts", "overwrite", "save_total_limit",
-    "share_prompt",
+    "share_prompt", "track_gradvar",
 })
 
 
@@ -56,6 +56,11 @@ class TrainConfig:
     share_prompt: bool = _f(True, "gcpo loop: run each group's prompt once, in generation's prefill and in every "
                             "log-prob pass, for its G rollouts (exact up to float rounding; off under gradient "
                             "checkpointing). False = the plain full-sequence forward, for comparison.")
+    track_gradvar: bool | str = _f(False, "Record each group's exact gradient variance V_train = (1/G) Σ‖h_i − h̄‖² "
+                                   "of the step's objective over the trainable parameters, from the training backward "
+                                   "(hooks; docs/conventions.md). 'full' also records the study's V (all parameters, "
+                                   "sequence log-probs, GRPO advantages) with one extra forward+backward per group. "
+                                   "Needs share_prompt: false and no gradient checkpointing.")
     # --- data ---
     dataset: str = _f("narrativeqa", f"Benchmark: one of {', '.join(DATASETS)}.")
     data_path: str = _f(None, "Local data file/folder passed to gcpo_analysis.data.load_queries "
@@ -181,6 +186,12 @@ class TrainConfig:
 
         self.report_to = check_report_to(self.report_to) + (["tensorboard"] if self.tensorboard else [])
         self.report_to = check_report_to(self.report_to)  # once each, also when validate runs again
+        if self.track_gradvar not in (False, True, "full"):
+            raise ValueError(f"track_gradvar must be true, false or 'full', got {self.track_gradvar!r}")
+        if self.track_gradvar and (self.share_prompt or self.gradient_checkpointing):
+            raise ValueError("track_gradvar needs share_prompt: false (a shared prompt runs once for its group, so "
+                             "its layers see the sum of the rollouts' gradients, not each one's) and "
+                             "gradient_checkpointing: false (the recomputation would fire the hooks twice)")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
         out = Path(self.output_dir)

@@ -168,7 +168,8 @@ def chunk_logprobs(model, batch, chunk, temperature: float = 1.0, with_entropy: 
 def _logprobs_of(logits, targets, temperature: float, with_entropy: bool):
     """log π(target) per position from (B, T, V) logits at ``temperature``, and the entropies."""
     torch = require("torch")
-    logsm = torch.log_softmax(logits.float() / temperature, dim=-1)
+    # float32 for half-precision models; a float64 model (exactness tests) stays float64
+    logsm = torch.log_softmax((logits if logits.dtype == torch.float64 else logits.float()) / temperature, dim=-1)
     logp = logsm.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     ent = None
     if with_entropy:

@@ -55,6 +55,8 @@ class UpdateStats:
     grad_norm: list = field(default_factory=list)
     time_forward_backward: float = 0.0
     time_step: float = 0.0
+    gradvar: list = None                     # per group {grad_var, grad_norm2_mean} (track_gradvar)
+    time_gradvar: float = 0.0                # of time_forward_backward, the hooks' Gram work
 
 
 class StepTimer:
@@ -103,9 +105,60 @@ def summarize_step(step: int, parts: list[dict], group_size: int) -> dict:
     for key in ("cluster_judge_calls", "cluster_pairs_scored"):
         if any(key in p["cluster_stats"] for p in parts):
             row[key] = float(sum(p["cluster_stats"].get(key, 0) for p in parts))
+    if first.get("gradvar") is not None:
+        row.update(gradvar_summary([g for p in parts for g in p["gradvar"]], infos,
+                                   pooled("advantages").reshape(-1, group_size)))
     row.update({f"time_{phase}": s for phase, s in seconds.items() if phase != "total"})
     row.update(time_total=seconds["total"], tokens_per_s=float(n_tokens.sum()) / seconds["total"])
     return row
+
+
+MIN_GROUPS_FOR_RHO = 5  # a step's Spearman ρ(u, V) is logged only over at least this many groups
+
+
+def gradvar_summary(gradvar: list[dict], infos: list[dict], advantages: np.ndarray) -> dict:
+    """The step's V_train summary for ``log.jsonl``: mean V, the fraction of groups with V = 0
+    and with all-zero advantages, and Spearman ρ(u, V) across the step's groups for every
+    measure u the modulator reported (null below ``MIN_GROUPS_FOR_RHO`` groups or when u or V
+    is constant across them)."""
+    from scipy.stats import spearmanr
+
+    v = np.array([g["grad_var"] for g in gradvar], dtype=float)
+    row = {"grad_var_mean": float(v.mean()), "frac_grad_var_zero": float((v == 0).mean()),
+           "frac_adv_all_zero": float((np.abs(advantages) == 0).all(axis=1).mean()),
+           "grad_norm2_mean": float(np.mean([g["grad_norm2_mean"] for g in gradvar]))}
+    if "grad_var_study" in gradvar[0]:  # track_gradvar: full
+        study = np.array([g["grad_var_study"] for g in gradvar], dtype=float)
+        row["grad_var_study_mean"] = float(study.mean())
+        ok = (np.ptp(study) > 0 and np.ptp(v) > 0 and len(v) >= MIN_GROUPS_FOR_RHO)
+        row["rho_grad_var_study_grad_var"] = float(spearmanr(study, v).statistic) if ok else None
+    for key in sorted({k for info in infos for k in info}):
+        u = np.array([info.get(key, np.nan) for info in infos], dtype=float)
+        ok = np.isfinite(u)
+        rho = None
+        if ok.sum() >= MIN_GROUPS_FOR_RHO and np.ptp(u[ok]) > 0 and np.ptp(v[ok]) > 0:
+            rho = float(spearmanr(u[ok], v[ok]).statistic)
+        row[f"rho_{key}_grad_var"] = rho
+    return row
+
+
+def group_columns(frame: pd.DataFrame, gradvar: list[dict], infos: list[dict], advantages: np.ndarray,
+                  group_size: int) -> pd.DataFrame:
+    """Per-group columns, repeated on each rollout of the group: grad_var, grad_norm2_mean,
+    adv_all_zero, and every measure the modulator reported (``group_<key>`` where the key is
+    already a per-rollout column, e.g. token_entropy)."""
+    adv_zero = (np.abs(np.asarray(advantages).reshape(-1, group_size)) == 0).all(axis=1)
+    cols = {"grad_var": [g["grad_var"] for g in gradvar],
+            "grad_norm2_mean": [g["grad_norm2_mean"] for g in gradvar], "adv_all_zero": adv_zero}
+    for key in ("grad_var_study", "grad_norm2_study"):  # track_gradvar: full
+        if key in gradvar[0]:
+            cols[key] = [g[key] for g in gradvar]
+    for key in sorted({k for info in infos for k in info}):
+        cols[key if key not in frame.columns and key not in cols else f"group_{key}"] = \
+            [info.get(key, np.nan) for info in infos]
+    for name, values in cols.items():
+        frame[name] = np.repeat(np.asarray(values), group_size)
+    return frame
 
 
 def rollouts_frame(step: int, rollouts: Rollouts, before: BeforeUpdate, advantages: np.ndarray,

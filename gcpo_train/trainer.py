@@ -49,7 +49,8 @@ from .modulation import GroupModulator
 from .policy import Reference, forward_parameters, generate_groups, load_model_and_tokenizer, wrap_lora
 from .run_folder import RunFolder, write_run_info
 from .splits import load_split, query_indices
-from .step_data import BeforeUpdate, Rollouts, StepTimer, UpdateStats, rollouts_frame, summarize_step
+from .step_data import (BeforeUpdate, Rollouts, StepTimer, UpdateStats, group_columns, rollouts_frame,
+                        summarize_step)
 
 
 def step_seed(seed: int, step: int, *more: int) -> int:
@@ -189,10 +190,23 @@ class GRPOTrainer:
             before = self._logprobs_before_update(rollouts.batch)
         with timer("measure"):
             advantages, infos, cluster_stats = self._modulate(rollouts, before)
+        study = None
+        if self.config.track_gradvar == "full":  # the study's V at θ_old, its own pass per group
+            from .gradvar_tracking import study_variances
+
+            with timer("gradvar_full"):
+                study = study_variances(self.policy, rollouts.batch, rollouts.rewards, self.config.group_size)
         update = self._update(rollouts.batch, advantages, before)
+        if study is not None:
+            update.gradvar = [{**g, **s} for g, s in zip(update.gradvar, study)]
         timer.seconds.update(forward_backward=update.time_forward_backward, step=update.time_step)
+        if update.gradvar is not None:  # part of forward_backward, reported on its own
+            timer.seconds.update(gradvar=update.time_gradvar)
         row = self._log_row(step, rollouts, advantages, infos, cluster_stats, update, timer)
-        return row, rollouts_frame(step, rollouts, before, advantages.cpu().numpy(), self.config.dataset)
+        frame = rollouts_frame(step, rollouts, before, advantages.cpu().numpy(), self.config.dataset)
+        if update.gradvar is not None:
+            frame = group_columns(frame, update.gradvar, infos, advantages.cpu().numpy(), self.config.group_size)
+        return row, frame
 
     def _generate(self, step: int) -> Rollouts:
         """Sample G rollouts for each of this process's queries of the step."""
@@ -283,10 +297,13 @@ class GRPOTrainer:
         for iteration in range(cfg.num_iterations):
             t_start = time.perf_counter()
             loss, kl, clip_frac, logps, entropies = 0.0, [], [], [], []
+            # V_train of every group rides the first update's backward (gradvar_tracking)
+            tracker = self._gradvar_tracker(mask.shape[0]) if cfg.track_gradvar and iteration == 0 else None
             for k, (group, rows) in enumerate(chunks):
                 # gradients sync once per update, in the last micro-batch's backward
                 sync = contextlib.nullcontext() if k == len(chunks) - 1 else acc.no_sync(self.model)
-                with sync:
+                track = tracker.chunk(rows) if tracker is not None else contextlib.nullcontext()
+                with sync, track:
                     logp, entropy = self._forward(self.model, batch, (group, rows), grad=True,
                                                   entropy=from_gradient_pass)
                     old = logp.detach() if from_gradient_pass else before.old_logp[rows]
@@ -300,6 +317,9 @@ class GRPOTrainer:
                 if iteration == 0 and from_gradient_pass:
                     logps.append(logp.detach())
                     entropies.append(entropy)
+            if tracker is not None:
+                tracker.remove()
+                stats.gradvar, stats.time_gradvar = tracker.results(), tracker.seconds
             t_optimizer = time.perf_counter()
             stats.time_forward_backward += t_optimizer - t_start
             if cfg.max_grad_norm and cfg.max_grad_norm > 0:
@@ -319,6 +339,14 @@ class GRPOTrainer:
                 before.set_rollout_stats(torch.cat(logps), torch.cat(entropies), mask)
         return stats
 
+    def _gradvar_tracker(self, n_rows: int):
+        """Hooks on the trainable layers for one update pass (``gradvar_tracking``); the factor
+        num_processes undoes the one the loss is multiplied by before DDP's gradient mean."""
+        from .gradvar_tracking import GradVarTracker
+
+        return GradVarTracker(self.policy, self.params, self.config.group_size, n_rows,
+                              scale=self.accelerator.num_processes)
+
     def _log_row(self, step: int, rollouts: Rollouts, advantages, infos: list[dict], cluster_stats: dict,
                  update: UpdateStats, timer: StepTimer) -> dict:
         """The step's ``log.jsonl`` row (``summarize_step``) from every process's values."""
@@ -329,6 +357,7 @@ class GRPOTrainer:
                      n_tokens=rollouts.batch.completion_mask.sum(-1).cpu().numpy(), infos=infos,
                      cluster_stats=cluster_stats, loss=update.loss, kl=update.kl[0],
                      clip_frac=update.clip_frac[-1], grad_norm=update.grad_norm[0], lr=update.lr,
+                     gradvar=update.gradvar,
                      seconds={**timer.seconds, "total": timer.total()})
         parts = gather_object([local]) if self.accelerator.num_processes > 1 else [local]
         return summarize_step(step, parts, self.config.group_size)

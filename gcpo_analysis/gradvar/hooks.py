@@ -19,10 +19,14 @@ from .rules import Term, compact, module_kind, param_gram
 class GramCapture:
     """Forward/backward hooks that turn each selected parameter's uses into its K contribution."""
 
-    def __init__(self, model, selected, G, method="auto"):
+    def __init__(self, model, selected, G, method="auto", *, on_param=None, keep_float64=False):
         torch = require("torch")
         self.method = method
         self.torch, self.G = torch, G
+        # on_param(p, terms, vecs): called with a parameter's factored per-sample terms once its
+        # last use has its gradient, instead of adding its Gram to K (gcpo_train's tracking)
+        self.on_param = on_param
+        self.keep_float64 = keep_float64  # float64 factors stay float64 (exactness tests)
         self.selected = {id(p): p for p in selected}
         self.K = torch.zeros(G, G, dtype=torch.float64)
         self.pending = {}  # id(param) -> outstanding uses
@@ -73,10 +77,10 @@ class GramCapture:
     def _on_grad(self, mname, module, kind, own, x, B):
         torch, G = self.torch, self.G
         with torch.no_grad():
-            B = B.detach().float().reshape(G, -1, B.shape[-1])  # fp32 even for a bf16 model
+            B = self._float(B).reshape(G, -1, B.shape[-1])  # fp32 even for a bf16 model
             for pname, p in own:
                 if kind == "linear" or kind == "conv1d":
-                    A = x.detach().float().reshape(G, -1, x.shape[-1])
+                    A = self._float(x).reshape(G, -1, x.shape[-1])
                     if pname == "bias":
                         self.vecs.setdefault(id(p), []).append(B.sum(1))
                     else:
@@ -95,6 +99,16 @@ class GramCapture:
                 self._done(p)
         return None
 
+    def _float(self, t):
+        t = t.detach()
+        return t if (self.keep_float64 and t.dtype == self.torch.float64) else t.float()
+
+    def begin(self, G):
+        """Start a new forward/backward over G samples (a micro-batch of a training step)."""
+        self.G = G
+        self.pending, self.terms, self.vecs = {}, {}, {}
+        self.sources = []
+
     def _norm_vecs(self, module, own, x, B):
         """Per-sample gradients of a norm's small weight/bias: vmap of grad of <module(x_i), B_i>."""
         torch = self.torch
@@ -104,7 +118,10 @@ class GramCapture:
         Bb = B.reshape(xb.shape[0], xb.shape[1], -1)
 
         def inner(ps, xi, bi):
-            return (func.functional_call(module, ps, (xi[None],))[0].float() * bi.float()).sum()
+            out = func.functional_call(module, ps, (xi[None],))[0]
+            if not (self.keep_float64 and out.dtype == torch.float64):
+                out, bi = out.float(), bi.float()
+            return (out * bi).sum()
 
         self.active = False
         try:
@@ -113,7 +130,7 @@ class GramCapture:
         finally:
             self.active = True
         for n, p in own:
-            self.vecs.setdefault(id(p), []).append(grads[n].reshape(self.G, -1).float())
+            self.vecs.setdefault(id(p), []).append(self._float(grads[n].reshape(self.G, -1)))
 
     def _done(self, p):
         self.pending[id(p)] -= 1
@@ -123,7 +140,9 @@ class GramCapture:
     def _finalise(self, p):
         terms = self.terms.pop(id(p), [])
         vecs = self.vecs.pop(id(p), [])
-        if terms or vecs:
+        if (terms or vecs) and self.on_param is not None:
+            self.on_param(p, terms, vecs)
+        elif terms or vecs:
             self.K += param_gram(terms, vecs, self.G, p.shape[0], self.method).cpu()
 
     def flush(self):
