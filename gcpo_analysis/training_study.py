@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from .frames import write_frame
-from .vocab import DEFAULT_MEASURES
+from .vocab import DEFAULT_MEASURES, MATH_DATASETS
 
 PHASES = ("early", "middle", "late")
 TRAIN_GROUP_COLUMNS = ("grad_var", "grad_norm2_mean", "adv_all_zero")
@@ -184,12 +184,12 @@ def run_training_study(run, output=None, *, measures=None, reference: str = "bot
     info = json.loads((run / "run.json").read_text()) if (run / "run.json").exists() else {}
     dataset = info.get("config", {}).get("dataset", "narrativeqa")
     score_kw = dict(embedder=embedder, judge=judge, progress=False,
-                    use_full_completion=dataset in ("math500", "olympiadbench"))
+                    use_full_completion=dataset in MATH_DATASETS)
     if nli_threshold is not None:
         score_kw["nli_threshold"] = nli_threshold
     groups = training_groups(rollouts, group_cols, measures, **score_kw)
     write_frame(groups, out / "groups.parquet")
-    rollouts.to_parquet(out / "rollouts.parquet", index=False)
+    write_frame(rollouts, out / "rollouts.parquet")
 
     study_kw = dict(measures=measures, target="grad_var", reference=reference, trim=trim, n_boot=n_boot,
                     k_folds=k_folds, seed=seed)
