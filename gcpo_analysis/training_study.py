@@ -156,17 +156,12 @@ def plot_rho_over_training(table: pd.DataFrame, phases: dict, path) -> None:
     plt.close(fig)
 
 
-def _write_tables(result, folder: Path) -> None:
-    """Table 4's layout (ρ with V_train and its binned p) and the decomposition, as markdown
-    and CSV beside ``result.save``'s tables (``study`` writes the same for a frozen policy)."""
-    table = result.table4()
-    table.to_csv(folder / "table4_grad_var.csv")
-    (folder / "table4_grad_var.md").write_text(table.to_markdown())
-    if result.decomposition is not None:
-        (folder / "decomposition.md").write_text(
-            "Our addition, not the paper's: (a) AUC of u for 1[V > 0]; (b) Spearman rho(u, V) within V > 0; "
-            "(c) paired bootstrap delta within V > 0. 95% percentile bootstrap CIs.\n\n"
-            + result.decomposition.to_markdown(index=False, floatfmt=".3f") + "\n")
+def _write_tables(result, folder: Path, dataset: str) -> None:
+    """The paper-layout tables (named for the run's domain: Table 4's name only for math) and the
+    decomposition, beside ``result.save``'s tables -- the writer ``study`` uses."""
+    from .study_output import _write_paper_tables
+
+    _write_paper_tables(result, folder, dataset)
 
 
 def run_training_study(run, output=None, *, measures=None, reference: str = "bot", trim=0.02,
@@ -206,7 +201,7 @@ def run_training_study(run, output=None, *, measures=None, reference: str = "bot
             card.setdefault("k_folds_reduced", {})[name] = k
         result = gap_study(part, name=name, **{**study_kw, "k_folds": k})
         result.save(out / "tables" / name)
-        _write_tables(result, out / "tables" / name)
+        _write_tables(result, out / "tables" / name, dataset)
         sp = result.spearman.set_index("measure")
         card[name] = {"n_groups": int(len(part)), "steps": [int(part["step"].min()), int(part["step"].max())],
                       "spearman": {m: {"rho": float(sp.loc[m, "rho"]), "ci": [float(sp.loc[m, "ci_low"]),
