@@ -64,7 +64,7 @@ class StudyConfig:
     n_boot: int = field(default=10_000, metadata={"help": "paired bootstrap resamples"})
     k_folds: int = field(default=5, metadata={"help": "folds of the held-out regression"})
     seed: int = field(default=0, metadata={"help": "seed of query sampling, generation and the bootstrap"})
-    pilot: int = field(default=0, metadata={"help": "pilot gate after this many queries (0: none): stop unless the mean success lies in [0.1, 0.9] and at least 40%% of groups have V > 0"})
+    pilot: int = field(default=0, metadata={"help": "pilot gate after this many queries (0: none): stop unless the mean success lies in [0.1, 0.9] and at least 40% of groups have V > 0"})
     output: str = field(default="runs/study", metadata={"help": "output folder (a restarted run continues from it)"})
     from_rollouts: str | None = field(default=None, metadata={"help": "re-run measures and statistics on an existing rollouts frame (no model)"})
     target_from: str | None = field(default=None, metadata={"help": "with --from-rollouts: a groups frame holding the target column (default: groups.parquet beside the rollouts)"})
@@ -111,7 +111,7 @@ def add_parser(sub) -> None:
     for f in fields(StudyConfig):
         flags = dict.fromkeys(["--" + f.name.replace("_", "-"), "--" + f.name])  # both spellings
         kind = f.metadata.get("type") or {int: int, float: float}.get(type(f.default), str)
-        help_text = f.metadata["help"] if "%%" in f.metadata["help"] else f.metadata["help"].replace("%", "%%")
+        help_text = f.metadata["help"].replace("%", "%%")  # argparse %-formats help strings
         p.add_argument(*flags, dest=f.name, type=kind, default=None, help=f"{help_text} (default: {f.default})")
     p.add_argument("--threshold", type=float, default=None, help="deprecated: use --nli-threshold")
     p.add_argument("--restat", metavar="FOLDER", default=None,
