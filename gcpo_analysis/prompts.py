@@ -46,7 +46,7 @@ def build_messages(row, max_context_tokens: int | None = 256, tokenizer=None, te
     """[{"role": "user", "content": PROMPT_TEMPLATES[task].format(question, context)}] with no
     system message; the passage keeps its first ``max_context_tokens`` tokens (paper Appendix D
     training setup; None keeps it whole). Math prompts carry no passage. ``template`` names
-    another entry of PROMPT_TEMPLATES (e.g. "math_two_shot") to use instead of the task's."""
+    another entry of PROMPT_TEMPLATES (e.g. "math_one_shot") to use instead of the task's."""
     task = row["task"] if "task" in row else None
     if task not in PROMPT_TEMPLATES:
         raise ValueError(f"row {row.get('query_id', '?')!r}: unknown task {task!r}")
