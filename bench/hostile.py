@@ -96,8 +96,8 @@ def overhead(reps: int = 2000) -> str:
     cold symbolic comparisons through the worker against the same ones in this process."""
     import statistics
 
-    from gcpo_analysis import sympy_check, sympy_worker
-    from gcpo_analysis.math_syntax import latex_to_code
+    from gcpo_analysis.rewards.math import sympy_check, sympy_worker
+    from gcpo_analysis.rewards.math.syntax import latex_to_code
 
     call = sympy_worker.WORKER.call
     call(["equiv", "x", "x"], timeout=5)

@@ -10,7 +10,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from gcpo_analysis.math_grading import math_equiv, math_fallbacks
+from gcpo_analysis.rewards.math.grading import math_equiv, math_fallbacks
 
 CORPUS = Path(__file__).resolve().parents[1] / "tests" / "data" / "math_corpus.jsonl"
 

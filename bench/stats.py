@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from gcpo_analysis.stats import paired_bootstrap, paired_bootstrap_loop  # noqa: E402
+from gcpo_analysis.stats.rank import paired_bootstrap, paired_bootstrap_loop  # noqa: E402
 
 MEASURES = ("token_entropy", "se", "kle", "cd", "bot", "rd")
 

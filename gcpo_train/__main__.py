@@ -1,6 +1,6 @@
-"""``python -m gcpo_train train|eval ...``."""
+"""``python -m gcpo_train train|eval|export ...``: the `gcpo` command (gcpo_analysis.cli), one parser."""
 import sys
 
-from .cli import main
+from gcpo_analysis.cli import main
 
 sys.exit(main())

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import difflib
 import json
-import sys
 
 from .config import DTYPES, TrainConfig, load_config
 
@@ -121,32 +119,3 @@ def run_export(args) -> int:
           f"{res['source_checkpoint']} in {res['seconds']:.1f} s; max |logit difference| from the trained "
           f"policy: {'not checked' if diff is None else f'{diff:.2e}'}")
     return 0
-
-
-def _refuse_unknown(parser, extra) -> None:
-    flags = [a for a in parser._option_string_actions]
-    for tok in extra:
-        if tok.startswith("--"):
-            close = difflib.get_close_matches(tok.split("=")[0], flags, n=3)
-            hint = f"; did you mean {', '.join(close)}?" if close else ""
-            raise SystemExit(f"error: unknown option {tok!r}{hint}")
-    raise SystemExit(f"error: unexpected arguments {extra}")
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gcpo_train", allow_abbrev=False)
-    parser.add_argument("--traceback", action="store_true", help="on an error, show the full traceback")
-    sub = parser.add_subparsers(dest="command", required=True)
-    add_train_parser(sub)
-    add_eval_parser(sub)
-    add_export_parser(sub)
-    args, extra = parser.parse_known_args(argv)
-    if extra:
-        _refuse_unknown(args._parser, extra)
-    from gcpo_analysis.errors import run_one_line
-
-    return run_one_line(lambda: args.func(args), f"gcpo {args.command}", args.traceback)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

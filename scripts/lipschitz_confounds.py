@@ -19,8 +19,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from gcpo_analysis.collect import grams_by_query
-from gcpo_analysis.lipschitz import embedding_distances, gradient_distances
+from gcpo_analysis.study.collect import grams_by_query
+from gcpo_analysis.stats.lipschitz import embedding_distances, gradient_distances
 from gcpo_analysis.measures.embed import make_embedder
 from gcpo_analysis.vocab import MATH_DATASETS
 

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gcpo_analysis.collect import _safe, gram_frame
+from gcpo_analysis.study.collect import _safe, gram_frame
 from gcpo_analysis.frames import read_frame, write_frame
 from gcpo_analysis.gradvar import gradient_variance, group_gradient_gram, sequence_logprobs
 from gcpo_analysis.measures.advantages import grpo_advantages

@@ -6,7 +6,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from gcpo_analysis.collect import collect_rollouts  # noqa: E402
+from gcpo_analysis.study.collect import collect_rollouts  # noqa: E402
 from gcpo_analysis.measures.advantages import grpo_advantages  # noqa: E402
 from gcpo_analysis.frames import validate_rollouts  # noqa: E402
 from gcpo_analysis.gradvar import gradient_variance, naive_gram  # noqa: E402
@@ -131,7 +131,7 @@ def test_bad_inputs(setup):
 
 
 def test_grams_sidecar_matches_grad_var_and_resumes(setup, tmp_path):
-    from gcpo_analysis.collect import gram_frame, grams_by_query
+    from gcpo_analysis.study.collect import gram_frame, grams_by_query
 
     ro, gr, gm = _run(setup, n_queries=2, out_dir=tmp_path, return_grams=True)
     grams = grams_by_query(gm)

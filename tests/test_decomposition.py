@@ -5,13 +5,13 @@ import pandas as pd
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from gcpo_analysis.decomposition import (
+from gcpo_analysis.stats.decomposition import (
     auc_batch,
     paired_retrieval_bootstrap,
     precision_at_top_batch,
     top_labels_batch,
 )
-from gcpo_analysis.simulate import simulate_study
+from gcpo_analysis.theory.simulate import simulate_study
 from gcpo_analysis.stats import GapStudyResult, gap_study, precision_at_top, retrieval, spearman, top_labels
 
 

@@ -88,7 +88,7 @@ def test_towers_are_sized_before_anything_evaluates_them(warm_grader):
 
 
 def test_code_never_reaches_eval_and_float_literals_meet_the_exponent_guard():
-    from gcpo_analysis.math_syntax import latex_to_code, plain_arithmetic, static_guard
+    from gcpo_analysis.rewards.math.syntax import latex_to_code, plain_arithmetic, static_guard
 
     for answer in (r"\pi.n(99999999)", "x.expand()", "(1).__class__", "E.n(9)", "1//2", "x[0]", "f(x=1)"):
         assert latex_to_code(answer) is None, answer
@@ -110,7 +110,7 @@ def test_strip_think_is_the_regex_rule(text):
 
 
 def test_a_comparison_past_the_time_limit_is_killed_counted_and_the_next_one_is_right(monkeypatch):
-    from gcpo_analysis import sympy_worker
+    from gcpo_analysis.rewards.math import sympy_worker
 
     worker = sympy_worker.Worker(target="tests.helpers.slow_sympy")  # "z" in an answer: never ends
     monkeypatch.setattr(sympy_worker, "WORKER", worker)
@@ -136,7 +136,7 @@ def test_a_comparison_past_the_time_limit_is_killed_counted_and_the_next_one_is_
 
 
 def test_a_worker_that_cannot_start_is_loud_and_counted(monkeypatch):
-    from gcpo_analysis import sympy_worker
+    from gcpo_analysis.rewards.math import sympy_worker
 
     monkeypatch.setattr(sympy_worker, "WORKER", sympy_worker.Worker(target="gcpo_analysis.no_such_module"))
     rewards.clear_caches()
@@ -150,7 +150,7 @@ def test_a_worker_that_cannot_start_is_loud_and_counted(monkeypatch):
 
 
 def test_equivalences_that_need_sympy_go_through_the_worker(monkeypatch, warm_grader):
-    from gcpo_analysis import sympy_worker
+    from gcpo_analysis.rewards.math import sympy_worker
 
     calls = []
     real_call = sympy_worker.WORKER.call
@@ -170,7 +170,7 @@ def test_equivalences_that_need_sympy_go_through_the_worker(monkeypatch, warm_gr
 def test_a_forked_process_starts_its_own_worker(warm_grader):
     import os
 
-    from gcpo_analysis import sympy_worker
+    from gcpo_analysis.rewards.math import sympy_worker
 
     parent_supervisor = sympy_worker.WORKER.pid()
     pid = os.fork()
@@ -190,7 +190,7 @@ def test_importing_rewards_starts_no_process_and_imports_no_sympy():
     import subprocess
     import sys
 
-    code = ("import sys; import gcpo_analysis.rewards; from gcpo_analysis import sympy_worker; "
+    code = ("import sys; import gcpo_analysis.rewards; from gcpo_analysis.rewards.math import sympy_worker; "
             "assert sympy_worker.WORKER.pid() is None and 'sympy' not in sys.modules; print('ok')")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.stdout.strip() == "ok", proc.stderr

@@ -119,7 +119,7 @@ def test_grpo_advantages_refuse_an_overflow():
 
 def test_a_study_part_with_fewer_rollouts_than_g_is_refused(tmp_path):
     torch = pytest.importorskip("torch")
-    from gcpo_analysis.collect import collect_rollouts
+    from gcpo_analysis.study.collect import collect_rollouts
     from gcpo_analysis.tiny_models import tiny_causal_lm, tiny_tokenizer
 
     tok = tiny_tokenizer()

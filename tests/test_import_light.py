@@ -27,7 +27,8 @@ def test_measures_import_and_compute_without_torch():
         assert M.barycentric_transport(e, [0, 0, 1]) > 0
         assert M.semantic_entropy([0, 1]) > 0 and M.rd_max(4) == 4.0
         from gcpo_analysis.measures.score import score_groups
-        from gcpo_analysis import stats, proofs, rewards, frames
+        from gcpo_analysis import stats, rewards, frames
+        from gcpo_analysis.theory import proofs
         assert not any(m.split(".")[0] in ("torch", "transformers") for m in sys.modules)
         print("ok")
     """)

@@ -1,4 +1,4 @@
-"""The Lipschitz measurement (gcpo_analysis.lipschitz): distances against brute force, the
+"""The Lipschitz measurement (gcpo_analysis.stats.lipschitz): distances against brute force, the
 statistics against independent computations, the simulator's planted settings, edge cases,
 and the study-folder writer."""
 import json
@@ -9,18 +9,17 @@ import pytest
 from conftest import HashEmbedder
 from scipy import stats
 
-from gcpo_analysis.collect import gram_frame
-from gcpo_analysis.lipschitz import (
+from gcpo_analysis.study.collect import gram_frame
+from gcpo_analysis.stats.lipschitz import (
     embedding_distances,
     gradient_distances,
     group_pairs,
     group_stats,
     lipschitz_pairs,
-    lipschitz_study,
     summarise,
-    write_lipschitz,
 )
-from gcpo_analysis.simulate import simulate_study
+from gcpo_analysis.study.lipschitz import lipschitz_study, write_lipschitz
+from gcpo_analysis.theory.simulate import simulate_study
 
 
 def test_distances_match_brute_force():
@@ -180,7 +179,7 @@ def test_study_adapter_uses_the_measures_embeddings_and_checks_ids():
     meta = summary.attrs["lipschitz"]
     assert meta["text"] == "answer" and meta["judge"]["kind"] == "embedding"
     # the answers' embeddings: same answer -> distance 0 -> the minimum rank
-    from gcpo_analysis.collect import grams_by_query
+    from gcpo_analysis.study.collect import grams_by_query
 
     K = grams_by_query(grams)["q0"]
     answers = rollouts[rollouts.query_id == "q0"]["answer"].to_numpy()
@@ -236,7 +235,7 @@ def test_write_lipschitz_from_a_study_folder(tmp_path):
 
 
 def test_bootstrap_shortcuts_equal_scipy_with_ties():
-    from gcpo_analysis.lipschitz import _auc, _spearman
+    from gcpo_analysis.stats.lipschitz import _auc, _spearman
 
     rng = np.random.default_rng(4)
     x, y = rng.integers(0, 5, 40).astype(float), rng.integers(0, 4, 40).astype(float)  # many ties

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gcpo_analysis.math_grading import math_equiv, math_fallbacks
+from gcpo_analysis.rewards.math.grading import math_equiv, math_fallbacks
 
 CORPUS = Path(__file__).parent / "data" / "math_corpus.jsonl"
 ROWS = [json.loads(line) for line in CORPUS.read_text().splitlines() if line.strip()]
@@ -17,7 +17,7 @@ ROWS = [json.loads(line) for line in CORPUS.read_text().splitlines() if line.str
 def roomy_budget(monkeypatch):
     """Correctness, not speed, is tested here (test_hostile_answers.py holds the 2 s bound): a
     loaded CI machine must not turn a verdict into a time fallback."""
-    from gcpo_analysis import math_grading
+    from gcpo_analysis.rewards.math import grading as math_grading
 
     monkeypatch.setattr(math_grading, "MATH_TIME_BUDGET_S", 10.0)
     math_grading.clear_caches()

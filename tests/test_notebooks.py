@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 
 from gcpo_analysis import plots
-from gcpo_analysis.decomposition import DECOMPOSITION_COLUMNS
-from gcpo_analysis.simulate import entropy_filter_effect, simulate_study
+from gcpo_analysis.stats.decomposition import DECOMPOSITION_COLUMNS
+from gcpo_analysis.theory.simulate import entropy_filter_effect, simulate_study
 from gcpo_analysis.stats import gap_study
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from gcpo_analysis import plots
-from gcpo_analysis.simulate import entropy_filter_effect, simulate_study
+from gcpo_analysis.theory.simulate import entropy_filter_effect, simulate_study
 from gcpo_analysis.stats import gap_study
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "02_gap_proofs.ipynb"

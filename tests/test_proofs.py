@@ -1,10 +1,10 @@
-"""gcpo_analysis.proofs: exact claims hold, approximate ones report a finite gap."""
+"""gcpo_analysis.theory.proofs: exact claims hold, approximate ones report a finite gap."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from gcpo_analysis import proofs
+from gcpo_analysis.theory import proofs
 
 APPROX = ("regime", "bound V_inter", "'≈'", "Monte Carlo")
 
@@ -52,6 +52,8 @@ def test_a_broken_identity_would_be_caught(monkeypatch):
 
 
 def test_main_prints_markdown(capsys):
-    assert proofs.main(["--n-instances", "100", "--seed", "1"]) == 0
+    from gcpo_analysis.cli import main
+
+    assert main(["proofs", "--instances", "100", "--seed", "1"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("| claim") and "RD_max" in out

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gcpo_analysis.cli import main
-from gcpo_analysis.proofs import check_all
+from gcpo_analysis.theory.proofs import check_all
 
 ROOT = Path(__file__).resolve().parents[1]
 

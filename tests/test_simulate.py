@@ -1,4 +1,4 @@
-"""gcpo_analysis.simulate: the two gaps appear under the Lipschitz assumption, not without it."""
+"""gcpo_analysis.theory.simulate: the two gaps appear under the Lipschitz assumption, not without it."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,7 +7,7 @@ from scipy.stats import spearmanr
 
 from gcpo_analysis.frames import validate_groups, validate_rollouts
 from gcpo_analysis.measures.dispersion import reward_dispersion
-from gcpo_analysis.simulate import entropy_filter_effect, grad_variance, simulate_study
+from gcpo_analysis.theory.simulate import entropy_filter_effect, grad_variance, simulate_study
 
 SEEDS = (0, 1, 2)
 

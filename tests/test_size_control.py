@@ -1,4 +1,4 @@
-"""Gradient size, controlled (gcpo_analysis.size_control), Holm's correction in the study's
+"""Gradient size, controlled (gcpo_analysis.stats.size_control), Holm's correction in the study's
 tables, the domain-true table names and `gcpo study --restat` on a study folder."""
 import json
 import shutil
@@ -12,8 +12,8 @@ from scipy import stats as sps
 from statsmodels.stats.multitest import multipletests
 
 from gcpo_analysis import stats as S
-from gcpo_analysis.size_control import holm, partial_spearman, size_control
-from gcpo_analysis.study_output import paper_table_names, restat
+from gcpo_analysis.stats.size_control import holm, partial_spearman, size_control
+from gcpo_analysis.study.output import paper_table_names, restat
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -164,7 +164,7 @@ def test_table_names_follow_the_domain():
 
 
 def test_paper_tables_written_under_the_domain_name(tmp_path):
-    from gcpo_analysis.study_output import _write_paper_tables
+    from gcpo_analysis.study.output import _write_paper_tables
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -51,7 +51,7 @@ def test_config_hash_ignores_run_keys_only():
 
 
 def test_cli_unknown_flag_names_close_match(capsys):
-    from gcpo_train.cli import main
+    from gcpo_analysis.cli import main
 
     with pytest.raises(SystemExit, match="--learning_rate"):
         main(["train", "--learning_rat", "1e-4"])
@@ -68,7 +68,7 @@ def test_vllm_backend_is_refused_not_faked():
 def test_cli_trains_two_steps_then_evaluates(tmp_path):
     pytest.importorskip("torch")
     pytest.importorskip("peft")
-    from gcpo_train.cli import main
+    from gcpo_analysis.cli import main
 
     data = tmp_path / "nqa.jsonl"
     recs = [{"id": f"d{i}", "question": f"who is the {w} ?", "passage": f"the {w} had a son . the ship was in the city .",

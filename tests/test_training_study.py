@@ -11,7 +11,7 @@ pytest.importorskip("peft")
 from conftest import HashEmbedder  # noqa: E402
 from test_train_trainer import make  # noqa: E402
 
-from gcpo_analysis.training_study import phase_of, read_training_run, rho_windows, run_training_study  # noqa: E402
+from gcpo_analysis.study.from_training import phase_of, read_training_run, rho_windows, run_training_study  # noqa: E402
 
 MEASURES = ["token_entropy", "cd", "bot", "rd"]
 
@@ -67,7 +67,7 @@ def test_untracked_run_is_refused(tmp_path):
 
 def test_cli_dispatch(monkeypatch):
     """`gcpo study --from-training RUN` reaches run_training_study with the study's flags."""
-    from gcpo_analysis import training_study
+    from gcpo_analysis.study import from_training as training_study
     from gcpo_analysis.cli import main
 
     seen = []

