@@ -48,7 +48,7 @@ def _add_score(sub):
 
 
 def _run_score(args) -> int:
-    from .frames import read_frame, write_frame, write_text
+    from .frames import write_frame, write_text
     from .measures.score import parse_measures, score_groups
 
     measures = parse_measures(args.measures)  # fail on a typo before any model loads

@@ -147,8 +147,8 @@ def verify(folder: Path, expected: list, tokenizer, dtype: str, checked: bool) -
         raise RuntimeError(f"the tokenizer written to {folder} encodes the probe differently")
     reloaded = probe_logits(model, reloaded_tok)
     if not all(bool(torch.isfinite(x).all()) for x in reloaded + expected):
-        raise RuntimeError(f"the exported model's or the trained policy's logits are NaN or infinite "
-                           f"(non-finite weights?); nothing written")
+        raise RuntimeError("the exported model's or the trained policy's logits are NaN or infinite "
+                           "(non-finite weights?); nothing written")
     diff = max_abs_difference(reloaded, expected)
     scale = max(1.0, max(float(x.abs().max()) for x in expected))
     if checked and diff > FLOAT32_TOLERANCE * scale:

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 from gcpo_analysis.measures.clustering import greedy_nli_clusters
-from gcpo_analysis.measures.embed import Embedder
 from gcpo_analysis.measures.judges import LexicalJudge
 from gcpo_analysis.measures.prepare import judge_shares_embedder, measurement_tools, prepare_groups
 from gcpo_analysis.measures.score import score_groups

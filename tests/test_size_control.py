@@ -13,7 +13,7 @@ from statsmodels.stats.multitest import multipletests
 
 from gcpo_analysis import stats as S
 from gcpo_analysis.stats.size_control import holm, partial_spearman, size_control
-from gcpo_analysis.study.output import paper_table_names, restat
+from gcpo_analysis.study.output import paper_table_names
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,7 +1,6 @@
 """GRPOTrainer end to end on a tiny random llama (offline, CPU, a few seconds per run)."""
 import json
 from pathlib import Path
-import warnings
 
 import numpy as np
 import pandas as pd

@@ -22,7 +22,7 @@ import string
 from collections import Counter
 from typing import Sequence
 
-from ..vocab import REWARD_MAX, TASK_OF_DATASET, TASKS
+from ..vocab import REWARD_MAX, TASKS
 from .extraction import extract_math_answer, extract_qa_answer
 from .math.grading import math_equiv_any
 

@@ -35,7 +35,7 @@ from scipy import stats as sps
 
 from .decomposition import paired_retrieval_bootstrap, v_zero_decomposition
 from .size_control import NORM_COLUMN, add_holm, size_control
-from .rank import _percentile_ci, _point_rhos, bootstrap_rhos, paired_bootstrap, precision_at_top, retrieval, spearman, top_labels
+from .rank import _paired_frame, _percentile_ci, _point_rhos, bootstrap_rhos, retrieval, spearman
 from ..vocab import DEFAULT_MEASURES
 
 MEASURE_LABELS = {

@@ -39,9 +39,6 @@ all singletons (no same-cluster pair). Nothing is dropped silently.
 """
 from __future__ import annotations
 
-import json
-import warnings
-from pathlib import Path
 
 import numpy as np
 import pandas as pd

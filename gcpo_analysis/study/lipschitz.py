@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..stats.lipschitz import N_BOOT, lipschitz_pairs, summarise
+from ..stats.lipschitz import LEVEL, N_BOOT, lipschitz_pairs, summarise
 from ..vocab import CLUSTERS, EMBEDDINGS, MATH_DATASETS, NLI_THRESHOLD
 
 
