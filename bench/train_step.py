@@ -4,11 +4,12 @@
                                [--modulators none cd bot se rd cd_rd] [--max_new_tokens 24 ...]
                                [--track-gradvar] [--set use_lora=false]
 
-``--track-gradvar`` runs each modulator three ways: the default step (shared prompt), the step
-without prompt sharing (what tracking needs), and that step with ``track_gradvar`` on; the
-``gradvar`` column is the hooks' Gram work inside forward_backward. The three trainers are built
-first and then stepped in turn (step 1 of each, step 2 of each, ...), so a change in the load of
-a shared machine reaches all three alike; each trainer's steps draw the same samples as the
+``--track-gradvar`` runs each modulator four ways: the default step (shared prompt), that step with
+``track_gradvar`` on (generation and the no-grad passes share the prompt, the tracked gradient
+pass runs full sequences), the step without prompt sharing, and that step with ``track_gradvar``;
+the ``gradvar`` column is the hooks' Gram work inside forward_backward. The four trainers are
+built first and then stepped in turn (step 1 of each, step 2 of each, ...), so a change in the
+load of a shared machine reaches all alike; each trainer's steps draw the same samples as the
 others' only where the prompt sharing agrees (sampling is seeded per group).
 
 Each modulator gets a fresh trainer (packaged SmolLM2-135M, LoRA r=8, G=4, 2 prompts/step,
@@ -31,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 STAGES = ("time_generate", "time_reward", "time_logprobs", "time_measure", "time_forward_backward",
           "time_gradvar", "time_step", "time_total")
-VARIANTS = {"default": {}, "unshared": {"share_prompt": False},
+VARIANTS = {"default": {}, "track": {"track_gradvar": True}, "unshared": {"share_prompt": False},
             "unshared+track": {"share_prompt": False, "track_gradvar": True}}
 
 
@@ -122,11 +123,14 @@ def main(argv=None) -> None:
     if args.track_gradvar:
         for name in args.modulators:
             by = {r["modulator"]: r for r in rows}
-            base, plain, tracked = by[name], by[f"{name} unshared"], by[f"{name} unshared+track"]
-            print(f"# {name}: tracked step / unshared step = {tracked['time_total'] / plain['time_total']:.2f}x, "
-                  f"/ default step = {tracked['time_total'] / base['time_total']:.2f}x; "
-                  f"forward_backward {plain['time_forward_backward']:.2f} -> {tracked['time_forward_backward']:.2f} s "
-                  f"(Gram work {tracked['time_gradvar']:.2f} s)")
+            base, shared_tracked = by[name], by[f"{name} track"]
+            plain, tracked = by[f"{name} unshared"], by[f"{name} unshared+track"]
+            print(f"# {name}: tracked step / default step = {shared_tracked['time_total'] / base['time_total']:.2f}x "
+                  f"(forward_backward {base['time_forward_backward']:.2f} -> "
+                  f"{shared_tracked['time_forward_backward']:.2f} s, Gram work {shared_tracked['time_gradvar']:.2f} s); "
+                  f"unshared: tracked / untracked = {tracked['time_total'] / plain['time_total']:.2f}x "
+                  f"(forward_backward {plain['time_forward_backward']:.2f} -> {tracked['time_forward_backward']:.2f} s, "
+                  f"Gram work {tracked['time_gradvar']:.2f} s)")
 
 
 if __name__ == "__main__":

@@ -60,7 +60,9 @@ class TrainConfig:
                                    "of the step's objective over the trainable parameters, from the training backward "
                                    "(hooks; docs/conventions.md). 'full' also records the study's V (all parameters, "
                                    "sequence log-probs, GRPO advantages) with one extra forward+backward per group. "
-                                   "Needs share_prompt: false and no gradient checkpointing.")
+                                   "Needs no gradient checkpointing. With share_prompt, generation and the no-grad "
+                                   "passes still share the prompt; the tracked gradient pass runs each rollout's full "
+                                   "sequence (a shared prompt's layers would see the sum of the rollouts' gradients).")
     # --- data ---
     dataset: str = _f("narrativeqa", f"Benchmark: one of {', '.join(DATASETS)}.")
     data_path: str = _f(None, "Local data file/folder passed to gcpo_analysis.data.load_queries "
@@ -188,10 +190,9 @@ class TrainConfig:
         self.report_to = check_report_to(self.report_to)  # once each, also when validate runs again
         if self.track_gradvar not in (False, True, "full"):
             raise ValueError(f"track_gradvar must be true, false or 'full', got {self.track_gradvar!r}")
-        if self.track_gradvar and (self.share_prompt or self.gradient_checkpointing):
-            raise ValueError("track_gradvar needs share_prompt: false (a shared prompt runs once for its group, so "
-                             "its layers see the sum of the rollouts' gradients, not each one's) and "
-                             "gradient_checkpointing: false (the recomputation would fire the hooks twice)")
+        if self.track_gradvar and self.gradient_checkpointing:
+            raise ValueError("track_gradvar needs gradient_checkpointing: false (the recomputation would fire the "
+                             "hooks twice)")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
         out = Path(self.output_dir)

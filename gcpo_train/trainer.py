@@ -161,8 +161,9 @@ class GRPOTrainer:
             return chunk_logprobs(model, batch, chunk, self.config.temperature, entropy,
                                   prompt_model=self.accelerator.unwrap_model(model))
 
-    def _chunks(self, batch) -> list[tuple]:
-        return rollout_chunks(batch, self.config.group_size, self.config.micro_batch_size, self.share_prompt)
+    def _chunks(self, batch, share_prompt: bool | None = None) -> list[tuple]:
+        share = self.share_prompt if share_prompt is None else share_prompt
+        return rollout_chunks(batch, self.config.group_size, self.config.micro_batch_size, share)
 
     def _no_grad_logprobs(self, batch, reference: bool = False):
         torch = require("torch")
@@ -299,9 +300,12 @@ class GRPOTrainer:
             loss, kl, clip_frac, logps, entropies = 0.0, [], [], [], []
             # V_train of every group rides the first update's backward (gradvar_tracking)
             tracker = self._gradvar_tracker(mask.shape[0]) if cfg.track_gradvar and iteration == 0 else None
-            for k, (group, rows) in enumerate(chunks):
+            # a shared prompt's layers would see the sum of its rollouts' gradients, not each one's:
+            # the tracked pass runs full sequences (generation and no-grad passes still share)
+            pass_chunks = self._chunks(batch, share_prompt=False) if tracker is not None else chunks
+            for k, (group, rows) in enumerate(pass_chunks):
                 # gradients sync once per update, in the last micro-batch's backward
-                sync = contextlib.nullcontext() if k == len(chunks) - 1 else acc.no_sync(self.model)
+                sync = contextlib.nullcontext() if k == len(pass_chunks) - 1 else acc.no_sync(self.model)
                 track = tracker.chunk(rows) if tracker is not None else contextlib.nullcontext()
                 with sync, track:
                     logp, entropy = self._forward(self.model, batch, (group, rows), grad=True,
