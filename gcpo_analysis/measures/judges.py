@@ -249,7 +249,7 @@ class LexicalJudge(_RuleJudge):
     rule = "gcpo_analysis.rewards.token_f1"
 
     def _rule(self):
-        from ..rewards.qa import token_f1  # imported here: rewards is not needed by the NLI path
+        from ..rewards import token_f1  # imported here: rewards is not needed by the NLI path
 
         return token_f1
 
@@ -268,7 +268,7 @@ class MathJudge(_RuleJudge):
     clusters_answers = True
 
     def _rule(self):
-        from ..rewards.qa import math_equiv
+        from ..rewards import math_equiv
 
         return math_equiv
 

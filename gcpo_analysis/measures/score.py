@@ -89,7 +89,7 @@ def score_groups(
     L2-normalised). ``nli_threshold``: the clustering's entailment threshold (``threshold`` is
     its deprecated old name).
     """
-    from ..rewards.qa import math_fallbacks
+    from ..rewards import math_fallbacks
     from .modulators import modulate
     from .prepare import measurement_tools, prepare_groups
 

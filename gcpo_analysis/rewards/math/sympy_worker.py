@@ -135,7 +135,7 @@ class Worker:
     def _launch(self) -> subprocess.Popen:
         if not hasattr(os, "fork") or not sys.executable:
             raise WorkerUnavailable("this platform has no os.fork or no Python executable")
-        root = str(Path(__file__).resolve().parents[1])  # gcpo importable without installing it
+        root = str(Path(__file__).resolve().parents[3])  # the folder holding gcpo_analysis: importable uninstalled
         code = (f"import sys; sys.path.insert(0, {root!r}); "
                 f"from gcpo_analysis.rewards.math.sympy_worker import supervise; supervise({self.target!r})")
         proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
