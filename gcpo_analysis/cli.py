@@ -32,7 +32,7 @@ def _add_score(sub):
                    help="sentence-transformers name or path (default: the packaged all-MiniLM-L6-v2)")
     p.add_argument("--nli-threshold", "--nli_threshold", type=float, default=NLI_THRESHOLD,
                    help="entailment threshold of the greedy clustering")
-    p.add_argument("--threshold", type=float, default=None, help="deprecated: use --nli-threshold")
+    p.add_argument("--threshold", type=float, default=None, help="deprecated (removed in gcpo 0.3.0): use --nli-threshold")
     p.add_argument("--full-completion", "--full_completion", action="store_true",
                    help="embed/cluster the full completion instead of the extracted answer (math)")
     p.add_argument("--alpha-base", "--alpha_base", type=float, default=ALPHA_BASE, help="alpha_base; alpha_G = alpha_base / ln G")
@@ -172,12 +172,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
+    """The package's own ``__version__``: the one source (pyproject reads it at build time)."""
+    from . import __version__
 
-    try:
-        return version("gcpo")
-    except PackageNotFoundError:
-        return "unknown (not installed)"
+    return __version__
 
 
 def main(argv=None) -> int:

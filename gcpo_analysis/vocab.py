@@ -31,14 +31,18 @@ NLI_THRESHOLD = 0.35
 R_MIN, R_MAX = 0.0, 2.0
 
 
+# The release that drops the old setting names (CHANGELOG.md, "Deprecated").
+SETTING_REMOVED_IN = "0.3.0"
+
+
 def renamed_setting(old: str, new: str, old_value, new_value, default, stacklevel: int = 3):
     """The value of a setting whose name changed from ``old`` to ``new``: ``new_value``, or
     ``old_value`` with a FutureWarning (users see it) when the old name was given (not None).
     Both given, with different values, is an error."""
     if old_value is None:
         return new_value
-    warnings.warn(f"{old!r} is deprecated and will be removed; use {new!r} (the same setting)",
-                  FutureWarning, stacklevel=stacklevel)
+    warnings.warn(f"{old!r} is deprecated and will be removed in gcpo {SETTING_REMOVED_IN}; "
+                  f"use {new!r} (the same setting)", FutureWarning, stacklevel=stacklevel)
     if new_value not in (default, old_value):
         raise ValueError(f"{old}={old_value} and {new}={new_value} disagree; give only {new}")
     return old_value

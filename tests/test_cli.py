@@ -19,6 +19,24 @@ def test_version(capsys):
     assert capsys.readouterr().out.startswith("gcpo ")
 
 
+def test_version_has_one_source(capsys):
+    """`gcpo --version`, gcpo_analysis.__version__ and the installed metadata agree, and
+    pyproject.toml reads the version from the package instead of repeating it."""
+    import importlib.metadata
+    tomllib = pytest.importorskip("tomllib")
+    from pathlib import Path
+
+    import gcpo_analysis
+
+    with pytest.raises(SystemExit):
+        main(["--version"])
+    assert capsys.readouterr().out.strip() == f"gcpo {gcpo_analysis.__version__}"
+    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "gcpo_analysis.__version__"}
+    assert importlib.metadata.version("gcpo") == gcpo_analysis.__version__
+
+
 @pytest.mark.parametrize("flag", ["--group-size", "--group_size"])
 def test_both_spellings_everywhere(flag):
     parser = build_parser()

@@ -122,7 +122,7 @@ def _scored(rollouts, **kw):
 def test_score_groups_threshold_warns_and_equals_nli_threshold(rollouts):
     new = _scored(rollouts, nli_threshold=0.9)
     assert (new["n_clusters"] != _scored(rollouts)["n_clusters"]).any()  # the setting is not ignored
-    with pytest.warns(FutureWarning, match="'threshold' is deprecated.*'nli_threshold'"):
+    with pytest.warns(FutureWarning, match="'threshold' is deprecated and will be removed in gcpo 0.3.0.*'nli_threshold'"):
         old = _scored(rollouts, threshold=0.9)
     assert old.equals(new) and old.attrs["gcpo"]["nli_threshold"] == 0.9
     with pytest.warns(FutureWarning), pytest.raises(ValueError, match="disagree"):

@@ -34,7 +34,7 @@ def add_parser(sub) -> None:
         kind = f.metadata.get("type") or {int: int, float: float}.get(type(f.default), str)
         help_text = f.metadata["help"].replace("%", "%%")  # argparse %-formats help strings
         p.add_argument(*flags, dest=f.name, type=kind, default=None, help=f"{help_text} (default: {f.default})")
-    p.add_argument("--threshold", type=float, default=None, help="deprecated: use --nli-threshold")
+    p.add_argument("--threshold", type=float, default=None, help="deprecated (removed in gcpo 0.3.0): use --nli-threshold")
     p.add_argument("--restat", metavar="FOLDER", default=None,
                    help="re-score a finished study folder's statistics (tables, figures, card) in place from its "
                         "groups frame; no model, no other flag")
