@@ -9,6 +9,8 @@ as gcpo's own loop loads it (packaged GGUF, hub name or path) and LoRA goes thro
 """
 from __future__ import annotations
 
+from typing import Any
+
 from .config import TrainConfig
 
 
@@ -18,7 +20,7 @@ def gcpo_config_from(cfg: TrainConfig, plain_trl: bool = False, **overrides):
     from .trl import GCPOConfig, gcpo_config_fields
 
     loss_type = {"sequence": "grpo", "token": "bnpo"}[cfg.loss_aggregation]
-    kwargs = dict(
+    kwargs: dict[str, Any] = dict(
         output_dir=cfg.output_dir, seed=cfg.seed, max_steps=cfg.steps, learning_rate=cfg.learning_rate,
         weight_decay=cfg.weight_decay, warmup_steps=cfg.warmup_steps, max_grad_norm=cfg.max_grad_norm or 1e9,
         lr_scheduler_type=cfg.lr_schedule, beta=cfg.beta, epsilon=cfg.clip_epsilon, num_iterations=cfg.num_iterations,

@@ -268,7 +268,7 @@ class MathJudge(_RuleJudge):
     clusters_answers = True
 
     def _rule(self):
-        from ..rewards.qa import math_equiv
+        from ..rewards.math.grading import math_equiv
 
         return math_equiv
 

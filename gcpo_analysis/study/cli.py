@@ -20,6 +20,7 @@ import argparse
 from dataclasses import fields
 
 from . import run
+from ..vocab import field_kinds
 from .config import PRESETS, StudyConfig
 
 
@@ -29,9 +30,10 @@ def add_parser(sub) -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--preset", choices=sorted(PRESETS), help="paper: 1,000 queries, G=16, roberta-large-mnli, trim 20, Qwen2.5-1.5B-Instruct; cpu-large: 200 NarrativeQA queries, G=8, 192-token passages, trim 2%% (about 1.5 h on 2 cores); cpu-math: 200 ASDiv problems with integer answers <= 10, one-shot prompt, G=8, T=0.7, 48 tokens, math judge, pilot gate at 20 queries")
+    kinds = field_kinds(StudyConfig)  # typing.get_type_hints: int | None is int
     for f in fields(StudyConfig):
         flags = dict.fromkeys(["--" + f.name.replace("_", "-"), "--" + f.name])  # both spellings
-        kind = f.metadata.get("type") or {int: int, float: float}.get(type(f.default), str)
+        kind = kinds[f.name] or str
         help_text = f.metadata["help"].replace("%", "%%")  # argparse %-formats help strings
         p.add_argument(*flags, dest=f.name, type=kind, default=None, help=f"{help_text} (default: {f.default})")
     p.add_argument("--threshold", type=float, default=None, help="deprecated (removed in gcpo 0.3.0): use --nli-threshold")
