@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from pathlib import Path
 
@@ -178,7 +179,48 @@ def _version() -> str:
     return __version__
 
 
+class _StderrHandler(logging.StreamHandler):
+    """A handler on the *current* ``sys.stderr`` (looked up at each message, so a redirected or
+    captured stderr gets the messages, as ``logging.lastResort`` does)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:
+        pass
+
+
+class _ShortName(logging.Formatter):
+    """``[study] message`` for a record of ``gcpo_analysis.study.run``: the subpackage, as the
+    progress lines have always been tagged."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        parts = record.name.split(".")
+        return f"[{parts[1] if len(parts) > 1 else parts[0]}] {record.getMessage()}"
+
+
+def configure_logging(level: int = logging.INFO) -> None:
+    """Show the library's log messages (progress, files written) on stderr, for the command
+    line. The library itself only logs (``logging.getLogger(__name__)``), so that a notebook user
+    silences it with ``logging.getLogger("gcpo_analysis").setLevel(logging.WARNING)``. Idempotent;
+    a level a user already set on a package logger is kept."""
+    for name in ("gcpo_analysis", "gcpo_train"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(h, _StderrHandler) for h in logger.handlers):
+            handler = _StderrHandler()
+            handler.setFormatter(_ShortName())
+            logger.addHandler(handler)
+        if logger.level == logging.NOTSET:
+            logger.setLevel(level)
+
+
 def main(argv=None) -> int:
+    configure_logging()
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:  # an unknown flag: name it with close matches, as `python -m gcpo_train` does

@@ -15,6 +15,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
+from .frames import write_figure  # noqa: E402
 from .stats.gap import MEASURE_LABELS, GapStudyResult  # noqa: E402
 
 
@@ -25,8 +26,8 @@ def save_figure(fig, path) -> list[Path]:
         stem = stem.with_suffix("")
     stem.parent.mkdir(parents=True, exist_ok=True)
     out = [stem.with_suffix(".png"), stem.with_suffix(".svg")]
-    fig.savefig(out[0], dpi=150, bbox_inches="tight")
-    fig.savefig(out[1], bbox_inches="tight")
+    write_figure(fig, out[0], dpi=150, bbox_inches="tight")
+    write_figure(fig, out[1], bbox_inches="tight")
     return out
 
 

@@ -197,7 +197,7 @@ def _export(checkpoint, out: Path, dtype, overwrite: bool, check: bool) -> dict:
         shutil.rmtree(tmp)
     try:
         write_model(model, tokenizer, tmp)
-        diff = verify(tmp, expected, tokenizer, dtype, cfg.dtype == dtype == "float32") if check else None
+        diff = verify(tmp, expected, tokenizer, dtype, cfg.dtype == dtype == "float32") if expected is not None else None
         record = provenance(source, state, cfg, dtype, diff)
         (tmp / PROVENANCE).write_text(json.dumps(record, indent=2) + "\n")
         _move_into_place(tmp, out)

@@ -103,8 +103,8 @@ class GradVarTracker:
         self.n_groups = n_rows // group_size
         self.K = torch.zeros(self.n_groups, group_size, group_size, dtype=torch.float64)
         self.seen = np.zeros(n_rows, dtype=bool)
-        self.held = {}   # (group, id(param)) -> [(positions in group, terms, vecs)] of earlier chunks
-        self.rows = None
+        self.held: dict = {}   # (group, id(param)) -> [(positions in group, terms, vecs)] of earlier chunks
+        self.rows: range | None = None
         self.seconds = 0.0  # time spent turning factors into Grams (inside the backward)
         self.capture = GramCapture(model, params, 0, method, on_param=self._on_param, keep_float64=True)
 

@@ -111,7 +111,8 @@ class RunFolder:
 
     def __init__(self, out, *, is_main: bool = True):
         self.out, self.is_main = Path(out), is_main
-        self._lock, self._created_dir, self._before, self._started = None, False, set(), False
+        self._lock, self._created_dir, self._started = None, False, False
+        self._before: set[str] = set()
 
     def __enter__(self):
         if not self.is_main:

@@ -29,7 +29,7 @@ def gcpo_config_from(cfg: TrainConfig, plain_trl: bool = False, **overrides):
         temperature=cfg.temperature, top_p=cfg.top_p, top_k=0, logging_steps=cfg.log_every,
         save_steps=cfg.checkpoint_every or cfg.steps, save_total_limit=cfg.save_total_limit, use_cpu=cfg.device == "cpu",
         bf16=cfg.dtype == "bfloat16", fp16=cfg.dtype == "float16", gradient_checkpointing=cfg.gradient_checkpointing,
-        report_to=list(cfg.report_to),
+        report_to=list(cfg.report_to or ()),  # validate made it a list
         modulator=cfg.modulator, alpha_base=cfg.alpha_base, r_min=cfg.r_min, r_max=cfg.r_max, judge=cfg.judge,
         embedder=cfg.embedder, nli_threshold=cfg.nli_threshold, use_full_completion=cfg.full_completion,
         modulator_params=cfg.modulator_params, disable_tqdm=not cfg.progress, share_prompt=cfg.share_prompt,

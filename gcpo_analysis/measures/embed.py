@@ -86,9 +86,10 @@ class Embedder:
         """
         texts = _check_texts(texts)
         self.n_requested += len(texts)
+        uniq: list[str]
         if self.dedup:
-            uniq, inverse = np.unique(np.asarray(texts, dtype=object), return_inverse=True)
-            uniq = [str(u) for u in uniq]
+            found, inverse = np.unique(np.asarray(texts, dtype=object), return_inverse=True)
+            uniq = [str(u) for u in found]
         else:
             uniq, inverse = texts, np.arange(len(texts))
         if not uniq:

@@ -90,7 +90,7 @@ class NLIJudge:
         self.n_calls = 0
         self.n_pairs = 0
         self._entail_index: int | None = None
-        self._index_source = None
+        self._index_source: str | None = None
 
     def _load(self):
         if self._entail_index is not None:
@@ -111,6 +111,7 @@ class NLIJudge:
     def entailment_index(self) -> int:
         """The logit index read as "entailment" (loads the model)."""
         self._load()
+        assert self._entail_index is not None  # _load sets it
         return self._entail_index
 
     def entailment(self, premises, hypotheses) -> np.ndarray:
@@ -186,7 +187,7 @@ class EmbeddingJudge:
     def _vectors(self, texts: list[str]) -> np.ndarray:
         todo = list(dict.fromkeys(t for t in texts if t not in self._memo))
         fresh = dict(zip(todo, self.embedder.encode(todo).astype(np.float64))) if todo else {}
-        out = np.stack([self._memo.get(t) if t in self._memo else fresh[t] for t in texts])
+        out = np.stack([self._memo[t] if t in self._memo else fresh[t] for t in texts])
         self._memo.update(fresh)
         if len(self._memo) > self.memo_size:
             for old in list(self._memo)[: len(self._memo) - self.memo_size]:

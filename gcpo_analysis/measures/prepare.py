@@ -64,7 +64,8 @@ def prepare_groups(texts, rewards, needs, *, embedder=None, judge=None, nli_thre
     if len(rewards) != n:
         raise ValueError(f"{len(rewards)} reward groups for {n} text groups")
     embedder, judge = measurement_tools(needs, embedder, judge)
-    embeddings = clusters = [None] * n
+    embeddings: list = [None] * n
+    clusters: list = [None] * n
     stats: dict = {}
     if EMBEDDINGS in needs:
         embeddings = embed_groups(embedder, texts)

@@ -36,6 +36,7 @@ from scipy import stats as sps
 from .decomposition import paired_retrieval_bootstrap, v_zero_decomposition
 from .size_control import NORM_COLUMN, add_holm, size_control
 from .rank import _paired_frame, _percentile_ci, _point_rhos, bootstrap_rhos, retrieval, spearman
+from ..frames import write_frame, write_json
 from ..vocab import DEFAULT_MEASURES
 
 MEASURE_LABELS = {
@@ -92,16 +93,17 @@ def heldout_regression(u, target, k_folds: int = 5, seed: int = 0) -> dict:
     N = len(y)
     if N < 3 * k_folds:
         raise ValueError(f"N={N} rows are too few for {k_folds}-fold held-out regression (need >= {3 * k_folds})")
-    maes, rhos = [], []
+    mae_list: list[float] = []
+    rho_list: list[float] = []
     for tr, te in KFold(n_splits=k_folds, shuffle=True, random_state=seed).split(u):
         model = LinearRegression().fit(u[tr, None], y[tr])
         pred = model.predict(u[te, None])
-        maes.append(float(np.mean(np.abs(pred - y[te]))))
+        mae_list.append(float(np.mean(np.abs(pred - y[te]))))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             rho = np.nan if np.ptp(pred) == 0 or np.ptp(y[te]) == 0 else sps.spearmanr(pred, y[te]).statistic
-        rhos.append(float(rho))
-    maes, rhos = np.array(maes), np.array(rhos)
+        rho_list.append(float(rho))
+    maes, rhos = np.array(mae_list), np.array(rho_list)
     if np.isnan(rhos).any():
         warnings.warn(f"{int(np.isnan(rhos).sum())} held-out fold(s) have a constant prediction or target: "
                       "Spearman is NaN there", stacklevel=2)
@@ -159,8 +161,8 @@ class GapStudyResult:
     def _paper_rows(self, table: pd.DataFrame) -> pd.DataFrame:
         cols = [m for m in _TABLE_ORDER if m in set(table["measure"])]
         t = table.set_index("measure")
-        rho = {MEASURE_LABELS.get(m, m): round(float(t.loc[m, "rho"]), 3) for m in cols}
-        rows = [rho] + [{MEASURE_LABELS.get(m, m): format_p(float(t.loc[m, c])) for m in cols}
+        rho: dict[str, float | str] = {MEASURE_LABELS.get(m, m): round(float(t["rho"].loc[m]), 3) for m in cols}
+        rows = [rho] + [{MEASURE_LABELS.get(m, m): format_p(float(t[c].loc[m])) for m in cols}
                         for c in ("p", "p_holm") if c in t.columns]
         names = ["Rho", "p", "p (Holm)"][: len(rows)]
         index = pd.MultiIndex.from_tuples([(self.name, r) for r in names], names=["dataset", "row"])
@@ -206,11 +208,11 @@ class GapStudyResult:
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         for key, table in self.tables().items():
-            table.to_csv(folder / f"{key}.csv", index=False)
+            write_frame(table, folder / f"{key}.csv")
         blob = dict(name=self.name, settings=self.settings, n_queries=self.n_queries,
                     n_trimmed=self.n_trimmed, dropped=self.dropped,
                     tables={k: json.loads(t.to_json(orient="split", index=False)) for k, t in self.tables().items()})
-        (folder / "gap_study.json").write_text(json.dumps(blob, indent=2, default=float))
+        write_json(folder / "gap_study.json", blob, default=float)
         return folder
 
     @classmethod

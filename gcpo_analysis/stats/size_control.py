@@ -38,6 +38,7 @@ NaN p-values (a constant measure) stay NaN and do not count as hypotheses.
 from __future__ import annotations
 
 import warnings
+from typing import overload
 
 import numpy as np
 import pandas as pd
@@ -67,7 +68,12 @@ def holm(pvalues) -> np.ndarray:
     return out
 
 
-def add_holm(table: pd.DataFrame | None, p: str = "p", by=None, name: str | None = None) -> pd.DataFrame | None:
+@overload
+def add_holm(table: pd.DataFrame, p: str = ..., by: list[str] | None = ..., name: str | None = ...) -> pd.DataFrame: ...
+@overload
+def add_holm(table: None, p: str = ..., by: list[str] | None = ..., name: str | None = ...) -> None: ...
+def add_holm(table: pd.DataFrame | None, p: str = "p", by: list[str] | None = None,
+             name: str | None = None) -> pd.DataFrame | None:
     """Insert ``name`` (default ``p + "_holm"``) right after column ``p``: Holm within each
     ``by`` group (None: the whole table is one family)."""
     if table is None or p not in table.columns:
@@ -78,7 +84,7 @@ def add_holm(table: pd.DataFrame | None, p: str = "p", by=None, name: str | None
     groups = [(None, table)] if not by else table.groupby(by, sort=False)
     for _, part in groups:
         adj.loc[part.index] = holm(part[p].to_numpy(float))
-    table.insert(table.columns.get_loc(p) + 1, name, adj.to_numpy())
+    table.insert(list(table.columns).index(p) + 1, name, adj.to_numpy())
     return table
 
 

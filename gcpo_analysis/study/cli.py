@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import fields
+from typing import Any
 
 from . import run
 from ..vocab import field_kinds
@@ -54,11 +55,12 @@ def _run_cli(args) -> int:
         from .from_training import run_from_cli
 
         return run_from_cli(args)
-    values = dict(PRESETS.get(args.preset, {}))
+    values: dict[str, Any] = dict(PRESETS.get(args.preset, {}))
     values.update({f.name: getattr(args, f.name) for f in fields(StudyConfig) if getattr(args, f.name) is not None})
     if args.threshold is not None:
         values["threshold"] = args.threshold  # the old flag: StudyConfig warns
     if values.get("from_rollouts") and args.output is None:
         values["output"] = str(run.reanalysis_folder(values["from_rollouts"]))
-    run.run_study(StudyConfig(**values))
+    _, result = run.run_study(StudyConfig(**values))
+    print(result.to_markdown())  # the command's result on stdout; progress went to the log (stderr)
     return 0
