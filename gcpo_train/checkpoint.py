@@ -83,7 +83,7 @@ def newest_usable(output_dir, load: Callable[[Path], T]) -> tuple[T, Path] | tup
         try:
             return load(path), path
         except UnreadableCheckpoint as err:
-            warnings.warn(f"skipping checkpoint {path.name}: {err}; trying the previous one")
+            warnings.warn(f"skipping checkpoint {path.name}: {err}; trying the previous one", stacklevel=2)
             bad.append(str(err))
     if bad:
         raise UnreadableCheckpoint("no usable checkpoint in " f"{Path(output_dir) / 'checkpoints'}: " + "; ".join(bad))

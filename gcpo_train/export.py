@@ -167,7 +167,7 @@ def export_checkpoint(checkpoint, output, *, dtype: str | None = None, overwrite
     and compare its logits with the trained policy's (a float32 run exported in float32 must
     agree to ``FLOAT32_TOLERANCE``; other dtypes record the difference only).
     """
-    torch = require("torch")
+    require("torch")  # a clear error before any work when torch is missing
     if dtype is not None and dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
     out = check_output(output, checkpoint, overwrite)

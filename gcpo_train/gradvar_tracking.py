@@ -82,7 +82,7 @@ def _variance(K, k: int) -> float:
     if v >= -_ROUNDING * max(abs(first), 1e-300):
         return 0.0
     warnings.warn(f"group {k}: V_train = {v:.3e} < 0 beyond float32 rounding (tr K / G = {first:.3e}); "
-                  "recorded as NaN", RuntimeWarning)
+                  "recorded as NaN", RuntimeWarning, stacklevel=2)
     return float("nan")
 
 

@@ -243,7 +243,7 @@ class GRPOTrainer:
                 reward, ok = float(self.reward_fn(query["task"], text, list(query["references"]))), True
             except Exception as err:  # one bad rollout must not kill a 2000-step run
                 warnings.warn(f"reward function raised on query {query['query_id']!r} rollout {j % G}: "
-                              f"{type(err).__name__}: {err}; reward set to 0", RuntimeWarning)
+                              f"{type(err).__name__}: {err}; reward set to 0", RuntimeWarning, stacklevel=2)
                 reward, ok = 0.0, False
             rewards.append(reward)
             failed.append(not ok)

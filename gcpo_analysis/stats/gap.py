@@ -26,10 +26,12 @@ from __future__ import annotations
 
 import json
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from numpy.typing import ArrayLike
 import pandas as pd
 from scipy import stats as sps
 
@@ -78,7 +80,7 @@ def trim_top(groups: pd.DataFrame, column: str = "grad_var", n: float = 20) -> p
 
 
 # --------------------------------------------------------------------------- held-out
-def heldout_regression(u, target, k_folds: int = 5, seed: int = 0) -> dict:
+def heldout_regression(u: ArrayLike, target: ArrayLike, k_folds: int = 5, seed: int = 0) -> dict:
     """k-fold held-out fit of V_hat = b0 + b1 u (App. D, "Held-out Gradient Prediction").
 
     sklearn KFold(shuffle=True, random_state=seed) + LinearRegression; per held-out fold the MAE
@@ -203,7 +205,7 @@ class GapStudyResult:
             parts += [f"\n## {titles.get(key, key)}", table.to_markdown(index=False, floatfmt=".4g")]
         return "\n".join(parts) + "\n"
 
-    def save(self, folder) -> Path:
+    def save(self, folder: str | Path) -> Path:
         """Write one CSV per table and ``gap_study.json`` (all tables, settings, counts)."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
@@ -216,7 +218,7 @@ class GapStudyResult:
         return folder
 
     @classmethod
-    def load(cls, folder) -> "GapStudyResult":
+    def load(cls, folder: str | Path) -> GapStudyResult:
         """Read a result written by ``save`` (from ``gap_study.json``)."""
         path = Path(folder) / "gap_study.json"
         if not path.exists():
@@ -245,7 +247,7 @@ def _finite_column(groups: pd.DataFrame, col: str) -> np.ndarray:
     return pd.to_numeric(groups[col], errors="coerce").to_numpy(float)
 
 
-def _check_study_input(groups: pd.DataFrame, target: str, n_boot) -> None:
+def _check_study_input(groups: pd.DataFrame, target: str, n_boot: int) -> None:
     """Refuse what would make the statistics silently wrong: every query must be counted once
     (a repeated query_id would narrow the CIs), the target must have a finite value."""
     if isinstance(n_boot, bool) or not isinstance(n_boot, (int, np.integer)) or n_boot < 1:
@@ -268,7 +270,7 @@ def _check_study_input(groups: pd.DataFrame, target: str, n_boot) -> None:
         raise ValueError(f"target {target!r} has no finite value in the {len(groups)} rows")
 
 
-def gap_study(groups: pd.DataFrame, measures=DEFAULT_MEASURES, target: str = "grad_var",
+def gap_study(groups: pd.DataFrame, measures: Sequence[str] = DEFAULT_MEASURES, target: str = "grad_var",
               reference: str = "bot", trim: float = 0.02, n_boot: int = 10_000, top_frac: float = 0.1,
               k_folds: int = 5, seed: int = 0, success_column: str = "success_rate",
               level: float = 0.95, name: str = "data", norm_column: str = NORM_COLUMN) -> GapStudyResult:

@@ -68,7 +68,7 @@ _UNIT_WORDS = (
     "sue", "points", "feet", "minutes", "digits", "cents", "degrees", "cm", "gm", "pounds",
     "meters", "meals", "edges", "students", "childrentickets", "multiples", "days", "seconds",
 )
-_UNIT_RE = re.compile(r"(?<![\\A-Za-z])(?:%s)(?![A-Za-z])" % "|".join(_UNIT_WORDS))
+_UNIT_RE = re.compile(r"(?<![\\A-Za-z])(?:{})(?![A-Za-z])".format("|".join(_UNIT_WORDS)))
 _REMOVE_LITERAL = (
     "\\!", "\\,", "\\;", "\\:", "\\quad", "\\displaystyle", "\\ldots", "\\dots", "\\cdots",
     "{}^\\circ", "^{\\circ}", "^\\circ", "°", "\\degree", "\\%", "%", "\\$", "$", "{,}", '"',
