@@ -163,7 +163,7 @@ def _point_rhos(X: np.ndarray, y: np.ndarray) -> np.ndarray:
     return bootstrap_rhos(X, y, np.arange(len(y))[None])[0]
 
 
-def _draw_idx(N: int, n_boot: int, seed: int | None) -> np.ndarray:
+def _draw_idx(N: int, n_boot: int, seed: int | np.random.Generator | None) -> np.ndarray:
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     return rng.integers(0, N, size=(n_boot, N))
 
