@@ -124,11 +124,11 @@ def main(argv=None):
     for G in args.G:
         for T in args.T:
             b = batch(G, T)
-            ta, ma, _ = measure(lambda: floor(model, *b), args.device)
-            tb, mb, K = measure(lambda: group_gradient_gram(model, *b), args.device)
+            ta, ma, _ = measure(lambda b=b: floor(model, *b), args.device)
+            tb, mb, K = measure(lambda b=b: group_gradient_gram(model, *b), args.device)
             row = dict(G=G, T=T, ta=ta, ma=ma, tb=tb, mb=mb)
             if not args.no_naive:
-                tc, mc, R = measure(lambda: naive_gram(model, *b), args.device)
+                tc, mc, R = measure(lambda b=b: naive_gram(model, *b), args.device)
                 row.update(tc=tc, mc=mc, err=float(np.abs(K - R).max() / np.abs(R).max()))
                 del R
             rows.append(row)

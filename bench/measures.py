@@ -109,7 +109,7 @@ def bench_dispersion(N: int = 10_000, G: int = 16, d: int = 384, repeats: int = 
         ("KLE kernel_language_entropy_batch", lambda: kernel_language_entropy_batch(emb)),
     ]
     print(f"\n### (a) measures over N = {N:,} groups, G = {G}, d = {d} (float32 unit embeddings)\n")
-    print("| measure | best of %d (s) | peak extra memory (MiB) |" % repeats)
+    print(f"| measure | best of {repeats} (s) | peak extra memory (MiB) |")
     print("|---|---:|---:|")
     total = 0.0
     for i, (name, fn) in enumerate(cases):

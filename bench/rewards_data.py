@@ -60,7 +60,7 @@ def main() -> None:
         if path is not None and not path.exists():
             print(f"skipping {ds}: {path} not found", file=sys.stderr)
             continue
-        df, dt, mb = timed(lambda: load_queries(ds, path))
+        df, dt, mb = timed(lambda ds=ds, path=path: load_queries(ds, path))
         frames[ds] = df
         rows.append((f"load_queries {ds}", len(df), dt, mb))
 

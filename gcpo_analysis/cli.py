@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from pathlib import Path
 
@@ -32,7 +33,7 @@ def _add_score(sub):
                    help="sentence-transformers name or path (default: the packaged all-MiniLM-L6-v2)")
     p.add_argument("--nli-threshold", "--nli_threshold", type=float, default=NLI_THRESHOLD,
                    help="entailment threshold of the greedy clustering")
-    p.add_argument("--threshold", type=float, default=None, help="deprecated: use --nli-threshold")
+    p.add_argument("--threshold", type=float, default=None, help="deprecated (removed in gcpo 0.3.0): use --nli-threshold")
     p.add_argument("--full-completion", "--full_completion", action="store_true",
                    help="embed/cluster the full completion instead of the extracted answer (math)")
     p.add_argument("--alpha-base", "--alpha_base", type=float, default=ALPHA_BASE, help="alpha_base; alpha_G = alpha_base / ln G")
@@ -172,15 +173,54 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
+    """The package's own ``__version__``: the one source (pyproject reads it at build time)."""
+    from . import __version__
 
-    try:
-        return version("gcpo")
-    except PackageNotFoundError:
-        return "unknown (not installed)"
+    return __version__
+
+
+class _StderrHandler(logging.StreamHandler):
+    """A handler on the *current* ``sys.stderr`` (looked up at each message, so a redirected or
+    captured stderr gets the messages, as ``logging.lastResort`` does)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:
+        pass
+
+
+class _ShortName(logging.Formatter):
+    """``[study] message`` for a record of ``gcpo_analysis.study.run``: the subpackage, as the
+    progress lines have always been tagged."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        parts = record.name.split(".")
+        return f"[{parts[1] if len(parts) > 1 else parts[0]}] {record.getMessage()}"
+
+
+def configure_logging(level: int = logging.INFO) -> None:
+    """Show the library's log messages (progress, files written) on stderr, for the command
+    line. The library itself only logs (``logging.getLogger(__name__)``), so that a notebook user
+    silences it with ``logging.getLogger("gcpo_analysis").setLevel(logging.WARNING)``. Idempotent;
+    a level a user already set on a package logger is kept."""
+    for name in ("gcpo_analysis", "gcpo_train"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(h, _StderrHandler) for h in logger.handlers):
+            handler = _StderrHandler()
+            handler.setFormatter(_ShortName())
+            logger.addHandler(handler)
+        if logger.level == logging.NOTSET:
+            logger.setLevel(level)
 
 
 def main(argv=None) -> int:
+    configure_logging()
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:  # an unknown flag: name it with close matches, as `python -m gcpo_train` does

@@ -88,8 +88,8 @@ def _hub_records(name: str, split: str) -> Iterator[tuple[str, object]]:
                           "pip install datasets (and a network), or pass a local file path")
     import datasets
 
-    repo, _, config = name.partition(":")
-    config = config or HF_DEFAULT_CONFIG.get(repo)
+    repo, _, given = name.partition(":")
+    config = given or HF_DEFAULT_CONFIG.get(repo)
     hf_split = HF_SPLIT_ALIASES.get(split, split)
     ds = datasets.load_dataset(repo, config, split=hf_split) if config else datasets.load_dataset(repo, split=hf_split)
     for i, rec in enumerate(ds):
@@ -347,7 +347,9 @@ def load_queries(dataset: str, path=None, split: str = "test", n: int | None = N
     if dataset not in DATASETS:
         raise ValueError(f"unknown dataset {dataset!r}; expected one of {DATASETS}")
     parse = _PARSERS[dataset]
-    rows, seen, notes = [], set(), []
+    rows: list[tuple] = []
+    seen: set = set()
+    notes: list[str] = []
     for index, (where, rec) in enumerate(_resolve(dataset, path, split)):
         for sub_id, question, context, refs in parse(rec, where):
             base = _rec_id(rec, index)

@@ -312,6 +312,22 @@ def write_text(path: str | Path, text: str) -> Path:
     return path
 
 
+def write_json(path: str | Path, obj, *, indent: int | None = 2, default=None, newline: bool = False) -> Path:
+    """``write_text`` of ``json.dumps(obj, indent=indent, default=default)`` (a trailing newline
+    when ``newline``): the atomic writer of every JSON output (run cards, sidecars, metrics)."""
+    import json
+
+    return write_text(path, json.dumps(obj, indent=indent, default=default) + ("\n" if newline else ""))
+
+
+def write_figure(fig, path: str | Path, **savefig_kw) -> Path:
+    """``fig.savefig`` through the atomic write: the format is the suffix of ``path``
+    (``.png``, ``.svg``, ``.pdf``), as matplotlib would infer it from the final name."""
+    path = Path(path)
+    _atomic(path, lambda f: fig.savefig(f, format=path.suffix.lstrip(".").lower(), **savefig_kw))
+    return path
+
+
 def _atomic(path: Path, write) -> None:
     import os
 

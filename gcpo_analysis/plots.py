@@ -15,6 +15,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
+from .frames import write_figure  # noqa: E402
 from .stats.gap import MEASURE_LABELS, GapStudyResult  # noqa: E402
 
 
@@ -25,8 +26,8 @@ def save_figure(fig, path) -> list[Path]:
         stem = stem.with_suffix("")
     stem.parent.mkdir(parents=True, exist_ok=True)
     out = [stem.with_suffix(".png"), stem.with_suffix(".svg")]
-    fig.savefig(out[0], dpi=150, bbox_inches="tight")
-    fig.savefig(out[1], bbox_inches="tight")
+    write_figure(fig, out[0], dpi=150, bbox_inches="tight")
+    write_figure(fig, out[1], bbox_inches="tight")
     return out
 
 
@@ -335,10 +336,10 @@ def simulation_gaps_plot(rho_table: pd.DataFrame, filter_table: pd.DataFrame, pa
     metrics = [c[len("mean_"):] for c in ft.columns if c.startswith("mean_")]
     subsets = [s for s in ("kept", "removed") if s in ft.index]
     width = 0.8 / max(len(subsets), 1)
-    n = {s: int(ft.loc[s, "n"]) for s in subsets} if "n" in ft.columns else {}
+    n = {s: int(ft["n"].loc[s]) for s in subsets} if "n" in ft.columns else {}
     for i, (subset, color) in enumerate(zip(subsets, sns.color_palette("deep")[2:])):
         x = np.arange(len(metrics)) - 0.4 + width * (i + 0.5)
-        rel = np.array([ft.loc[subset, f"mean_{m}"] / ft.loc["all", f"mean_{m}"] for m in metrics])
+        rel = np.array([ft[f"mean_{m}"].loc[subset] / ft[f"mean_{m}"].loc["all"] for m in metrics])
         label = {"kept": "kept: H ≤ τ", "removed": "removed: H > τ"}[subset] + (f" ({n[subset]} queries)" if n else "")
         b.bar(x, rel, width, color=color, label=label)
         if all(f"rel_{m}_ci_low" in ft.columns for m in metrics):
@@ -388,7 +389,7 @@ def lipschitz_plot(pairs: pd.DataFrame, per_group: pd.DataFrame, summary: pd.Dat
     rho = per_group["rho"].dropna().to_numpy()
     jitter = np.random.default_rng(0).uniform(-0.15, 0.15, len(rho))
     ax[0].scatter(rho, jitter, s=18, alpha=0.7, color=palette[0])
-    if "mean_rho" in s.index and np.isfinite(s.loc["mean_rho", "estimate"]):
+    if "mean_rho" in s.index and np.isfinite(s["estimate"].loc["mean_rho"]):
         m = s.loc["mean_rho"]
         ax[0].errorbar([m["estimate"]], [0.3], xerr=[[m["estimate"] - m["ci_low"]], [m["ci_high"] - m["estimate"]]],
                        fmt="D", color="black", capsize=4, label="mean, 95% CI")

@@ -16,6 +16,9 @@ Plain Python, no imports beyond the standard library: configs and the CLI read i
 """
 from __future__ import annotations
 
+import dataclasses
+import types
+import typing
 import warnings
 
 DATASETS = ("narrativeqa", "qasper", "hotpotqa", "math500", "aime24", "olympiadbench", "asdiv")
@@ -31,14 +34,35 @@ NLI_THRESHOLD = 0.35
 R_MIN, R_MAX = 0.0, 2.0
 
 
+def field_kinds(cls: type) -> dict[str, type | None]:
+    """The plain type of each field of the settings dataclass ``cls``, read with
+    ``typing.get_type_hints`` (so string annotations of ``from __future__ import annotations`` are
+    evaluated, not parsed): ``int | None`` gives ``int``, ``list[str] | None`` gives ``list``, and a
+    field of more than one type besides None (``bool | str``) gives None, left to the caller's own
+    check. The configs' type coercion (TrainConfig, the study's CLI) reads it."""
+    hints = typing.get_type_hints(cls)
+    kinds: dict[str, type | None] = {}
+    for f in dataclasses.fields(cls):
+        hint = hints[f.name]
+        if typing.get_origin(hint) in (typing.Union, types.UnionType):
+            args = [a for a in typing.get_args(hint) if a is not type(None)]
+            hint = args[0] if len(args) == 1 else None
+        kinds[f.name] = None if hint is None else (typing.get_origin(hint) or hint)
+    return kinds
+
+
+# The release that drops the old setting names (CHANGELOG.md, "Deprecated").
+SETTING_REMOVED_IN = "0.3.0"
+
+
 def renamed_setting(old: str, new: str, old_value, new_value, default, stacklevel: int = 3):
     """The value of a setting whose name changed from ``old`` to ``new``: ``new_value``, or
     ``old_value`` with a FutureWarning (users see it) when the old name was given (not None).
     Both given, with different values, is an error."""
     if old_value is None:
         return new_value
-    warnings.warn(f"{old!r} is deprecated and will be removed; use {new!r} (the same setting)",
-                  FutureWarning, stacklevel=stacklevel)
+    warnings.warn(f"{old!r} is deprecated and will be removed in gcpo {SETTING_REMOVED_IN}; "
+                  f"use {new!r} (the same setting)", FutureWarning, stacklevel=stacklevel)
     if new_value not in (default, old_value):
         raise ValueError(f"{old}={old_value} and {new}={new_value} disagree; give only {new}")
     return old_value

@@ -19,13 +19,17 @@ import os
 import random
 import shutil
 import warnings
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
 from gcpo_analysis.models import require
 
 from .config import TrainConfig
+
+T = TypeVar("T")
 
 
 def checkpoint_dir(output_dir, step: int) -> Path:
@@ -71,7 +75,7 @@ def load_latest_usable(output_dir, **objects) -> tuple[dict, Path] | tuple[None,
     return newest_usable(output_dir, lambda path: load_checkpoint(path, **objects))
 
 
-def newest_usable(output_dir, load) -> tuple[object, Path] | tuple[None, None]:
+def newest_usable(output_dir, load: Callable[[Path], T]) -> tuple[T, Path] | tuple[None, None]:
     """``(load(path), path)`` for the newest complete checkpoint that ``load`` reads without
     ``UnreadableCheckpoint``; the fallback rule of ``load_latest_usable`` for any reader."""
     bad = []
@@ -79,7 +83,7 @@ def newest_usable(output_dir, load) -> tuple[object, Path] | tuple[None, None]:
         try:
             return load(path), path
         except UnreadableCheckpoint as err:
-            warnings.warn(f"skipping checkpoint {path.name}: {err}; trying the previous one")
+            warnings.warn(f"skipping checkpoint {path.name}: {err}; trying the previous one", stacklevel=2)
             bad.append(str(err))
     if bad:
         raise UnreadableCheckpoint("no usable checkpoint in " f"{Path(output_dir) / 'checkpoints'}: " + "; ".join(bad))
@@ -212,7 +216,7 @@ def rng_states_to_json() -> dict:
     version, internal, gauss = random.getstate()
     name, keys, pos, has_gauss, cached = np.random.get_state()
     return {"python": [version, list(internal), gauss],
-            "numpy": [name, keys.tolist(), int(pos), int(has_gauss), float(cached)]}
+            "numpy": [name, np.asarray(keys).tolist(), int(pos), int(has_gauss), float(cached)]}
 
 
 def rng_states_from_json(obj: dict) -> None:

@@ -13,6 +13,8 @@ import argparse
 import dataclasses
 import json
 
+from gcpo_analysis.vocab import field_kinds
+
 from .config import DTYPES, TrainConfig, load_config
 
 
@@ -27,10 +29,11 @@ def add_train_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("train", help="GRPO/GCPO training (see configs/)", allow_abbrev=False,
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", default=None, help="YAML file of TrainConfig fields")
+    kinds = field_kinds(TrainConfig)
     for f in dataclasses.fields(TrainConfig):
         kwargs = dict(dest=f"cfg_{f.name}", default=argparse.SUPPRESS, type=_yaml_value,
                       help=f"{f.metadata['help']} (default: {f.default!r})", metavar="V")
-        if f.type in (bool, "bool"):
+        if kinds[f.name] is bool:
             kwargs.update(nargs="?", const=True)
         spellings = dict.fromkeys([f"--{f.name}", f"--{f.name.replace('_', '-')}"])  # --group_size or --group-size
         p.add_argument(*spellings, **kwargs)

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gcpo_analysis.vocab import ALPHA_BASE, DATASETS, MATH_DATASETS, NLI_THRESHOLD, R_MAX, R_MIN
+from gcpo_analysis.vocab import ALPHA_BASE, DATASETS, MATH_DATASETS, NLI_THRESHOLD, R_MAX, R_MIN, field_kinds
 LOSS_AGGREGATIONS = ("sequence", "token")
 BACKENDS = ("gcpo", "trl", "hf", "vllm")
 DTYPES = ("float32", "bfloat16", "float16")
@@ -50,7 +50,7 @@ class TrainConfig:
     lora_r: int = _f(16, "LoRA rank r.")
     lora_alpha: int = _f(32, "LoRA scaling alpha.")
     lora_dropout: float = _f(0.0, "LoRA dropout (0 keeps the loss deterministic).")
-    lora_target_modules: list = _f(None, "Module names LoRA wraps; None = q,k,v,o,gate,up,down proj.",
+    lora_target_modules: list[str] | None = _f(None, "Module names LoRA wraps; None = q,k,v,o,gate,up,down proj.",
                                    )
     gradient_checkpointing: bool = _f(False, "Recompute activations in backward to save memory.")
     share_prompt: bool = _f(True, "gcpo loop: run each group's prompt once, in generation's prefill and in every "
@@ -65,16 +65,16 @@ class TrainConfig:
                                    "sequence (a shared prompt's layers would see the sum of the rollouts' gradients).")
     # --- data ---
     dataset: str = _f("narrativeqa", f"Benchmark: one of {', '.join(DATASETS)}.")
-    data_path: str = _f(None, "Local data file/folder passed to gcpo_analysis.data.load_queries "
+    data_path: str | None = _f(None, "Local data file/folder passed to gcpo_analysis.data.load_queries "
                         "(None = the packaged/default source).")
     train_split: str = _f("train", "Split used for training.")
     eval_split: str = _f("test", "Split used for evaluation.")
     split_from_single: bool = _f(False, "The benchmark ships one split: split it with "
                                  "split_queries(train_frac, seed) into train/test.")
     train_frac: float = _f(0.8, "Train fraction when split_from_single is true.")
-    split_group: str = _f(None, "Column kept together by split_queries (e.g. 'context', so questions "
+    split_group: str | None = _f(None, "Column kept together by split_queries (e.g. 'context', so questions "
                           "on one passage never straddle train and test); None = by query.")
-    n_train: int = _f(None, "Use only the first n training queries (None = all).")
+    n_train: int | None = _f(None, "Use only the first n training queries (None = all).")
     max_context_tokens: int = _f(256, "Token budget of the passage/context in the prompt.")
     max_prompt_tokens: int = _f(1024, "Hard cap on prompt tokens (left-truncated).")
     # --- modulator ---
@@ -85,18 +85,18 @@ class TrainConfig:
     r_min: float = _f(R_MIN, "Lower end of the reward range (RD normalisation, Appendix E).")
     r_max: float = _f(R_MAX, "Upper end of the reward range.")
     eps: float = _f(1e-6, "ε in A_i = (r_i - mean r)/(std r + ε).")
-    modulator_params: dict = _f(None, "Extra keyword arguments passed to modulate() verbatim.")
+    modulator_params: dict | None = _f(None, "Extra keyword arguments passed to modulate() verbatim.")
     r2vpo_lambda: float = _f(1.0, "R²VPO λ in w_i = 1/(1 + λ Var_t ρ_it) (Appendix F); ρ_it = "
                              "π_θ/π_ref per token (see gcpo_train.trainer on why not π_old).")
     q_hawkeye_alpha: float = _f(ALPHA_BASE, "Q-Hawkeye α in w = 1 - α·Var(r)/Var_max (Appendix F).")
     eg_spo_alpha: float = _f(1.0, "EG-SPO gate strength: gate_i ∝ exp(-α H_i / H̄) (Appendix F).")
     empo_low: float = _f(0.0, "EMPO: keep a query if SE/ln G >= empo_low.")
     empo_high: float = _f(0.5, "EMPO: keep a query if SE/ln G <= empo_high.")
-    embedder: str = _f(None, "Sentence-transformers model for μ_i (None = packaged all-MiniLM-L6-v2).")
+    embedder: str | None = _f(None, "Sentence-transformers model for μ_i (None = packaged all-MiniLM-L6-v2).")
     judge: str = _f("nli:roberta-large-mnli", "Clustering judge for SE/BoT: 'embedding', "
                     "'lexical', 'math' or 'nli:<model>' (Appendix E).")
     nli_threshold: float = _f(NLI_THRESHOLD, "Entailment threshold of greedy clustering (Appendix E).")
-    use_full_completion: bool = _f(None, "Embed/cluster the full completion instead of the "
+    use_full_completion: bool | None = _f(None, "Embed/cluster the full completion instead of the "
                                    "extracted answer; None = auto (True for math datasets).")
     # --- optimisation ---
     steps: int = _f(2000, "Optimizer steps (generation batches).")
@@ -122,24 +122,24 @@ class TrainConfig:
     temperature: float = _f(0.9, "Sampling temperature (also scales logits in the loss, as TRL).")
     top_p: float = _f(1.0, "Nucleus sampling p.")
     max_new_tokens: int = _f(256, "Completion length cap.")
-    eval_max_new_tokens: int = _f(None, "Completion cap for evaluation (None = max_new_tokens).")
+    eval_max_new_tokens: int | None = _f(None, "Completion cap for evaluation (None = max_new_tokens).")
     # --- run ---
     seed: int = _f(0, "Seed; each step re-seeds from (seed, step) so resumed runs match.")
-    device: str = _f(None, "Device override (None = accelerate's choice).")
+    device: str | None = _f(None, "Device override (None = accelerate's choice).")
     output_dir: str = _f("runs/gcpo", "Where log.jsonl, rollouts/, checkpoints/ and eval/ go.")
     log_every: int = _f(1, "Write a log.jsonl row every N steps.")
     save_rollouts: bool = _f(True, "Write each step's rollouts frame to rollouts/step_XXXXXX.parquet.")
     checkpoint_every: int = _f(100, "Checkpoint every N steps (0 = only at the end).")
-    save_total_limit: int = _f(None, "Keep only the newest N checkpoints (each holds the trainable weights and "
+    save_total_limit: int | None = _f(None, "Keep only the newest N checkpoints (each holds the trainable weights and "
                                "optimizer state); None keeps all.")
     eval_every: int = _f(0, "Evaluate on eval_split every N steps (0 = never during training).")
-    eval_n: int = _f(None, "Queries evaluated during training (None = all).")
+    eval_n: int | None = _f(None, "Queries evaluated during training (None = all).")
     resume: bool = _f(False, "Continue from the latest usable checkpoint in output_dir.")
     overwrite: bool = _f(False, "Replace the run already in output_dir (its log.jsonl, run.json, "
                          "checkpoints/ and rollouts/); without it such a rerun is refused.")
     progress: bool = _f(True, "Show a tqdm bar.")
     tensorboard: bool = _f(False, "Shorthand for report_to: [tensorboard] (kept for old configs).")
-    report_to: list = _f(None, "Also send each log row to these backends: tensorboard, wandb, trackio "
+    report_to: list[str] | None = _f(None, "Also send each log row to these backends: tensorboard, wandb, trackio "
                          "(each must be installed; an absent one is an error, not a silent skip).")
 
     def __post_init__(self):
@@ -202,10 +202,12 @@ class TrainConfig:
             raise ValueError(f"output_dir {self.output_dir!r}: a parent of it is a file")
 
     def _coerce_types(self) -> None:
-        """Check every field against its annotation, naming the field. Numbers written in
-        scientific notation arrive as strings from YAML 1.1 (``1e-4``): those become floats."""
+        """Check every field against its annotation (``field_kinds``: ``typing.get_type_hints``,
+        ``X | None`` read as X), naming the field. Numbers written in scientific notation arrive
+        as strings from YAML 1.1 (``1e-4``): those become floats."""
+        kinds = field_kinds(type(self))
         for f in dataclasses.fields(self):
-            value, kind = getattr(self, f.name), str(f.type).replace("typing.", "")
+            value, kind = getattr(self, f.name), getattr(kinds[f.name], "__name__", None)
             if value is None and f.default is None:
                 continue
             if kind == "float":
@@ -222,7 +224,7 @@ class TrainConfig:
                 raise ValueError(f"{f.name} must be a string, got {value!r} ({type(value).__name__})")
             elif f.name == "report_to" and isinstance(value, str):
                 continue  # one backend's name, or "none", as TRL accepts it: check_report_to reads it
-            elif kind in ("list", "dict") and not isinstance(value, {"list": (list, tuple), "dict": dict}[kind]):
+            elif kind in ("list", "dict") and not isinstance(value, (list, tuple) if kind == "list" else dict):
                 raise ValueError(f"{f.name} must be a {kind}, got {value!r} ({type(value).__name__})")
 
     @property

@@ -5,11 +5,11 @@ QA: Acc (F1 > 0.5), BLEU, F1; HotpotQA: F1, EM; math: accuracy — all from
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 
+from gcpo_analysis.frames import write_frame, write_json
 from gcpo_analysis.models import require
 
 
@@ -105,11 +105,8 @@ def evaluate(checkpoint_or_model, dataset: str | None = None, split: str = "test
         import pandas as pd
 
         output = Path(output)
-        output.parent.mkdir(parents=True, exist_ok=True)
-        tmp = output.with_name(output.name + ".tmp")
-        tmp.write_text(json.dumps(result, indent=2, default=float))
-        tmp.replace(output)
-        pd.DataFrame({"query_id": queries["query_id"].astype(str).to_numpy(), "completion": completions,
-                      "answer": preds, "reward": rewards, "references": refs}).to_parquet(
-            output.with_name(output.stem + ".predictions.parquet"), index=False)
+        write_json(output, result, default=float)
+        write_frame(pd.DataFrame({"query_id": queries["query_id"].astype(str).to_numpy(), "completion": completions,
+                                  "answer": preds, "reward": rewards, "references": refs}),
+                    output.with_name(output.stem + ".predictions.parquet"))
     return result

@@ -167,7 +167,7 @@ def export_checkpoint(checkpoint, output, *, dtype: str | None = None, overwrite
     and compare its logits with the trained policy's (a float32 run exported in float32 must
     agree to ``FLOAT32_TOLERANCE``; other dtypes record the difference only).
     """
-    torch = require("torch")
+    require("torch")  # a clear error before any work when torch is missing
     if dtype is not None and dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
     out = check_output(output, checkpoint, overwrite)
@@ -197,7 +197,7 @@ def _export(checkpoint, out: Path, dtype, overwrite: bool, check: bool) -> dict:
         shutil.rmtree(tmp)
     try:
         write_model(model, tokenizer, tmp)
-        diff = verify(tmp, expected, tokenizer, dtype, cfg.dtype == dtype == "float32") if check else None
+        diff = verify(tmp, expected, tokenizer, dtype, cfg.dtype == dtype == "float32") if expected is not None else None
         record = provenance(source, state, cfg, dtype, diff)
         (tmp / PROVENANCE).write_text(json.dumps(record, indent=2) + "\n")
         _move_into_place(tmp, out)

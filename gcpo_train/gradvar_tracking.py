@@ -82,7 +82,7 @@ def _variance(K, k: int) -> float:
     if v >= -_ROUNDING * max(abs(first), 1e-300):
         return 0.0
     warnings.warn(f"group {k}: V_train = {v:.3e} < 0 beyond float32 rounding (tr K / G = {first:.3e}); "
-                  "recorded as NaN", RuntimeWarning)
+                  "recorded as NaN", RuntimeWarning, stacklevel=2)
     return float("nan")
 
 
@@ -103,8 +103,8 @@ class GradVarTracker:
         self.n_groups = n_rows // group_size
         self.K = torch.zeros(self.n_groups, group_size, group_size, dtype=torch.float64)
         self.seen = np.zeros(n_rows, dtype=bool)
-        self.held = {}   # (group, id(param)) -> [(positions in group, terms, vecs)] of earlier chunks
-        self.rows = None
+        self.held: dict = {}   # (group, id(param)) -> [(positions in group, terms, vecs)] of earlier chunks
+        self.rows: range | None = None
         self.seconds = 0.0  # time spent turning factors into Grams (inside the backward)
         self.capture = GramCapture(model, params, 0, method, on_param=self._on_param, keep_float64=True)
 

@@ -18,15 +18,16 @@ Hand-written in torch: TRL is not a dependency and its loss is a method of its t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from gcpo_analysis.models import require
 
 
 @dataclass
 class LossOutput:
-    loss: object            # scalar tensor (this micro-batch's share of the step loss)
-    kl: object              # (B,) per-rollout token-mean KL, detached
-    clip_frac: object       # (B,) fraction of tokens where the clip is active, detached
+    loss: Any               # scalar torch.Tensor (torch is imported lazily) (this micro-batch's share of the step loss)
+    kl: Any                 # (B,) per-rollout token-mean KL, detached
+    clip_frac: Any          # (B,) fraction of tokens where the clip is active, detached
 
 
 def k3_kl(logp, ref_logp):

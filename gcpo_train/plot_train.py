@@ -24,7 +24,7 @@ def downsample(df, max_points: int = MAX_POINTS):
         return df
     keep = np.unique(np.linspace(0, len(df) - 1, max_points).round().astype(int))
     warnings.warn(f"plot-train: {len(df)} logged steps drawn as {len(keep)} evenly spaced points "
-                  f"(every ~{len(df) / len(keep):.0f}th step)")
+                  f"(every ~{len(df) / len(keep):.0f}th step)", stacklevel=2)
     return df.iloc[keep]
 
 

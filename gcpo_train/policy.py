@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import copy
 from dataclasses import dataclass
+from typing import Any
 
 from gcpo_analysis.models import require
 
@@ -92,12 +93,12 @@ def run_prompt_once(model, prompt_ids, repeats: int, attention_mask=None, **mode
 @dataclass
 class GroupBatch:
     """One generation batch: Q prompts × G rollouts, rows ordered prompt-major."""
-    input_ids: object        # (Q*G, P+T), prompts left-padded
-    attention_mask: object   # (Q*G, P+T)
-    completion_mask: object  # (Q*G, T)
+    input_ids: Any           # torch.Tensor (Q*G, P+T), prompts left-padded (torch is imported lazily)
+    attention_mask: Any      # (Q*G, P+T)
+    completion_mask: Any     # (Q*G, T)
     texts: list
     n_prompt: int
-    prompt_ids: list = None  # per group, its prompt unpadded (1, P_q): what the G rollouts share
+    prompt_ids: list | None = None  # per group, its prompt unpadded (1, P_q): what the G rollouts share
 
     @property
     def completion_ids(self):
@@ -119,7 +120,7 @@ def completion_mask_from_ids(ids, eos_ids):
 
 
 def eos_ids_of(tokenizer, model) -> list[int]:
-    ids = set()
+    ids: set[int] = set()
     for src in (tokenizer.eos_token_id, getattr(getattr(model, "generation_config", None), "eos_token_id", None)):
         if src is None:
             continue
@@ -170,7 +171,7 @@ def concat_group_batches(parts: list[GroupBatch], pad_token_id: int) -> GroupBat
         ids.append(pad(b.input_ids, (left, right), value=pad_token_id))
         attention.append(pad(b.attention_mask, (left, right), value=0))
         completion.append(pad(b.completion_mask, (0, right), value=0))
-    prompt_ids = [p for b in parts for p in b.prompt_ids] if all(b.prompt_ids for b in parts) else None
+    prompt_ids = [p for b in parts for p in b.prompt_ids or ()] if all(b.prompt_ids for b in parts) else None
     return GroupBatch(input_ids=torch.cat(ids), attention_mask=torch.cat(attention),
                       completion_mask=torch.cat(completion), texts=[t for b in parts for t in b.texts],
                       n_prompt=n_prompt, prompt_ids=prompt_ids)

@@ -4,6 +4,8 @@ at validation, before any model loads — never a silent skip."""
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable
+from typing import Any
 
 REPORTERS = {"tensorboard": "tensorboard", "wandb": "wandb", "trackio": "trackio"}  # name -> module to find
 
@@ -28,7 +30,7 @@ class Reporter:
     """Sends each log row to every requested backend (main process only)."""
 
     def __init__(self, names, out_dir, config: dict, run_name: str):
-        self.sinks = []
+        self.sinks: list[tuple[Callable[..., Any], Callable[[], Any]]] = []
         for name in names:
             if name == "tensorboard":
                 from torch.utils.tensorboard import SummaryWriter
@@ -39,7 +41,7 @@ class Reporter:
                 module = importlib.import_module(name)
                 run = module.init(project="gcpo", name=run_name, config=config)
                 self.sinks.append((lambda row, step, m=module: m.log(row, step=step),
-                                   getattr(run, "finish", None) or getattr(module, "finish", lambda: None)))
+                                   getattr(run, "finish", None) or getattr(module, "finish", None) or (lambda: None)))
 
     def log(self, row: dict) -> None:
         scalars = {k: float(v) for k, v in row.items() if k != "step" and isinstance(v, (int, float))}

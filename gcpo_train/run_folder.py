@@ -111,7 +111,8 @@ class RunFolder:
 
     def __init__(self, out, *, is_main: bool = True):
         self.out, self.is_main = Path(out), is_main
-        self._lock, self._created_dir, self._before, self._started = None, False, set(), False
+        self._lock, self._created_dir, self._started = None, False, False
+        self._before: set[str] = set()
 
     def __enter__(self):
         if not self.is_main:
@@ -193,13 +194,13 @@ class RunFolder:
                                      f"and its run.json records configuration {recorded} (now {config_hash}); "
                                      f"pass --overwrite to start over, or choose another output_dir")
                 warnings.warn(f"--resume: {out} has {len(rows)} logged step(s) but no checkpoint (the run stopped "
-                              f"before its first one); restarting the same configuration at step 1")
+                              f"before its first one); restarting the same configuration at step 1", stacklevel=2)
                 if self.is_main:
                     for p in [log, out / "rollouts"]:
                         if p.exists() and not foreign_files([p]):
                             _remove(p)
                 return 1, None
-            warnings.warn(f"--resume: no checkpoint in {out}/checkpoints; starting at step 1")
+            warnings.warn(f"--resume: no checkpoint in {out}/checkpoints; starting at step 1", stacklevel=2)
             return 1, None
         if self.is_main and log.exists():  # drop steps logged after the checkpoint (and a partial line)
             keep = [r for r in rows if r["step"] <= state["step"]]

@@ -23,7 +23,7 @@ def read_log(path) -> list[dict]:
             row = json.loads(line)
         except ValueError as err:
             if k == len(lines):
-                warnings.warn(f"{path}: dropping a partial last line {k} ({err}); a crash mid-write leaves one")
+                warnings.warn(f"{path}: dropping a partial last line {k} ({err}); a crash mid-write leaves one", stacklevel=2)
                 break
             raise ValueError(f"{path}: line {k} is not JSON ({err})") from None
         if not isinstance(row, dict) or not isinstance(row.get("step"), int):

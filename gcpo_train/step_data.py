@@ -10,19 +10,23 @@ from __future__ import annotations
 import contextlib
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
+
+if TYPE_CHECKING:
+    from .policy import GroupBatch
 
 
 @dataclass
 class Rollouts:
     """One step's groups on this process: Q queries × G rollouts, rows query-major."""
     queries: pd.DataFrame
-    batch: object                            # policy.GroupBatch: token ids, masks, texts
-    rewards: np.ndarray = None               # (Q·G,)
-    answers: list = None                     # extracted answers (QA) or boxed answers (math)
-    reward_failed: np.ndarray = None         # (Q·G,) the reward function raised: reward set to 0
+    batch: GroupBatch                        # policy.GroupBatch: token ids, masks, texts
+    rewards: np.ndarray | None = None               # (Q·G,)
+    answers: list | None = None                     # extracted answers (QA) or boxed answers (math)
+    reward_failed: np.ndarray | None = None         # (Q·G,) the reward function raised: reward set to 0
     math_fallbacks: int = 0                  # answers the math grader compared as strings
 
 
@@ -31,11 +35,11 @@ class BeforeUpdate:
     """Per-token and per-rollout quantities of the policy before the update. Each is None unless
     something reads it (``GRPOTrainer._logprobs_before_update``)."""
     n_tokens: np.ndarray                     # (B,) completion tokens, at least 1
-    old_logp: object = None                  # (B, T) log π_old(y_t), no grad
-    ref_logp: object = None                  # (B, T) log π_ref(y_t), no grad
-    token_entropy: np.ndarray = None         # (B,) mean per-token entropy H_t of each rollout
-    seq_logprob: np.ndarray = None           # (B,) Σ_t log π(y_t): the sequence log-probability
-    ratio_var: np.ndarray = None             # (B,) Var_t π_θ/π_ref (R²VPO)
+    old_logp: Any = None                  # torch.Tensor (B, T) log π_old(y_t), no grad
+    ref_logp: Any = None                  # torch.Tensor (B, T) log π_ref(y_t), no grad
+    token_entropy: np.ndarray | None = None         # (B,) mean per-token entropy H_t of each rollout
+    seq_logprob: np.ndarray | None = None           # (B,) Σ_t log π(y_t): the sequence log-probability
+    ratio_var: np.ndarray | None = None             # (B,) Var_t π_θ/π_ref (R²VPO)
 
     def set_rollout_stats(self, logp, token_entropy, mask) -> None:
         """Per-rollout mean token entropy and sequence log-probability from (B, T) tensors."""
@@ -55,7 +59,7 @@ class UpdateStats:
     grad_norm: list = field(default_factory=list)
     time_forward_backward: float = 0.0
     time_step: float = 0.0
-    gradvar: list = None                     # per group {grad_var, grad_norm2_mean} (track_gradvar)
+    gradvar: list | None = None                     # per group {grad_var, grad_norm2_mean} (track_gradvar)
     time_gradvar: float = 0.0                # of time_forward_backward, the hooks' Gram work
 
 
@@ -124,7 +128,7 @@ def gradvar_summary(gradvar: list[dict], infos: list[dict], advantages: np.ndarr
     from scipy.stats import spearmanr
 
     v = np.array([g["grad_var"] for g in gradvar], dtype=float)
-    row = {"grad_var_mean": float(v.mean()), "frac_grad_var_zero": float((v == 0).mean()),
+    row: dict[str, float | None] = {"grad_var_mean": float(v.mean()), "frac_grad_var_zero": float((v == 0).mean()),
            "frac_adv_all_zero": float((np.abs(advantages) == 0).all(axis=1).mean()),
            "grad_norm2_mean": float(np.mean([g["grad_norm2_mean"] for g in gradvar]))}
     if "grad_var_study" in gradvar[0]:  # track_gradvar: full
@@ -167,6 +171,7 @@ def rollouts_frame(step: int, rollouts: Rollouts, before: BeforeUpdate, advantag
     from gcpo_analysis.rewards import is_success
 
     queries = rollouts.queries
+    assert rollouts.rewards is not None  # scored before the frame is built
     G = len(rollouts.rewards) // max(1, len(queries))
     frame = pd.DataFrame({
         "query_id": np.repeat(queries["query_id"].astype(str).to_numpy(), G),

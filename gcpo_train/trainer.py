@@ -36,6 +36,7 @@ import random
 import time
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -51,6 +52,9 @@ from .run_folder import RunFolder, write_run_info
 from .splits import load_split, query_indices
 from .step_data import (BeforeUpdate, Rollouts, StepTimer, UpdateStats, group_columns, rollouts_frame,
                         summarize_step)
+
+if TYPE_CHECKING:
+    from .reporting import Reporter
 
 
 def step_seed(seed: int, step: int, *more: int) -> int:
@@ -133,8 +137,8 @@ class GRPOTrainer:
             from gcpo_analysis.prompts import build_prompt as prompt_fn
         self.prompt_fn = prompt_fn
         self.start_step = 1
-        self.resumed_from = None
-        self._reporter = None
+        self.resumed_from: str | None = None
+        self._reporter: Reporter | None = None
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -170,6 +174,7 @@ class GRPOTrainer:
         logps, ents = [], []
         for chunk in self._chunks(batch):
             if reference:
+                assert self.reference is not None  # asked for only when there is one
                 with self.reference.model(self.policy) as ref:
                     lp, _ = self._forward(ref, batch, chunk, grad=False, entropy=False)
             else:
@@ -199,6 +204,7 @@ class GRPOTrainer:
                 study = study_variances(self.policy, rollouts.batch, rollouts.rewards, self.config.group_size)
         update = self._update(rollouts.batch, advantages, before)
         if study is not None:
+            assert update.gradvar is not None  # track_gradvar: full tracks the training gradients too
             update.gradvar = [{**g, **s} for g, s in zip(update.gradvar, study)]
         timer.seconds.update(forward_backward=update.time_forward_backward, step=update.time_step)
         if update.gradvar is not None:  # part of forward_backward, reported on its own
@@ -238,7 +244,7 @@ class GRPOTrainer:
                 reward, ok = float(self.reward_fn(query["task"], text, list(query["references"]))), True
             except Exception as err:  # one bad rollout must not kill a 2000-step run
                 warnings.warn(f"reward function raised on query {query['query_id']!r} rollout {j % G}: "
-                              f"{type(err).__name__}: {err}; reward set to 0", RuntimeWarning)
+                              f"{type(err).__name__}: {err}; reward set to 0", RuntimeWarning, stacklevel=2)
                 reward, ok = 0.0, False
             rewards.append(reward)
             failed.append(not ok)
@@ -412,7 +418,7 @@ class GRPOTrainer:
             write_run_info(self.out, {
                 "config": cfg.to_dict(), "config_hash": cfg.config_hash(), "group_modulator": self.group_modulator.describe(),
                 "device": str(acc.device), "num_processes": acc.num_processes, "resumed_from": self.resumed_from,
-                "start_step": self.start_step, "report_to": list(cfg.report_to)})
+                "start_step": self.start_step, "report_to": list(cfg.report_to or ())})  # validate made it a list
         tqdm = require("tqdm").tqdm
         rows = []
         bar = tqdm(range(self.start_step, cfg.steps + 1), disable=not (cfg.progress and acc.is_main_process),

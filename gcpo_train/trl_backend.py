@@ -9,6 +9,8 @@ as gcpo's own loop loads it (packaged GGUF, hub name or path) and LoRA goes thro
 """
 from __future__ import annotations
 
+from typing import Any
+
 from .config import TrainConfig
 
 
@@ -18,7 +20,7 @@ def gcpo_config_from(cfg: TrainConfig, plain_trl: bool = False, **overrides):
     from .trl import GCPOConfig, gcpo_config_fields
 
     loss_type = {"sequence": "grpo", "token": "bnpo"}[cfg.loss_aggregation]
-    kwargs = dict(
+    kwargs: dict[str, Any] = dict(
         output_dir=cfg.output_dir, seed=cfg.seed, max_steps=cfg.steps, learning_rate=cfg.learning_rate,
         weight_decay=cfg.weight_decay, warmup_steps=cfg.warmup_steps, max_grad_norm=cfg.max_grad_norm or 1e9,
         lr_scheduler_type=cfg.lr_schedule, beta=cfg.beta, epsilon=cfg.clip_epsilon, num_iterations=cfg.num_iterations,
@@ -27,7 +29,7 @@ def gcpo_config_from(cfg: TrainConfig, plain_trl: bool = False, **overrides):
         temperature=cfg.temperature, top_p=cfg.top_p, top_k=0, logging_steps=cfg.log_every,
         save_steps=cfg.checkpoint_every or cfg.steps, save_total_limit=cfg.save_total_limit, use_cpu=cfg.device == "cpu",
         bf16=cfg.dtype == "bfloat16", fp16=cfg.dtype == "float16", gradient_checkpointing=cfg.gradient_checkpointing,
-        report_to=list(cfg.report_to),
+        report_to=list(cfg.report_to or ()),  # validate made it a list
         modulator=cfg.modulator, alpha_base=cfg.alpha_base, r_min=cfg.r_min, r_max=cfg.r_max, judge=cfg.judge,
         embedder=cfg.embedder, nli_threshold=cfg.nli_threshold, use_full_completion=cfg.full_completion,
         modulator_params=cfg.modulator_params, disable_tqdm=not cfg.progress, share_prompt=cfg.share_prompt,

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+from typing import Any
 
 import torch
 
@@ -196,6 +197,11 @@ def generation_fallback(trainer, images, multimodal_fields) -> str | None:
 class SharedPromptMixin:
     """Overrides TRL's ``_get_per_token_logps_and_entropies`` (see the module docstring). Mixed
     in before ``trl.GRPOTrainer``; the trainer's ``args`` carries ``share_prompt``."""
+
+    # set by trl.GRPOTrainer, the class this is mixed into
+    model: Any
+    _metrics: dict
+    gcpo_prompt_fallbacks: set[tuple[str, str]]
 
     def _gcpo_note_fallback(self, reason: str | None, metric: str = "gcpo/shared_prompt", what: str = "pass") -> None:
         if not hasattr(self, "gcpo_prompt_fallbacks"):

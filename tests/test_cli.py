@@ -19,6 +19,24 @@ def test_version(capsys):
     assert capsys.readouterr().out.startswith("gcpo ")
 
 
+def test_version_has_one_source(capsys):
+    """`gcpo --version`, gcpo_analysis.__version__ and the installed metadata agree, and
+    pyproject.toml reads the version from the package instead of repeating it."""
+    import importlib.metadata
+    tomllib = pytest.importorskip("tomllib")
+    from pathlib import Path
+
+    import gcpo_analysis
+
+    with pytest.raises(SystemExit):
+        main(["--version"])
+    assert capsys.readouterr().out.strip() == f"gcpo {gcpo_analysis.__version__}"
+    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "gcpo_analysis.__version__"}
+    assert importlib.metadata.version("gcpo") == gcpo_analysis.__version__
+
+
 @pytest.mark.parametrize("flag", ["--group-size", "--group_size"])
 def test_both_spellings_everywhere(flag):
     parser = build_parser()
@@ -79,3 +97,36 @@ def test_plot_train_draws_the_curves_of_a_log(tmp_path, capsys):
         assert main(["plot-train", str(run)]) == 0
     assert (run / "plots" / "training.png").stat().st_size > 10_000 and (run / "plots" / "training.svg").exists()
     assert main(["plot-train", str(tmp_path / "nothing")]) == 2
+
+
+def test_library_progress_is_logged_not_printed(capsys, caplog):
+    """A library call reports progress through logging (silenceable in a notebook), not stdout;
+    the gcpo command's configure_logging shows it on stderr as `[study] ...`."""
+    import logging
+
+    from gcpo_analysis.cli import configure_logging
+    from gcpo_analysis.study.run import _Timer
+
+    with caplog.at_level(logging.INFO, logger="gcpo_analysis"):
+        with _Timer()("collect"):
+            pass
+    assert capsys.readouterr().out == ""
+    assert [(r.name, r.levelno, r.getMessage()) for r in caplog.records] == [
+        ("gcpo_analysis.study.run", logging.INFO, "collect ...")]
+
+    logger = logging.getLogger("gcpo_analysis")
+    old_level = logger.level
+    try:
+        logger.setLevel(logging.NOTSET)
+        configure_logging()
+        configure_logging()  # idempotent: one handler, one line
+        with _Timer()("statistics"):
+            pass
+        std = capsys.readouterr()
+        assert std.out == "" and std.err == "[study] statistics ...\n"
+        logger.setLevel(logging.WARNING)  # what a notebook user does to silence it
+        with _Timer()("figures"):
+            pass
+        assert capsys.readouterr() == ("", "")
+    finally:
+        logger.setLevel(old_level)

@@ -212,7 +212,7 @@ def test_sampling_is_seeded_stable_and_without_replacement(tmp_path):
 
 
 def test_split_queries_deterministic_and_grouped():
-    df = pd.DataFrame({"query_id": [f"q{i}" for i in range(10)], "context": ["c%d" % (i // 2) for i in range(10)],
+    df = pd.DataFrame({"query_id": [f"q{i}" for i in range(10)], "context": [f"c{i // 2}" for i in range(10)],
                        "split": "test"})
     train, test = D.split_queries(df, 0.8, seed=1)
     train2, test2 = D.split_queries(df.iloc[::-1], 0.8, seed=1)

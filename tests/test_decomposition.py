@@ -20,7 +20,7 @@ def test_auc_batch_equals_sklearn_with_ties():
     scores = rng.integers(0, 5, size=(50, 40)).astype(float)  # many ties
     labels = rng.random((50, 40)) < 0.3
     got = auc_batch(scores, labels)
-    want = [roc_auc_score(l, s) for s, l in zip(scores, labels)]
+    want = [roc_auc_score(lab, s) for s, lab in zip(scores, labels)]
     np.testing.assert_allclose(got, want, atol=1e-12)
     assert np.isnan(auc_batch(scores[:1], np.ones((1, 40), bool)))[0]
 

@@ -76,7 +76,7 @@ def test_se_batch_equals_single():
     c = rng.integers(0, 5, size=(40, 8))
     lp = -rng.exponential(5.0, size=(40, 8))
     np.testing.assert_allclose(semantic_entropy_batch(c), [semantic_entropy(r) for r in c], atol=1e-12)
-    np.testing.assert_allclose(semantic_entropy_batch(c, lp), [semantic_entropy(r, l) for r, l in zip(c, lp)],
+    np.testing.assert_allclose(semantic_entropy_batch(c, lp), [semantic_entropy(r, lp_i) for r, lp_i in zip(c, lp)],
                                atol=1e-12)
 
 

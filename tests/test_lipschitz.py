@@ -61,7 +61,7 @@ def test_statistics_against_independent_computation():
                                        {q: v[2] for q, v in groups.items()})
     summary = summarise(pairs, per_group, n_boot=50).set_index("statistic")
     rows, rhos, ratios_same, ratios_diff, directions = [], [], [], [], []
-    for q, (_, e, lab, g) in groups.items():
+    for _q, (_, e, lab, g) in groups.items():
         dg, de, same, dc = [], [], [], []
         for i in range(len(g)):
             for j in range(i + 1, len(g)):

@@ -24,7 +24,7 @@ def _readme_math_section() -> str:
 
 @pytest.mark.skipif(not RUN.exists(), reason="no committed math run")
 def test_table4_row_matches_the_committed_table():
-    row = [l for l in _readme_math_section().splitlines() if l.startswith("| gcpo, ASDiv")][0]
+    row = [s for s in _readme_math_section().splitlines() if s.startswith("| gcpo, ASDiv")][0]
     values = [_num(c) for c in row.strip("|").split("|")[1:]]
     table = pd.read_csv(RUN / "tables" / "table4_grad_var.csv")
     rho = table[table["row"] == "Rho"].iloc[0]
@@ -37,7 +37,7 @@ def test_measures_table_matches_spearman_decomposition_and_size_control():
     dec = pd.read_csv(RUN / "tables" / "decomposition.csv").set_index("measure")
     sc = pd.read_csv(RUN / "tables" / "size_control.csv")
     pos = sc[sc["subset"] == "v_pos"].set_index(["statistic", "measure"])
-    rows = [l for l in _readme_math_section().splitlines() if l.split("|")[1:2] and l.split("|")[1].strip() in NAMES]
+    rows = [s for s in _readme_math_section().splitlines() if s.split("|")[1:2] and s.split("|")[1].strip() in NAMES]
     assert len(rows) == 7
     for line in rows:
         cells = [c.strip() for c in line.strip("|").split("|")]

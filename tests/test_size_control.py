@@ -178,7 +178,7 @@ def test_paper_tables_written_under_the_domain_name(tmp_path):
     assert "p (Holm)" in (tmp_path / "table4_grad_var.md").read_text()
 
 
-def test_restat_rewrites_a_study_folder_from_its_frames(tmp_path):
+def test_restat_rewrites_a_study_folder_from_its_frames(tmp_path, capsys):
     dataset = "narrativeqa"
     src = ROOT / "figures" / "default_study"
     folder = tmp_path / "run"
@@ -198,6 +198,9 @@ def test_restat_rewrites_a_study_folder_from_its_frames(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert main(["study", "--restat", str(folder)]) == 0
+    std = capsys.readouterr()  # progress is logged: the gcpo command shows it on stderr, not stdout
+    assert "[study]" not in std.out
+    assert f"[study] re-scored {folder}" in std.err and f"[study] removed {folder / 'tables' / stale}.md" in std.err
     assert (folder / "groups.parquet").read_bytes() == before
     names = paper_table_names(dataset)
     assert (folder / "tables" / f"{names['target']}.md").exists()

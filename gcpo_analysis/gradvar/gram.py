@@ -4,14 +4,22 @@ of a query"); the per-layer rules are in ``rules`` and the hooks in ``hooks``.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from ..models import require
 from .batch import check_batch, select_params, sequence_logprobs
 from .hooks import GramCapture
 
+if TYPE_CHECKING:
+    import torch
 
-def group_gradient_gram(model, input_ids, attention_mask, completion_mask, params="all", *,
+
+
+def group_gradient_gram(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, completion_mask: torch.Tensor,
+                        params: str | Iterable[torch.nn.Parameter] = "all", *,
                         method: str = "auto") -> np.ndarray:
     """K_ij = g_i . g_j with g_i = grad_theta log pi(y_i | q), one forward + one backward.
 

@@ -34,7 +34,7 @@ class GramCapture:
         self.handles = []
         self.sources = []
         self.active = True
-        owners = {}
+        owners: dict = {}
         for mname, module in model.named_modules():
             own = [(n, p) for n, p in module.named_parameters(recurse=False) if id(p) in self.selected]
             if not own:

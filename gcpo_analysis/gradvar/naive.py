@@ -2,13 +2,21 @@
 each gradient flattened, then their Gram in float64."""
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from ..models import require
 from .batch import check_batch, select_params, sequence_logprobs
 
+if TYPE_CHECKING:
+    import torch
 
-def naive_group_gradients(model, input_ids, attention_mask, completion_mask, params="all"):
+
+
+def naive_group_gradients(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, completion_mask: torch.Tensor,
+                          params: str | Iterable[torch.nn.Parameter] = "all") -> torch.Tensor:
     """Reference: G separate backward passes, each sequence alone without its padding.
 
     Returns a (G, P) float32 CPU tensor of flattened gradients g_i (tied weights counted once,
@@ -43,7 +51,7 @@ def naive_group_gradients(model, input_ids, attention_mask, completion_mask, par
     return out
 
 
-def flat_gram(grads, chunk: int = 1 << 22) -> np.ndarray:
+def flat_gram(grads: torch.Tensor, chunk: int = 1 << 22) -> np.ndarray:
     """Gram of the rows of a (G, P) tensor, accumulated in float64 over column chunks."""
     torch = require("torch")
     G, P = grads.shape
@@ -54,6 +62,7 @@ def flat_gram(grads, chunk: int = 1 << 22) -> np.ndarray:
     return K.numpy()
 
 
-def naive_gram(model, input_ids, attention_mask, completion_mask, params="all") -> np.ndarray:
+def naive_gram(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, completion_mask: torch.Tensor,
+               params: str | Iterable[torch.nn.Parameter] = "all") -> np.ndarray:
     """The reference Gram: ``flat_gram(naive_group_gradients(...))``."""
     return flat_gram(naive_group_gradients(model, input_ids, attention_mask, completion_mask, params))

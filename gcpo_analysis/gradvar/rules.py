@@ -100,6 +100,7 @@ def _gram_materialised(terms, G, n_rows):
             hit = loc >= 0
             g_idx = torch.arange(G, device=dev)[:, None].expand_as(loc)[hit]
             buf.view(-1, cols).index_add_(0, g_idx * (r1 - r0) + loc[hit], t.R[hit])
+        assert buf is not None  # terms is not empty
         flat = buf.reshape(G, -1)
         K += (flat @ flat.T).double()
     return K

@@ -6,9 +6,10 @@ docs/conventions.md ("Gradient variance of a query"); paper Appendix "Statistica
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 
-def gradient_variance(gram, advantages) -> float:
+def gradient_variance(gram: ArrayLike, advantages: ArrayLike) -> float:
     """V(q) from the Gram matrix K_ij = g_i . g_j and the advantages A_i (docs/conventions.md; paper
     Appendix "Target Quantity: Sample-level Gradient Variance").
 

@@ -45,7 +45,7 @@ _NAME_TO_MODULE = {name: mod for mod, names in _WHERE.items() for name in names}
 __all__ = sorted(_NAME_TO_MODULE)
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> object:
     module = _NAME_TO_MODULE.get(name)
     if module is None:
         raise AttributeError(f"module 'gcpo_analysis.measures' has no attribute {name!r}")

@@ -15,12 +15,18 @@ Hand-written: no library implements this greedy representative rule.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 
 from ..vocab import NLI_THRESHOLD
 
+if TYPE_CHECKING:
+    from .judges import Judge
 
-def _scores(judge, premises: list[str], hypotheses: list[str]) -> np.ndarray:
+
+def _scores(judge: Judge, premises: list[str], hypotheses: list[str]) -> np.ndarray:
     p = np.asarray(judge.entailment(premises, hypotheses), dtype=np.float64)
     if p.shape != (len(premises),):
         raise ValueError(f"judge {getattr(judge, 'name', judge)!r} returned shape {p.shape} "
@@ -33,7 +39,7 @@ def _scores(judge, premises: list[str], hypotheses: list[str]) -> np.ndarray:
     return p
 
 
-def _check_group(texts, where: str = "") -> list[str]:
+def _check_group(texts: Sequence[str], where: str = "") -> list[str]:
     if isinstance(texts, str):
         raise ValueError(f"group{where} must be a list of strings, not a single string")
     texts = list(texts)
@@ -49,7 +55,7 @@ def _check_threshold(threshold: float) -> float:
     return float(threshold)
 
 
-def greedy_nli_clusters(texts, judge, threshold: float = NLI_THRESHOLD) -> np.ndarray:
+def greedy_nli_clusters(texts: Sequence[str], judge: Judge, threshold: float = NLI_THRESHOLD) -> np.ndarray:
     """Greedy representative clustering of one group (Appendix E). Returns int labels (G,).
 
     One judge call per response that is not a repeat (all open clusters' pairs at once).
@@ -76,7 +82,8 @@ def greedy_nli_clusters(texts, judge, threshold: float = NLI_THRESHOLD) -> np.nd
     return labels
 
 
-def batched_greedy_clusters(groups, judge, threshold: float = NLI_THRESHOLD, progress: bool = False):
+def batched_greedy_clusters(groups: Sequence[Sequence[str]], judge: Judge, threshold: float = NLI_THRESHOLD,
+                            progress: bool = False) -> tuple[list[np.ndarray], dict[str, Any]]:
     """The greedy rule over many groups, one judge call per round across all groups.
 
     Round i (i = 1 .. G_max - 1) collects (rep_k, h_i) for every open cluster k of every group
@@ -132,7 +139,8 @@ def batched_greedy_clusters(groups, judge, threshold: float = NLI_THRESHOLD, pro
     return labels, stats
 
 
-def all_pairs_clusters(texts, judge, threshold: float = NLI_THRESHOLD):
+def all_pairs_clusters(texts: Sequence[str], judge: Judge,
+                       threshold: float = NLI_THRESHOLD) -> tuple[np.ndarray, int]:
     """Reference clustering by bidirectional entailment over all ordered pairs (benchmark only).
 
     As Kuhn et al. (2023) and lm-polygraph (``calculate_semantic_matrix`` +

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ..vocab import ALPHA_BASE, R_MAX, R_MIN  # noqa: F401 (re-exported: the measures' defaults)
 
@@ -18,7 +19,7 @@ _NORM_TOL = 1e-6
 
 
 # --------------------------------------------------------------------------- validation
-def _as_embeddings(embeddings, *, batch: bool) -> np.ndarray:
+def _as_embeddings(embeddings: ArrayLike, *, batch: bool) -> np.ndarray:
     # float32 stays float32: a 10,000-group study must not pay for a float64 copy.
     e = np.asarray(embeddings)
     if e.dtype not in (np.float32, np.float64):
@@ -48,7 +49,7 @@ def _as_embeddings(embeddings, *, batch: bool) -> np.ndarray:
     return e / np.sqrt(sq)[..., None].astype(e.dtype)
 
 
-def as_rewards(rewards, r_min: float, r_max: float, *, batch: bool) -> np.ndarray:
+def as_rewards(rewards: ArrayLike, r_min: float, r_max: float, *, batch: bool) -> np.ndarray:
     """Rewards as float64, checked: one group (G,) or a batch (N, G), finite, non-empty, inside
     [r_min, r_max] (1e-9 slack); the error names the index of the first bad reward."""
     r = np.asarray(rewards, dtype=np.float64)
@@ -72,7 +73,7 @@ def as_rewards(rewards, r_min: float, r_max: float, *, batch: bool) -> np.ndarra
     return r
 
 
-def check_alpha_base(alpha_base) -> float:
+def check_alpha_base(alpha_base: float) -> float:
     """alpha_base must be a finite number >= 0: a negative one flips the sign of advantages
     (omega_geo > 1, omega_RD < 1), NaN makes every weight NaN."""
     try:
@@ -99,7 +100,7 @@ def check_labels(c: np.ndarray, where: str = "") -> np.ndarray:
     return c
 
 
-def _check_G(G) -> int:
+def _check_G(G: float) -> int:
     if int(G) != G or G < 1:
         raise ValueError(f"group size G must be an integer >= 1, got {G!r}")
     return int(G)
@@ -116,7 +117,7 @@ def alpha_g(G: int, alpha_base: float = ALPHA_BASE) -> float:
     return 0.0 if G == 1 else a / math.log(G)
 
 
-def geometry_weight(u, G: int, alpha_base: float = ALPHA_BASE):
+def geometry_weight(u: ArrayLike, G: int, alpha_base: float = ALPHA_BASE) -> float | np.ndarray:
     """omega_geo = clip(1 - alpha_G * u^2, 0, 1) for u = CD or BoT (Sections 3.1-3.2).
 
     ``u`` may be a scalar or an array of groups of the same size G.
@@ -129,7 +130,7 @@ def geometry_weight(u, G: int, alpha_base: float = ALPHA_BASE):
     return float(w) if np.ndim(w) == 0 else w
 
 
-def rd_weight(rd, G: int, alpha_base: float = ALPHA_BASE):
+def rd_weight(rd: ArrayLike, G: int, alpha_base: float = ALPHA_BASE) -> float | np.ndarray:
     """omega_RD = 1 + alpha_G * RD, in [1, 1 + alpha_G] (Section 3.3)."""
     a = alpha_g(G, alpha_base)
     rd = np.asarray(rd, dtype=np.float64)
@@ -140,7 +141,7 @@ def rd_weight(rd, G: int, alpha_base: float = ALPHA_BASE):
 
 
 # --------------------------------------------------------------------------- CD
-def cosine_dispersion(embeddings) -> float:
+def cosine_dispersion(embeddings: ArrayLike) -> float:
     """Cosine Dispersion CD(q) = pi^T D pi, D_ij = clip(1 - mu_i^T mu_j, 0, 1), pi_i = 1/G (Eq. in Sec. 3.1).
 
     The diagonal is included (D_ii = 0). Embeddings are L2-normalised here.
@@ -149,7 +150,7 @@ def cosine_dispersion(embeddings) -> float:
     return float(cosine_dispersion_batch(e[None])[0])
 
 
-def cosine_dispersion_batch(embeddings) -> np.ndarray:
+def cosine_dispersion_batch(embeddings: ArrayLike) -> np.ndarray:
     """CD for N groups of equal size: embeddings (N, G, d) -> (N,)."""
     e = _as_embeddings(embeddings, batch=True)
     G = e.shape[1]
@@ -163,7 +164,7 @@ def cosine_dispersion_batch(embeddings) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------- BoT
-def _check_clusters(clusters, G: int, where: str = "") -> np.ndarray:
+def _check_clusters(clusters: ArrayLike, G: int, where: str = "") -> np.ndarray:
     c = np.asarray(clusters)
     if c.ndim != 1 or len(c) != G:
         raise ValueError(
@@ -175,7 +176,7 @@ def _check_clusters(clusters, G: int, where: str = "") -> np.ndarray:
     return labels
 
 
-def barycentric_transport(embeddings, clusters) -> float:
+def barycentric_transport(embeddings: ArrayLike, clusters: ArrayLike) -> float:
     """Barycentric Transport (Section 3.2).
 
     Pi_k = sum_{i in k} pi_i; mu_k = normalize(mean of member embeddings);
@@ -188,7 +189,7 @@ def barycentric_transport(embeddings, clusters) -> float:
     return float(_bot_from_labels(e[None], labels[None])[0])
 
 
-def barycentric_transport_batch(embeddings, clusters) -> np.ndarray:
+def barycentric_transport_batch(embeddings: ArrayLike, clusters: ArrayLike) -> np.ndarray:
     """BoT for N groups of equal size: embeddings (N, G, d), clusters (N, G) -> (N,)."""
     e = _as_embeddings(embeddings, batch=True)
     c = np.asarray(clusters)
@@ -236,7 +237,7 @@ def rd_max(G: int, r_min: float = R_MIN, r_max: float = R_MAX) -> float:
     return 2.0 / G * (G // 2) * (-(-G // 2)) * (float(r_max) - float(r_min))
 
 
-def reward_dispersion(rewards, r_min: float = R_MIN, r_max: float = R_MAX) -> float:
+def reward_dispersion(rewards: ArrayLike, r_min: float = R_MIN, r_max: float = R_MAX) -> float:
     """Reward Dispersion RD = clip(sum_i |r_i - r_bar| / RD_max(G), 0, 1) (Section 3.3).
 
     Rewards outside [r_min, r_max] are an error. G = 1 gives RD = 0.
@@ -245,7 +246,7 @@ def reward_dispersion(rewards, r_min: float = R_MIN, r_max: float = R_MAX) -> fl
     return float(reward_dispersion_batch(r[None], r_min, r_max)[0])
 
 
-def reward_dispersion_batch(rewards, r_min: float = R_MIN, r_max: float = R_MAX) -> np.ndarray:
+def reward_dispersion_batch(rewards: ArrayLike, r_min: float = R_MIN, r_max: float = R_MAX) -> np.ndarray:
     """RD for N groups of equal size: rewards (N, G) -> (N,)."""
     r = as_rewards(rewards, r_min, r_max, batch=True)
     G = r.shape[1]

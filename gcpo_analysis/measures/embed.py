@@ -10,12 +10,22 @@ of a study through one batched call.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any, Protocol
+
 import numpy as np
 
 from ..models import DEFAULT_EMBEDDER, require, resolve_embedder
 
 
 _PACKAGED_ALIASES = ("", "minilm", "default")
+
+
+class TextEncoder(Protocol):
+    """What the measures need of an embedder: ``encode(texts) -> (n, d)`` (``Embedder``, or a
+    test's fake)."""
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray: ...
 
 
 class Embedder:
@@ -29,8 +39,8 @@ class Embedder:
     ``n_encoded`` counts the texts actually sent to the model; ``n_requested`` those asked for.
     """
 
-    def __init__(self, model=None, device: str | None = None, batch_size: int = 64,
-                 normalize: bool = True, dedup: bool = True):
+    def __init__(self, model: Any = None, device: str | None = None, batch_size: int = 64,
+                 normalize: bool = True, dedup: bool = True) -> None:
         if int(batch_size) < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
         if isinstance(model, str) and model.strip().lower() in _PACKAGED_ALIASES:
@@ -77,7 +87,7 @@ class Embedder:
         self.n_encoded += len(texts)
         return np.asarray(out, dtype=np.float32)
 
-    def encode(self, texts) -> np.ndarray:
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
         """Embeddings (n, d) float32; rows L2-normalised when ``normalize`` (mu_i = f(a_i)/||f(a_i)||).
 
         A zero or non-finite vector raises ValueError naming the first offending index (it has
@@ -86,9 +96,10 @@ class Embedder:
         """
         texts = _check_texts(texts)
         self.n_requested += len(texts)
+        uniq: list[str]
         if self.dedup:
-            uniq, inverse = np.unique(np.asarray(texts, dtype=object), return_inverse=True)
-            uniq = [str(u) for u in uniq]
+            found, inverse = np.unique(np.asarray(texts, dtype=object), return_inverse=True)
+            uniq = [str(u) for u in found]
         else:
             uniq, inverse = texts, np.arange(len(texts))
         if not uniq:
@@ -101,12 +112,12 @@ class Embedder:
             raise ValueError(f"the embedder returned a zero or non-finite vector for text {i} ({texts[i]!r})")
         return (E / norms[:, None]).astype(np.float32) if self.normalize else E
 
-    def encode_groups(self, groups) -> list[np.ndarray]:
+    def encode_groups(self, groups: Sequence[Sequence[str]]) -> list[np.ndarray]:
         """One batched ``encode`` over all groups' texts; returns one (G_q, d) array per group."""
         return embed_groups(self, groups)
 
 
-def embed_groups(embedder, groups) -> list[np.ndarray]:
+def embed_groups(embedder: TextEncoder, groups: Sequence[Sequence[str]]) -> list[np.ndarray]:
     """One ``embedder.encode`` call over all groups' texts, split back into one (G_q, d) array
     per group. Any object with ``encode(texts)`` works (a user's own embedder in training)."""
     groups = [list(g) for g in groups]
@@ -115,7 +126,7 @@ def embed_groups(embedder, groups) -> list[np.ndarray]:
     return [E[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
 
 
-def _check_texts(texts) -> list[str]:
+def _check_texts(texts: Sequence[str]) -> list[str]:
     if isinstance(texts, str):
         raise ValueError("texts must be a list of strings, not a single string")
     texts = list(texts)
@@ -125,7 +136,7 @@ def _check_texts(texts) -> list[str]:
     return texts
 
 
-def make_embedder(spec=None, **kwargs) -> Embedder:
+def make_embedder(spec: str | TextEncoder | None = None, **kwargs: Any) -> Embedder:
     """Resolve an embedder spec: None/"minilm"/"packaged:..." -> packaged MiniLM; another string
     -> a sentence-transformers name or path; an Embedder -> itself; an object with ``encode``
     (e.g. a SentenceTransformer) -> wrapped."""

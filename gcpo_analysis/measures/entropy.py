@@ -10,6 +10,7 @@ leading axis and are vectorised (no Python loop over groups).
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.special import entr, logsumexp
 
 from .dispersion import check_labels
@@ -25,7 +26,7 @@ def _finite(x: np.ndarray, name: str) -> np.ndarray:
     return x
 
 
-def _as_labels_batch(clusters) -> np.ndarray:
+def _as_labels_batch(clusters: ArrayLike) -> np.ndarray:
     c = np.asarray(clusters)
     if c.ndim != 2:
         raise ValueError(f"clusters must have shape (N, G), got {c.shape}")
@@ -34,7 +35,7 @@ def _as_labels_batch(clusters) -> np.ndarray:
     return check_labels(c)
 
 
-def _as_logprobs(logprobs, shape: tuple, name: str = "logprobs") -> np.ndarray:
+def _as_logprobs(logprobs: ArrayLike, shape: tuple, name: str = "logprobs") -> np.ndarray:
     lp = np.asarray(logprobs, dtype=np.float64)
     if lp.shape != shape:
         raise ValueError(f"{name} have shape {lp.shape} but clusters have shape {shape}: one per rollout")
@@ -46,7 +47,7 @@ def _as_logprobs(logprobs, shape: tuple, name: str = "logprobs") -> np.ndarray:
 
 
 # --------------------------------------------------------------------------- semantic entropy
-def semantic_entropy(clusters, logprobs=None) -> float:
+def semantic_entropy(clusters: ArrayLike, logprobs: ArrayLike | None = None) -> float:
     """Semantic entropy H = -sum_k C_k ln C_k over the semantic clusters of one group (Sec. 2.2).
 
     ``clusters``: one label per rollout (any hashable values; only equality matters).
@@ -64,7 +65,7 @@ def semantic_entropy(clusters, logprobs=None) -> float:
     return float(semantic_entropy_batch(c[None], lp)[0])
 
 
-def semantic_entropy_batch(clusters, logprobs=None) -> np.ndarray:
+def semantic_entropy_batch(clusters: ArrayLike, logprobs: ArrayLike | None = None) -> np.ndarray:
     """Semantic entropy for N groups: clusters (N, G) [, logprobs (N, G)] -> (N,).
 
     Uses sum_k C_k ln C_k = sum_i w_i ln C_{k(i)} with w_i = 1/G (or p_i / sum p), so the
@@ -84,7 +85,7 @@ def semantic_entropy_batch(clusters, logprobs=None) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------- predictive entropy
-def predictive_entropy(logprobs, lengths=None) -> float:
+def predictive_entropy(logprobs: ArrayLike, lengths: ArrayLike | None = None) -> float:
     """Monte-Carlo predictive entropy PE = -(1/G) sum_i log p(y_i | x) (Sec. 2.2 "predictive entropy").
 
     The sample estimate of the sequence entropy of Malinin & Gales (2021, ICLR, "Uncertainty
@@ -99,7 +100,7 @@ def predictive_entropy(logprobs, lengths=None) -> float:
     return float(predictive_entropy_batch(lp[None], ln)[0])
 
 
-def predictive_entropy_batch(logprobs, lengths=None) -> np.ndarray:
+def predictive_entropy_batch(logprobs: ArrayLike, lengths: ArrayLike | None = None) -> np.ndarray:
     """Predictive entropy for N groups: logprobs (N, G) [, lengths (N, G)] -> (N,)."""
     lp = np.asarray(logprobs, dtype=np.float64)
     if lp.ndim != 2 or lp.shape[1] == 0:
@@ -117,7 +118,7 @@ def predictive_entropy_batch(logprobs, lengths=None) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------- token entropy
-def token_entropy_from_logits(logits, mask=None) -> np.ndarray:
+def token_entropy_from_logits(logits: ArrayLike, mask: ArrayLike | None = None) -> np.ndarray:
     """Per-token entropy H_t = -sum_v p_tv ln p_tv of softmax(logits) over the last axis.
 
     logits (..., T, V) -> (..., T). Computed as H = lse(z) - sum_v p_v z_v with
@@ -138,7 +139,7 @@ def token_entropy_from_logits(logits, mask=None) -> np.ndarray:
     return h
 
 
-def mean_token_entropy(token_entropies, mask=None) -> float:
+def mean_token_entropy(token_entropies: ArrayLike, mask: ArrayLike | None = None) -> float:
     """Mean token entropy of a group: (1/G) sum_i mean_t H_{i,t} (Sec. 2.2 "token entropy").
 
     ``token_entropies``: a (G,) array of per-rollout means (the rollouts frame's
@@ -169,7 +170,7 @@ def mean_token_entropy(token_entropies, mask=None) -> float:
 
 
 # --------------------------------------------------------------------------- KLE
-def _similarity_graph(embeddings, similarity, batch: bool) -> np.ndarray:
+def _similarity_graph(embeddings: ArrayLike | None, similarity: ArrayLike | None, batch: bool) -> np.ndarray:
     if (embeddings is None) == (similarity is None):
         raise ValueError("give exactly one of embeddings or similarity")
     if embeddings is not None:
@@ -201,7 +202,7 @@ def _similarity_graph(embeddings, similarity, batch: bool) -> np.ndarray:
 KLE_NORMALIZATIONS = ("diag", "trace")
 
 
-def kernel_language_entropy_batch(embeddings=None, similarity=None, t: float = KLE_T,
+def kernel_language_entropy_batch(embeddings: ArrayLike | None = None, similarity: ArrayLike | None = None, t: float = KLE_T,
                                   normalize: str = "diag") -> np.ndarray:
     """KLE for N groups: embeddings (N, G, d) or similarity (N, G, G) -> (N,). See kernel_language_entropy."""
     if not t > 0:
@@ -228,7 +229,8 @@ def kernel_language_entropy_batch(embeddings=None, similarity=None, t: float = K
     return entr(ev).sum(axis=-1)
 
 
-def kernel_language_entropy(embeddings=None, similarity=None, t: float = KLE_T, normalize: str = "diag") -> float:
+def kernel_language_entropy(embeddings: ArrayLike | None = None, similarity: ArrayLike | None = None,
+                            t: float = KLE_T, normalize: str = "diag") -> float:
     """Kernel Language Entropy KLE = VNE(rho) = -Tr(rho ln rho) (Nikitin et al. 2024, NeurIPS; App. E).
 
     Semantic graph over the G rollouts with weights W_ij = max(0, mu_i^T mu_j) for i != j from

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -43,7 +44,7 @@ class Judge(Protocol):
     def describe(self) -> dict: ...
 
 
-def check_pairs(premises, hypotheses) -> tuple[list[str], list[str]]:
+def check_pairs(premises: Sequence[str], hypotheses: Sequence[str]) -> tuple[list[str], list[str]]:
     """Validate two equal-length lists of strings; ValueError names the offending pair."""
     if isinstance(premises, str) or isinstance(hypotheses, str):
         raise ValueError("premises and hypotheses must be lists of strings, not single strings")
@@ -71,8 +72,8 @@ class NLIJudge:
     puts a model loaded by name on CUDA when available, and leaves a given model where it is.
     """
 
-    def __init__(self, model=DEFAULT_NLI, device: str | None = None, batch_size: int = 32,
-                 max_length: int = 256, tokenizer=None):
+    def __init__(self, model: Any = DEFAULT_NLI, device: str | None = None, batch_size: int = 32,
+                 max_length: int = 256, tokenizer: Any = None) -> None:
         if isinstance(model, tuple):
             if len(model) != 2 or tokenizer is not None:
                 raise ValueError("give NLIJudge either (model, tokenizer) or model= and tokenizer=")
@@ -90,7 +91,7 @@ class NLIJudge:
         self.n_calls = 0
         self.n_pairs = 0
         self._entail_index: int | None = None
-        self._index_source = None
+        self._index_source: str | None = None
 
     def _load(self):
         if self._entail_index is not None:
@@ -111,9 +112,10 @@ class NLIJudge:
     def entailment_index(self) -> int:
         """The logit index read as "entailment" (loads the model)."""
         self._load()
+        assert self._entail_index is not None  # _load sets it
         return self._entail_index
 
-    def entailment(self, premises, hypotheses) -> np.ndarray:
+    def entailment(self, premises: Sequence[str], hypotheses: Sequence[str]) -> np.ndarray:
         """Entailment probabilities, one per (premise, hypothesis) pair, float64 in [0, 1]."""
         premises, hypotheses = check_pairs(premises, hypotheses)
         out = np.zeros(len(premises))
@@ -142,7 +144,7 @@ class NLIJudge:
                 "entailment_index_source": self._index_source}
 
 
-def entailment_index(config) -> tuple[int, str]:
+def entailment_index(config: Any) -> tuple[int, str]:
     """(index, source) of the entailment class: the label named "entailment", else 2 (App. E)."""
     id2label = getattr(config, "id2label", None) or {}
     for idx, label in id2label.items():
@@ -170,7 +172,7 @@ class EmbeddingJudge:
     embeddings do not see polarity, which is why the paper uses an NLI model.
     """
 
-    def __init__(self, embedder=None, low: float = 0.6, high: float = 0.9, memo_size: int = 200_000):
+    def __init__(self, embedder: Any = None, low: float = 0.6, high: float = 0.9, memo_size: int = 200_000) -> None:
         if not -1.0 <= low < high <= 1.0:
             raise ValueError(f"need -1 <= low < high <= 1, got low={low}, high={high}")
         self.embedder = make_embedder(embedder)
@@ -186,14 +188,14 @@ class EmbeddingJudge:
     def _vectors(self, texts: list[str]) -> np.ndarray:
         todo = list(dict.fromkeys(t for t in texts if t not in self._memo))
         fresh = dict(zip(todo, self.embedder.encode(todo).astype(np.float64))) if todo else {}
-        out = np.stack([self._memo.get(t) if t in self._memo else fresh[t] for t in texts])
+        out = np.stack([self._memo[t] if t in self._memo else fresh[t] for t in texts])
         self._memo.update(fresh)
         if len(self._memo) > self.memo_size:
             for old in list(self._memo)[: len(self._memo) - self.memo_size]:
                 del self._memo[old]
         return out
 
-    def entailment(self, premises, hypotheses) -> np.ndarray:
+    def entailment(self, premises: Sequence[str], hypotheses: Sequence[str]) -> np.ndarray:
         premises, hypotheses = check_pairs(premises, hypotheses)
         if not premises:
             return np.zeros(0)
@@ -223,7 +225,7 @@ class _RuleJudge:
     def _rule(self):
         raise NotImplementedError
 
-    def entailment(self, premises, hypotheses) -> np.ndarray:
+    def entailment(self, premises: Sequence[str], hypotheses: Sequence[str]) -> np.ndarray:
         premises, hypotheses = check_pairs(premises, hypotheses)
         score = self._rule()
         self.n_calls += 1

@@ -13,7 +13,11 @@ The embedding judge reuses the measures' embedder, so one model is loaded: the j
 """
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
+from typing import Any
+
 import numpy as np
+from numpy.typing import ArrayLike, DTypeLike
 
 from ..vocab import CLUSTERS, EMBEDDINGS, NLI_THRESHOLD
 from .clustering import batched_greedy_clusters
@@ -22,7 +26,7 @@ from .judges import make_judge
 from .modulators import GroupRollouts
 
 
-def judge_shares_embedder(judge) -> bool:
+def judge_shares_embedder(judge: object) -> bool:
     """True when ``judge`` is the spec of the embedding judge, which then scores with the
     measures' embedder instead of loading its own."""
     return isinstance(judge, str) and judge.strip().lower() == "embedding"
@@ -45,9 +49,12 @@ def measurement_tools(needs, embedder=None, judge=None):
     return embedder, make_judge(judge, embedder=embedder) if judge_shares_embedder(judge) else make_judge(judge)
 
 
-def prepare_groups(texts, rewards, needs, *, embedder=None, judge=None, nli_threshold: float = NLI_THRESHOLD,
-                   embedding_dtype=None, answers=None, token_entropy=None, logprobs=None, ratio_var=None,
-                   n_tokens=None, progress: bool = False) -> tuple[list[GroupRollouts], dict]:
+def prepare_groups(texts: Sequence[Sequence[str]], rewards: Sequence[ArrayLike], needs: Collection[str], *,
+                   embedder: Any = None, judge: Any = None, nli_threshold: float = NLI_THRESHOLD,
+                   embedding_dtype: DTypeLike | None = None, answers: Sequence | None = None,
+                   token_entropy: Sequence | None = None, logprobs: Sequence | None = None,
+                   ratio_var: Sequence | None = None, n_tokens: Sequence | None = None,
+                   progress: bool = False) -> tuple[list[GroupRollouts], dict]:
     """One ``GroupRollouts`` per group, and the clustering's counts ({} without clustering).
 
     texts: one list of G_q strings per group, what is embedded and clustered (the extracted
@@ -64,7 +71,8 @@ def prepare_groups(texts, rewards, needs, *, embedder=None, judge=None, nli_thre
     if len(rewards) != n:
         raise ValueError(f"{len(rewards)} reward groups for {n} text groups")
     embedder, judge = measurement_tools(needs, embedder, judge)
-    embeddings = clusters = [None] * n
+    embeddings: list = [None] * n
+    clusters: list = [None] * n
     stats: dict = {}
     if EMBEDDINGS in needs:
         embeddings = embed_groups(embedder, texts)

@@ -84,7 +84,7 @@ def extract_boxed(text: str) -> str | None:
         (m.start(), m.end()) for cmd in _BOX_COMMANDS for m in re.finditer(re.escape(cmd) + r"(?![A-Za-z])", text)
     )
     match = matching_braces(text) if starts else {}
-    for start, end in reversed(starts):
+    for _start, end in reversed(starts):
         rest = text[end:end + 1]
         if rest == "{":
             close = match.get(end)

@@ -131,8 +131,8 @@ def paired_retrieval_bootstrap(X: np.ndarray, names: list[str], y: np.ndarray, r
     r = names.index(reference)
     labels_b = top_labels_batch(y[idx], top_frac)
     usable = ~labels_b.all(axis=1)
-    point = {"auc": [], "precision_at_10": []}
-    boot = {"auc": [], "precision_at_10": []}
+    point: dict[str, list] = {"auc": [], "precision_at_10": []}
+    boot: dict[str, list] = {"auc": [], "precision_at_10": []}
     labels = top_labels(y, top_frac)
     for j in range(X.shape[1]):
         auc, prec = retrieval(X[:, j], y, top_frac)

@@ -26,16 +26,19 @@ from __future__ import annotations
 
 import json
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from numpy.typing import ArrayLike
 import pandas as pd
 from scipy import stats as sps
 
 from .decomposition import paired_retrieval_bootstrap, v_zero_decomposition
 from .size_control import NORM_COLUMN, add_holm, size_control
 from .rank import _paired_frame, _percentile_ci, _point_rhos, bootstrap_rhos, retrieval, spearman
+from ..frames import write_frame, write_json
 from ..vocab import DEFAULT_MEASURES
 
 MEASURE_LABELS = {
@@ -77,7 +80,7 @@ def trim_top(groups: pd.DataFrame, column: str = "grad_var", n: float = 20) -> p
 
 
 # --------------------------------------------------------------------------- held-out
-def heldout_regression(u, target, k_folds: int = 5, seed: int = 0) -> dict:
+def heldout_regression(u: ArrayLike, target: ArrayLike, k_folds: int = 5, seed: int = 0) -> dict:
     """k-fold held-out fit of V_hat = b0 + b1 u (App. D, "Held-out Gradient Prediction").
 
     sklearn KFold(shuffle=True, random_state=seed) + LinearRegression; per held-out fold the MAE
@@ -92,16 +95,17 @@ def heldout_regression(u, target, k_folds: int = 5, seed: int = 0) -> dict:
     N = len(y)
     if N < 3 * k_folds:
         raise ValueError(f"N={N} rows are too few for {k_folds}-fold held-out regression (need >= {3 * k_folds})")
-    maes, rhos = [], []
+    mae_list: list[float] = []
+    rho_list: list[float] = []
     for tr, te in KFold(n_splits=k_folds, shuffle=True, random_state=seed).split(u):
         model = LinearRegression().fit(u[tr, None], y[tr])
         pred = model.predict(u[te, None])
-        maes.append(float(np.mean(np.abs(pred - y[te]))))
+        mae_list.append(float(np.mean(np.abs(pred - y[te]))))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             rho = np.nan if np.ptp(pred) == 0 or np.ptp(y[te]) == 0 else sps.spearmanr(pred, y[te]).statistic
-        rhos.append(float(rho))
-    maes, rhos = np.array(maes), np.array(rhos)
+        rho_list.append(float(rho))
+    maes, rhos = np.array(mae_list), np.array(rho_list)
     if np.isnan(rhos).any():
         warnings.warn(f"{int(np.isnan(rhos).sum())} held-out fold(s) have a constant prediction or target: "
                       "Spearman is NaN there", stacklevel=2)
@@ -159,8 +163,8 @@ class GapStudyResult:
     def _paper_rows(self, table: pd.DataFrame) -> pd.DataFrame:
         cols = [m for m in _TABLE_ORDER if m in set(table["measure"])]
         t = table.set_index("measure")
-        rho = {MEASURE_LABELS.get(m, m): round(float(t.loc[m, "rho"]), 3) for m in cols}
-        rows = [rho] + [{MEASURE_LABELS.get(m, m): format_p(float(t.loc[m, c])) for m in cols}
+        rho: dict[str, float | str] = {MEASURE_LABELS.get(m, m): round(float(t["rho"].loc[m]), 3) for m in cols}
+        rows = [rho] + [{MEASURE_LABELS.get(m, m): format_p(float(t[c].loc[m])) for m in cols}
                         for c in ("p", "p_holm") if c in t.columns]
         names = ["Rho", "p", "p (Holm)"][: len(rows)]
         index = pd.MultiIndex.from_tuples([(self.name, r) for r in names], names=["dataset", "row"])
@@ -201,20 +205,20 @@ class GapStudyResult:
             parts += [f"\n## {titles.get(key, key)}", table.to_markdown(index=False, floatfmt=".4g")]
         return "\n".join(parts) + "\n"
 
-    def save(self, folder) -> Path:
+    def save(self, folder: str | Path) -> Path:
         """Write one CSV per table and ``gap_study.json`` (all tables, settings, counts)."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         for key, table in self.tables().items():
-            table.to_csv(folder / f"{key}.csv", index=False)
+            write_frame(table, folder / f"{key}.csv")
         blob = dict(name=self.name, settings=self.settings, n_queries=self.n_queries,
                     n_trimmed=self.n_trimmed, dropped=self.dropped,
                     tables={k: json.loads(t.to_json(orient="split", index=False)) for k, t in self.tables().items()})
-        (folder / "gap_study.json").write_text(json.dumps(blob, indent=2, default=float))
+        write_json(folder / "gap_study.json", blob, default=float)
         return folder
 
     @classmethod
-    def load(cls, folder) -> "GapStudyResult":
+    def load(cls, folder: str | Path) -> GapStudyResult:
         """Read a result written by ``save`` (from ``gap_study.json``)."""
         path = Path(folder) / "gap_study.json"
         if not path.exists():
@@ -243,7 +247,7 @@ def _finite_column(groups: pd.DataFrame, col: str) -> np.ndarray:
     return pd.to_numeric(groups[col], errors="coerce").to_numpy(float)
 
 
-def _check_study_input(groups: pd.DataFrame, target: str, n_boot) -> None:
+def _check_study_input(groups: pd.DataFrame, target: str, n_boot: int) -> None:
     """Refuse what would make the statistics silently wrong: every query must be counted once
     (a repeated query_id would narrow the CIs), the target must have a finite value."""
     if isinstance(n_boot, bool) or not isinstance(n_boot, (int, np.integer)) or n_boot < 1:
@@ -266,7 +270,7 @@ def _check_study_input(groups: pd.DataFrame, target: str, n_boot) -> None:
         raise ValueError(f"target {target!r} has no finite value in the {len(groups)} rows")
 
 
-def gap_study(groups: pd.DataFrame, measures=DEFAULT_MEASURES, target: str = "grad_var",
+def gap_study(groups: pd.DataFrame, measures: Sequence[str] = DEFAULT_MEASURES, target: str = "grad_var",
               reference: str = "bot", trim: float = 0.02, n_boot: int = 10_000, top_frac: float = 0.1,
               k_folds: int = 5, seed: int = 0, success_column: str = "success_rate",
               level: float = 0.95, name: str = "data", norm_column: str = NORM_COLUMN) -> GapStudyResult:

@@ -39,8 +39,8 @@ all singletons (no same-cluster pair). Nothing is dropped silently.
 """
 from __future__ import annotations
 
-
 import numpy as np
+from numpy.typing import ArrayLike
 import pandas as pd
 from scipy import stats
 
@@ -51,7 +51,7 @@ _SNAP = 12  # decimals: identical embeddings give d_e = 0 exactly, not float noi
 
 
 # --------------------------------------------------------------------------- arrays
-def gradient_distances(K) -> np.ndarray:
+def gradient_distances(K: ArrayLike) -> np.ndarray:
     """(G, G) ||g_i - g_j||^2 = K_ii + K_jj - 2 K_ij from a Gram matrix (float error below 0 is
     clipped to 0: a squared distance is never negative)."""
     K = np.asarray(K, dtype=np.float64)
@@ -63,7 +63,7 @@ def gradient_distances(K) -> np.ndarray:
     return np.clip(d[:, None] + d[None, :] - 2.0 * K, 0.0, None)
 
 
-def embedding_distances(E) -> np.ndarray:
+def embedding_distances(E: ArrayLike) -> np.ndarray:
     """(G, G) 1 - cos(e_i, e_j); rows are normalised here (float64), a zero row is an error."""
     E = np.asarray(E, dtype=np.float64)
     if E.ndim != 2:
@@ -76,7 +76,7 @@ def embedding_distances(E) -> np.ndarray:
     return np.clip(np.round(1.0 - U @ U.T, _SNAP), 0.0, 2.0)
 
 
-def group_pairs(K, E, clusters=None) -> pd.DataFrame:
+def group_pairs(K: ArrayLike, E: ArrayLike, clusters: ArrayLike | None = None) -> pd.DataFrame:
     """One row per pair i < j of a group: i, j, grad_dist, emb_dist, grad_norm (d_g over its
     group mean; NaN when that mean is 0), emb_norm, same_cluster (None without clusters)."""
     K = np.asarray(K, dtype=np.float64)
@@ -154,7 +154,7 @@ def _spearman(x: np.ndarray, y: np.ndarray) -> float:
     return float(np.corrcoef(stats.rankdata(x), stats.rankdata(y))[0, 1])
 
 
-def _auc(diff: np.ndarray, same: np.ndarray, p_value: bool = False):
+def _auc(diff: np.ndarray, same: np.ndarray, p_value: bool = False) -> float | tuple[float, float]:
     """AUC = P(d_g(different) > d_g(same)) + 0.5 P(tie) = U / (n_diff n_same) with Mann-Whitney's
     U = R_diff - n_diff (n_diff + 1) / 2 from the average ranks of both samples together; with
     ``p_value``, (AUC, p) from scipy.stats.mannwhitneyu (its p treats the pairs as independent)."""
@@ -172,7 +172,7 @@ def _ratio(diff_means: np.ndarray, same_means: np.ndarray) -> float:
     return float(diff_means.mean() / s) if s > 0 else np.nan
 
 
-def _ci(samples, level=LEVEL) -> tuple[float, float]:
+def _ci(samples: ArrayLike, level: float = LEVEL) -> tuple[float, float]:
     s = np.asarray(samples, dtype=float)
     s = s[np.isfinite(s)]
     if len(s) == 0:
@@ -181,14 +181,15 @@ def _ci(samples, level=LEVEL) -> tuple[float, float]:
     return float(np.quantile(s, a)), float(np.quantile(s, 1 - a))
 
 
-def _stack(arrays: dict, qids, idx=None):
+def _stack(arrays: dict, qids: np.ndarray, idx: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """The named pair columns of the groups ``qids[idx]`` (with repeats), concatenated."""
     chosen = qids if idx is None else qids[idx]
     return {k: np.concatenate([arrays[q][k] for q in chosen]) if len(chosen) else np.array([])
             for k in ("grad_norm", "emb_norm", "emb_dist", "same")}
 
 
-def _pooled(arrays, qids, idx=None, *, rhos: bool = True, auc: bool = True, p_value: bool = False) -> dict:
+def _pooled(arrays: dict, qids: np.ndarray, idx: np.ndarray | None = None, *, rhos: bool = True, auc: bool = True,
+            p_value: bool = False) -> dict:
     """Pooled-over-pairs statistics of the chosen groups: both rhos and/or the AUC (and its p)."""
     a = _stack(arrays, qids, idx)
     out = {}
@@ -198,7 +199,7 @@ def _pooled(arrays, qids, idx=None, *, rhos: bool = True, auc: bool = True, p_va
     if auc:
         same = a["same"].astype(bool)
         res = _auc(a["grad_norm"][~same], a["grad_norm"][same], p_value=p_value)
-        out["auc"], out["auc_p"] = res if p_value else (res, np.nan)
+        out["auc"], out["auc_p"] = res if isinstance(res, tuple) else (res, np.nan)  # a tuple with p_value
     return out
 
 

@@ -8,12 +8,13 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+from numpy.typing import ArrayLike
 import pandas as pd
 from scipy import stats as sps
 
 
 # --------------------------------------------------------------------------- Spearman
-def spearman(u, v) -> tuple[float, float]:
+def spearman(u: ArrayLike, v: ArrayLike) -> tuple[float, float]:
     """Spearman rho = Pearson correlation of average ranks, with its two-sided p (App. D).
 
     Without ties this equals 1 - 6 sum d^2 / (N (N^2 - 1)). A constant input gives (nan, nan)
@@ -39,7 +40,7 @@ def _rank_plan(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return order, np.r_[True, xs[1:] != xs[:-1]]
 
 
-def _rank_from_counts(plan, counts: np.ndarray, N: int) -> np.ndarray:
+def _rank_from_counts(plan: tuple[np.ndarray, np.ndarray], counts: np.ndarray, N: int) -> np.ndarray:
     """Twice the centred average ranks, 2 r - (N + 1), of every item inside each resample.
 
     ``counts`` (N, b) holds how often each original item is drawn in each of b resamples. The
@@ -67,7 +68,7 @@ def _rank_from_counts(plan, counts: np.ndarray, N: int) -> np.ndarray:
     return out
 
 
-def bootstrap_rhos(X, y, idx, chunk: int = 64) -> np.ndarray:
+def bootstrap_rhos(X: ArrayLike, y: ArrayLike, idx: np.ndarray, chunk: int = 64) -> np.ndarray:
     """Spearman rho of every column of X with y on each resample: X (N, M), y (N,), idx (B, N).
 
     rho_b = Pearson(rank(x[idx_b]), rank(y[idx_b])) with average ranks, i.e. what
@@ -112,7 +113,7 @@ def bootstrap_rhos(X, y, idx, chunk: int = 64) -> np.ndarray:
     return out
 
 
-def bootstrap_rhos_loop(X, y, idx, progress: bool = False) -> np.ndarray:
+def bootstrap_rhos_loop(X: ArrayLike, y: ArrayLike, idx: np.ndarray, progress: bool = False) -> np.ndarray:
     """Reference for ``bootstrap_rhos``: a plain loop of scipy.stats.spearmanr per resample."""
     from tqdm.auto import tqdm
 
@@ -162,13 +163,13 @@ def _point_rhos(X: np.ndarray, y: np.ndarray) -> np.ndarray:
     return bootstrap_rhos(X, y, np.arange(len(y))[None])[0]
 
 
-def _draw_idx(N: int, n_boot: int, seed) -> np.ndarray:
+def _draw_idx(N: int, n_boot: int, seed: int | np.random.Generator | None) -> np.ndarray:
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     return rng.integers(0, N, size=(n_boot, N))
 
 
-def paired_bootstrap(measures: dict, target, reference: str = "bot", n_boot: int = 10_000,
-                     seed=0, level: float = 0.95, idx=None) -> pd.DataFrame:
+def paired_bootstrap(measures: dict, target: ArrayLike, reference: str = "bot", n_boot: int = 10_000,
+                     seed: int | None = 0, level: float = 0.95, idx: np.ndarray | None = None) -> pd.DataFrame:
     """Paired bootstrap of Delta = rho(reference, V) - rho(u, V) over queries (App. D).
 
     Every resample draws N queries with replacement (one (B, N) index matrix, ``idx`` or drawn
@@ -183,8 +184,9 @@ def paired_bootstrap(measures: dict, target, reference: str = "bot", n_boot: int
     return _paired_frame(bootstrap_rhos(X, y, idx), names, reference, level, _point_rhos(X, y))
 
 
-def paired_bootstrap_loop(measures: dict, target, reference: str = "bot", n_boot: int = 10_000,
-                          seed=0, level: float = 0.95, idx=None, progress: bool = False) -> pd.DataFrame:
+def paired_bootstrap_loop(measures: dict, target: ArrayLike, reference: str = "bot", n_boot: int = 10_000,
+                          seed: int | None = 0, level: float = 0.95, idx: np.ndarray | None = None,
+                          progress: bool = False) -> pd.DataFrame:
     """Plain-loop twin of ``paired_bootstrap`` (scipy.spearmanr per resample), for tests and bench."""
     names = list(measures)
     X = np.column_stack([np.asarray(measures[n], float) for n in names])
@@ -194,7 +196,7 @@ def paired_bootstrap_loop(measures: dict, target, reference: str = "bot", n_boot
 
 
 # --------------------------------------------------------------------------- retrieval
-def top_labels(target, top_frac: float = 0.1) -> np.ndarray:
+def top_labels(target: ArrayLike, top_frac: float = 0.1) -> np.ndarray:
     """H = top ``top_frac`` of queries by the target: k = round(top_frac N) and every value
     >= the k-th largest is positive (ties at the cut all join H, so |H| may exceed k).
 
@@ -214,7 +216,7 @@ def top_labels(target, top_frac: float = 0.1) -> np.ndarray:
     return labels
 
 
-def precision_at_top(u, labels, top_frac: float = 0.1) -> float:
+def precision_at_top(u: ArrayLike, labels: ArrayLike, top_frac: float = 0.1) -> float:
     """Precision@top_frac = |H ∩ Top-k(u)| / k, k = round(top_frac N) (App. D).
 
     Tie rule: the queries tied with u at the cut share the remaining slots, each counting
@@ -234,7 +236,7 @@ def precision_at_top(u, labels, top_frac: float = 0.1) -> float:
     return float(hits / k)
 
 
-def retrieval(u, target, top_frac: float = 0.1) -> tuple[float, float]:
+def retrieval(u: ArrayLike, target: ArrayLike, top_frac: float = 0.1) -> tuple[float, float]:
     """(AUC, precision@top_frac) of u for H = top ``top_frac`` by the target (App. D).
 
     AUC = P(u(q+) > u(q-)) + P(tie)/2 via sklearn.metrics.roc_auc_score.

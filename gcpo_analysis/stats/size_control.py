@@ -38,8 +38,10 @@ NaN p-values (a constant measure) stay NaN and do not count as hypotheses.
 from __future__ import annotations
 
 import warnings
+from typing import overload
 
 import numpy as np
+from numpy.typing import ArrayLike
 import pandas as pd
 
 from .rank import _percentile_ci, bootstrap_rhos
@@ -52,7 +54,7 @@ SUBSETS = {"all": "all groups", "v_pos": "V > 0", "v_zero": "V = 0"}
 
 
 # --------------------------------------------------------------------------- Holm
-def holm(pvalues) -> np.ndarray:
+def holm(pvalues: ArrayLike) -> np.ndarray:
     """Holm step-down adjusted p-values (statsmodels ``multipletests(method="holm")``) of the
     finite entries; NaN entries stay NaN and are not counted in the family."""
     from statsmodels.stats.multitest import multipletests
@@ -67,7 +69,12 @@ def holm(pvalues) -> np.ndarray:
     return out
 
 
-def add_holm(table: pd.DataFrame | None, p: str = "p", by=None, name: str | None = None) -> pd.DataFrame | None:
+@overload
+def add_holm(table: pd.DataFrame, p: str = ..., by: list[str] | None = ..., name: str | None = ...) -> pd.DataFrame: ...
+@overload
+def add_holm(table: None, p: str = ..., by: list[str] | None = ..., name: str | None = ...) -> None: ...
+def add_holm(table: pd.DataFrame | None, p: str = "p", by: list[str] | None = None,
+             name: str | None = None) -> pd.DataFrame | None:
     """Insert ``name`` (default ``p + "_holm"``) right after column ``p``: Holm within each
     ``by`` group (None: the whole table is one family)."""
     if table is None or p not in table.columns:
@@ -78,7 +85,7 @@ def add_holm(table: pd.DataFrame | None, p: str = "p", by=None, name: str | None
     groups = [(None, table)] if not by else table.groupby(by, sort=False)
     for _, part in groups:
         adj.loc[part.index] = holm(part[p].to_numpy(float))
-    table.insert(table.columns.get_loc(p) + 1, name, adj.to_numpy())
+    table.insert(list(table.columns).index(p) + 1, name, adj.to_numpy())
     return table
 
 
@@ -92,7 +99,7 @@ def partial_from_rhos(r_uv, r_us, r_vs):
     return np.where(den > 1e-12, out, np.nan)
 
 
-def partial_spearman(u, v, s) -> tuple[float, float]:
+def partial_spearman(u: ArrayLike, v: ArrayLike, s: ArrayLike) -> tuple[float, float]:
     """Rank partial correlation rho(u, v | s) and its two-sided p (module docstring)."""
     import statsmodels.api as sm
     from scipy.stats import rankdata
@@ -110,7 +117,7 @@ def partial_spearman(u, v, s) -> tuple[float, float]:
     return rho, float(fit.pvalues[2])
 
 
-def _spearman_p(u, v) -> tuple[float, float]:
+def _spearman_p(u: np.ndarray, v: np.ndarray) -> tuple[float, float]:
     from scipy.stats import spearmanr
 
     if np.ptp(u) == 0 or np.ptp(v) == 0:
@@ -120,7 +127,7 @@ def _spearman_p(u, v) -> tuple[float, float]:
 
 
 # --------------------------------------------------------------------------- the table
-def clean_norm(s, y) -> np.ndarray:
+def clean_norm(s: ArrayLike, y: ArrayLike) -> np.ndarray:
     """Mask of the rows usable for the size control (finite s > 0); warns with the count left
     out and refuses a negative s (row named)."""
     s = np.asarray(s, float)
@@ -135,7 +142,8 @@ def clean_norm(s, y) -> np.ndarray:
     return ok
 
 
-def _subset_rows(X, names, y, s, reference, idx, subset, level, n_dropped) -> list[dict]:
+def _subset_rows(X: np.ndarray, names: list[str], y: np.ndarray, s: np.ndarray, reference: str | None,
+                 idx: np.ndarray, subset: str, level: float, n_dropped: int) -> list[dict]:
     N, M = X.shape
     ratio = y / s
     stats = ("norm",) if subset == "v_zero" else ("partial", "ratio", "norm")
@@ -167,7 +175,7 @@ def _subset_rows(X, names, y, s, reference, idx, subset, level, n_dropped) -> li
     return rows
 
 
-def size_control(X, names: list[str], y, s, reference: str | None, rng: np.random.Generator,
+def size_control(X: np.ndarray, names: list[str], y: np.ndarray, s: np.ndarray, reference: str | None, rng: np.random.Generator,
                  n_boot: int = 10_000, level: float = 0.95) -> pd.DataFrame:
     """The table of the module docstring (``SIZE_COLUMNS``, Holm within each (subset,
     statistic)) for measures X (N, M) named ``names``, V = y (N,) and s (N,); rows where a

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import fields
+from typing import Any
 
 from . import run
+from ..vocab import field_kinds
 from .config import PRESETS, StudyConfig
 
 
@@ -29,12 +31,13 @@ def add_parser(sub) -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--preset", choices=sorted(PRESETS), help="paper: 1,000 queries, G=16, roberta-large-mnli, trim 20, Qwen2.5-1.5B-Instruct; cpu-large: 200 NarrativeQA queries, G=8, 192-token passages, trim 2%% (about 1.5 h on 2 cores); cpu-math: 200 ASDiv problems with integer answers <= 10, one-shot prompt, G=8, T=0.7, 48 tokens, math judge, pilot gate at 20 queries")
+    kinds = field_kinds(StudyConfig)  # typing.get_type_hints: int | None is int
     for f in fields(StudyConfig):
         flags = dict.fromkeys(["--" + f.name.replace("_", "-"), "--" + f.name])  # both spellings
-        kind = f.metadata.get("type") or {int: int, float: float}.get(type(f.default), str)
+        kind = kinds[f.name] or str
         help_text = f.metadata["help"].replace("%", "%%")  # argparse %-formats help strings
         p.add_argument(*flags, dest=f.name, type=kind, default=None, help=f"{help_text} (default: {f.default})")
-    p.add_argument("--threshold", type=float, default=None, help="deprecated: use --nli-threshold")
+    p.add_argument("--threshold", type=float, default=None, help="deprecated (removed in gcpo 0.3.0): use --nli-threshold")
     p.add_argument("--restat", metavar="FOLDER", default=None,
                    help="re-score a finished study folder's statistics (tables, figures, card) in place from its "
                         "groups frame; no model, no other flag")
@@ -52,11 +55,12 @@ def _run_cli(args) -> int:
         from .from_training import run_from_cli
 
         return run_from_cli(args)
-    values = dict(PRESETS.get(args.preset, {}))
+    values: dict[str, Any] = dict(PRESETS.get(args.preset, {}))
     values.update({f.name: getattr(args, f.name) for f in fields(StudyConfig) if getattr(args, f.name) is not None})
     if args.threshold is not None:
         values["threshold"] = args.threshold  # the old flag: StudyConfig warns
     if values.get("from_rollouts") and args.output is None:
         values["output"] = str(run.reanalysis_folder(values["from_rollouts"]))
-    run.run_study(StudyConfig(**values))
+    _, result = run.run_study(StudyConfig(**values))
+    print(result.to_markdown())  # the command's result on stdout; progress went to the log (stderr)
     return 0

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..frames import validate_groups, validate_rollouts, write_frame
+from ..frames import validate_groups, validate_rollouts, write_frame, write_json
 from ..gradvar import gradient_variance, group_gradient_gram
 from ..measures.advantages import grpo_advantages
 from ..models import require
@@ -199,7 +199,7 @@ def collect_rollouts(model, tokenizer, queries: pd.DataFrame, *, G: int = 16, te
             if old != settings:
                 raise ValueError(f"{out_dir} holds parts collected with other settings {old}; now {settings}")
         else:
-            cfg_path.write_text(json.dumps(settings))
+            write_json(cfg_path, settings, indent=None)
     tqdm = require("tqdm").tqdm
     rollouts, groups, grams = [], [], []
     for k, (_, row) in enumerate(tqdm(list(queries.iterrows()), desc="collect", disable=not progress)):

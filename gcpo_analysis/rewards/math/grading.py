@@ -68,7 +68,7 @@ _UNIT_WORDS = (
     "sue", "points", "feet", "minutes", "digits", "cents", "degrees", "cm", "gm", "pounds",
     "meters", "meals", "edges", "students", "childrentickets", "multiples", "days", "seconds",
 )
-_UNIT_RE = re.compile(r"(?<![\\A-Za-z])(?:%s)(?![A-Za-z])" % "|".join(_UNIT_WORDS))
+_UNIT_RE = re.compile(r"(?<![\\A-Za-z])(?:{})(?![A-Za-z])".format("|".join(_UNIT_WORDS)))
 _REMOVE_LITERAL = (
     "\\!", "\\,", "\\;", "\\:", "\\quad", "\\displaystyle", "\\ldots", "\\dots", "\\cdots",
     "{}^\\circ", "^{\\circ}", "^\\circ", "°", "\\degree", "\\%", "%", "\\$", "$", "{,}", '"',
@@ -252,7 +252,9 @@ def _split_top(s: str) -> tuple[str, list[str], str]:
                 break
         else:
             opening, closing, s = s[0], s[-1], s[1:-1]
-    parts, depth, cur = [], 0, []
+    parts: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in s:
         depth += ch in "([{"
         depth -= ch in ")]}"
@@ -317,7 +319,8 @@ class _Cache:
     """A small thread-safe LRU map of answer pairs to (equal, reason)."""
 
     def __init__(self, size: int = 4096):
-        self.size, self._data, self._lock = size, OrderedDict(), threading.Lock()
+        self.size, self._lock = size, threading.Lock()
+        self._data: OrderedDict[tuple[str, str], tuple[bool, str | None]] = OrderedDict()
 
     def get(self, key):
         with self._lock:
@@ -353,8 +356,9 @@ def _scalar_equiv(na: str, nb: str, deadline: float) -> tuple[bool, str | None]:
     xa, xb = _number(na), _number(nb)
     if xa is not None and xb is not None:
         (va, dec_a), (vb, dec_b) = xa, xb
-        same = va == vb if not (dec_a or dec_b) else abs(va - vb) <= Fraction(1, 10**6) * max(1, abs(va), abs(vb))
-        result, keep = (bool(same), None), True
+        same = va == vb if not (dec_a or dec_b) else abs(va - vb) <= Fraction(1, 10**6) * max(Fraction(1), abs(va), abs(vb))
+        result: tuple[bool, str | None] = (bool(same), None)
+        keep = True
     else:
         result, keep = _sympy_equiv(na, nb, deadline)
     if keep:

@@ -89,6 +89,7 @@ class Worker:
             raise WorkerTimeout("another thread's comparison held the worker past this one's time")
         try:
             proc = self._started()
+            assert proc.stdin is not None and proc.stdout is not None  # started with PIPE
             deadline = time.monotonic() + timeout + GRACE_S
             try:
                 _write_line(proc.stdin.fileno(), [timeout, request])
@@ -141,6 +142,7 @@ class Worker:
         proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 bufsize=0, start_new_session=True)  # Ctrl-C reaches the caller only
         self._proc, self._buffer = proc, bytearray()
+        assert proc.stdout is not None  # started with PIPE
         line = _read_line(proc.stdout.fileno(), self._buffer, time.monotonic() + STARTUP_TIMEOUT_S)
         if line != b'["ready"]':
             why = "no answer" if line is None else f"exit code {proc.poll()}" if not line else repr(line[:80])
@@ -171,6 +173,8 @@ class Worker:
 
 def _close_pipes(proc: subprocess.Popen) -> None:
     for stream in (proc.stdin, proc.stdout):
+        if stream is None:
+            continue
         try:
             stream.close()
         except OSError:

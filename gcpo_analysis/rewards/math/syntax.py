@@ -70,12 +70,13 @@ def latex_to_code(s: str) -> str | None:
                         return None
                 groups = []
                 for _ in range(2 if kind == "frac" else 1):
-                    close = braces.get(k) if s.startswith("{", k) else None
-                    inner = None if close is None else latex_to_code(s[k + 1:close])
+                    end = braces.get(k) if s.startswith("{", k) else None
+                    inner = None if end is None else latex_to_code(s[k + 1:end])
                     if inner is None:
                         return None
                     groups.append(inner)
-                    k = close + 1
+                    assert end is not None  # inner is None when end is
+                    k = end + 1
                 if kind == "frac":
                     out.append(f"(({groups[0]})/({groups[1]}))")
                 elif root is not None:
