@@ -27,6 +27,8 @@ recorded in the outputs are the same for two checkouts. Steps (``--steps``, defa
 - ``proofs``: ``gcpo proofs --json`` (and its CSV).
 
 The command logs and timings go to ``_produce/`` inside the output folder; ``compare`` skips it.
+A failing command is recorded there (produce.json, "failed"), the other steps still run, and
+``produce`` exits 1.
 """
 from __future__ import annotations
 
@@ -74,16 +76,21 @@ def _env() -> dict:
     return env
 
 
-def _gcpo(out: Path, name: str, *args: str) -> float:
-    """``python -m gcpo_analysis ARGS`` in ``out``; stdout/stderr to _produce/NAME.log; seconds taken."""
+FAILED: dict[str, str] = {}  # command name -> the end of its log (produce goes on, then exits 1)
+
+
+def _gcpo(out: Path, name: str, *args: str) -> float | None:
+    """``python -m gcpo_analysis ARGS`` in ``out``; stdout/stderr to _produce/NAME.log; seconds taken
+    (None when the command failed: recorded in FAILED, and its outputs will be missing)."""
     log = out / LOG_DIR / f"{name}.log"
     t0 = time.perf_counter()
     with open(log, "w") as fh:
         proc = subprocess.run([sys.executable, "-m", "gcpo_analysis", *args], cwd=out, env=_env(),
                               stdout=fh, stderr=subprocess.STDOUT)
     if proc.returncode != 0:
-        tail = log.read_text()[-3000:]
-        raise SystemExit(f"[produce] {name}: `gcpo {' '.join(args)}` exited {proc.returncode}; log {log}:\n{tail}")
+        FAILED[name] = f"`gcpo {' '.join(args)}` exited {proc.returncode}: " + log.read_text()[-1500:]
+        print(f"[produce] FAILED {FAILED[name]}", file=sys.stderr, flush=True)
+        return None
     return round(time.perf_counter() - t0, 1)
 
 
@@ -172,7 +179,8 @@ def _train(repo: Path, out: Path) -> dict:
                            "--output_dir", "train/trl_run"),
     }
     for run in ("gcpo_run", "gcpo_gradvar_run", "trl_run"):
-        _prune_run(out / "train" / run)
+        if (out / "train" / run).exists():
+            _prune_run(out / "train" / run)
     return took
 
 
@@ -206,6 +214,7 @@ def produce(out: Path, repo: Path, steps) -> dict:
         took = fn(repo, out)
         record["seconds"].update(took)
         print(f"[produce] {step}: {took}", flush=True)
+        record["failed"] = dict(FAILED)
         (out / LOG_DIR / "produce.json").write_text(json.dumps(record, indent=2))
     return record
 
@@ -220,6 +229,9 @@ def ignored_reason(key: str, a=None, b=None) -> str | None:
     return next((why for p, why in IGNORED_PATTERNS.items() if re.search(p, key)), None)
 
 
+IGNORED_SEEN: set[str] = set()  # ignored keys whose two values did differ (printed by compare)
+
+
 def json_diffs(a, b, where: str = "") -> list[str]:
     """Paths where two parsed JSON values differ (ignored keys left out); floats compared exactly
     (NaN equals NaN: both sides wrote the same missing value)."""
@@ -227,6 +239,8 @@ def json_diffs(a, b, where: str = "") -> list[str]:
         out = []
         for k in sorted(set(a) | set(b), key=str):
             if ignored_reason(str(k), a.get(k), b.get(k)):
+                if a.get(k) != b.get(k):
+                    IGNORED_SEEN.add(str(k))
                 continue
             if k not in a or k not in b:
                 out.append(f"{where}.{k}: only in {'B' if k not in a else 'A'}")
@@ -305,7 +319,7 @@ def compare_file(a: Path, b: Path) -> tuple[str, str]:
     if suffix == ".parquet":
         d = frame_diff(pd.read_parquet(a), pd.read_parquet(b))
     elif suffix == ".csv":
-        d = frame_diff(pd.read_csv(a, float_precision="round_trip"), pd.read_csv(b, float_precision="round_trip"))
+        d = frame_diff(pd.read_csv(a), pd.read_csv(b))  # pandas >= 3 parses floats round-trip by default
         if d is None and a.read_bytes() != b.read_bytes():
             return "identical", "values equal, text differs (formatting)"
     elif suffix == ".safetensors":
@@ -356,6 +370,7 @@ def print_table(rows) -> None:
     print("; ".join(f"{n} {s}" for s, n in counts.items()))
     print("ignored JSON keys: " + ", ".join(sorted(IGNORED_KEYS)) + ", " + ", ".join(f"/{p}/" for p in IGNORED_PATTERNS)
           + "; path keys when string-valued: " + ", ".join(sorted(PATH_KEYS)))
+    print("ignored keys whose values differed here: " + (", ".join(sorted(IGNORED_SEEN)) or "none"))
 
 
 def main(argv=None) -> int:
@@ -377,7 +392,7 @@ def main(argv=None) -> int:
             ap.error(f"unknown step(s) {bad}; choose from {STEPS}")
         record = produce(args.out.resolve(), args.repo.resolve(), steps)
         print(json.dumps(record, indent=2))
-        return 0
+        return int(bool(record["failed"]))
     rows = compare(args.dir_a, args.dir_b)
     print_table(rows)
     return int(any(status in ("differs", "missing") for _, status, _ in rows))
