@@ -16,6 +16,7 @@ The table also gives max |K_ours - K_naive| / max |K_naive|.
 
 --quick runs only G=16, T=128. The device defaults to cuda when available.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -114,7 +115,7 @@ def main(argv=None):
     def batch(G, T):
         ids = torch.randint(0, V, (G, T), generator=gen)
         cm = torch.zeros(G, T, dtype=torch.long)
-        cm[:, T - args.completion:] = 1
+        cm[:, T - args.completion :] = 1
         return ids.to(args.device), torch.ones_like(ids).to(args.device), cm.to(args.device)
 
     warm = batch(2, args.completion + 8)
@@ -134,18 +135,25 @@ def main(argv=None):
             rows.append(row)
             print(row, file=sys.stderr, flush=True)
     mb_ = 2**20
-    print(f"\nSmolLM2-135M, all {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters, "
-          f"device {args.device}, completion = last {args.completion} tokens\n")
-    print("| G | T | (a) floor s | (a) MB | (b) ours s | (b) MB | (c) naive s | (c) MB "
-          "| (b)/(a) time | (b)/(a) mem | (c)/(b) time | (c)/(b) mem | rel. err |")
+    print(
+        f"\nSmolLM2-135M, all {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters, "
+        f"device {args.device}, completion = last {args.completion} tokens\n"
+    )
+    print(
+        "| G | T | (a) floor s | (a) MB | (b) ours s | (b) MB | (c) naive s | (c) MB "
+        "| (b)/(a) time | (b)/(a) mem | (c)/(b) time | (c)/(b) mem | rel. err |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        naive = (f"{r['tc']:.2f} | {r['mc'] / mb_:.0f}" if "tc" in r else "- | -")
-        ratios = (f"{r['tc'] / r['tb']:.2f} | {r['mc'] / max(r['mb'], 1):.2f} | {r['err']:.1e}"
-                  if "tc" in r else "- | - | -")
-        print(f"| {r['G']} | {r['T']} | {r['ta']:.2f} | {r['ma'] / mb_:.0f} | {r['tb']:.2f} | "
-              f"{r['mb'] / mb_:.0f} | {naive} | {r['tb'] / r['ta']:.2f} | "
-              f"{r['mb'] / max(r['ma'], 1):.2f} | {ratios} |")
+        naive = f"{r['tc']:.2f} | {r['mc'] / mb_:.0f}" if "tc" in r else "- | -"
+        ratios = (
+            f"{r['tc'] / r['tb']:.2f} | {r['mc'] / max(r['mb'], 1):.2f} | {r['err']:.1e}" if "tc" in r else "- | - | -"
+        )
+        print(
+            f"| {r['G']} | {r['T']} | {r['ta']:.2f} | {r['ma'] / mb_:.0f} | {r['tb']:.2f} | "
+            f"{r['mb'] / mb_:.0f} | {naive} | {r['tb'] / r['ta']:.2f} | "
+            f"{r['mb'] / max(r['ma'], 1):.2f} | {ratios} |"
+        )
 
 
 if __name__ == "__main__":

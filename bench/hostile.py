@@ -11,6 +11,7 @@ polynomial powers against a reordering, roots of huge numbers, ``<think>`` tags 
 repeated, nested), up to 64 KB each. Every answer is scored by ``task_reward("math", ...)``
 against a reference; the issue's bound is 2 s for any completion up to 64 KB.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,14 +23,68 @@ from tqdm import tqdm
 
 from gcpo_analysis import rewards
 
-TOKENS = ["\\boxed{", "{", "}", "^", "^{", "\\frac", "\\sqrt", "\\sqrt[", "]", "!", "9999", "99", "7",
-          "0", "(", ")", "x", "y", "\\pi", "e", "i", ",", "=", "\\left(", "\\right)", ".", "-", "+",
-          "\\cdot", "\\infty", "\\text{", "$", "__import__('os')", "lambda:", "'", "%", "1e999999",
-          ".n(", "9999)", "<think>", "</think>", "E", "j", "0x"]
+TOKENS = [
+    "\\boxed{",
+    "{",
+    "}",
+    "^",
+    "^{",
+    "\\frac",
+    "\\sqrt",
+    "\\sqrt[",
+    "]",
+    "!",
+    "9999",
+    "99",
+    "7",
+    "0",
+    "(",
+    ")",
+    "x",
+    "y",
+    "\\pi",
+    "e",
+    "i",
+    ",",
+    "=",
+    "\\left(",
+    "\\right)",
+    ".",
+    "-",
+    "+",
+    "\\cdot",
+    "\\infty",
+    "\\text{",
+    "$",
+    "__import__('os')",
+    "lambda:",
+    "'",
+    "%",
+    "1e999999",
+    ".n(",
+    "9999)",
+    "<think>",
+    "</think>",
+    "E",
+    "j",
+    "0x",
+]
 REFERENCES = ["1", "\\frac{1}{2}", "2\\sqrt{3}", "x^2+1", "(1, 2)", "9999^{9999}", "\\pi"]
-FAMILIES = ("token soup", "power tower", "factorial, symbolic power", "huge number", "deep nesting",
-            "unclosed boxes", "plausible", "long soup", "float literal", "method call",
-            "polynomial power", "root of a huge number", "think tags")
+FAMILIES = (
+    "token soup",
+    "power tower",
+    "factorial, symbolic power",
+    "huge number",
+    "deep nesting",
+    "unclosed boxes",
+    "plausible",
+    "long soup",
+    "float literal",
+    "method call",
+    "polynomial power",
+    "root of a huge number",
+    "think tags",
+)
 
 
 def hostile_answer(rng: random.Random, family: str) -> tuple[str, str | None]:
@@ -42,7 +97,10 @@ def hostile_answer(rng: random.Random, family: str) -> tuple[str, str | None]:
             body = f"({body})^{{{rng.choice([2, 99, 9999, 99999])}}}"
         return f"The answer is \\boxed{{{body}}}", None
     if family == "factorial, symbolic power":
-        return rf"\boxed{{{rng.randrange(10**6)}{'!' * rng.randrange(1, 5)} + (x+{rng.randrange(9)})^{{{rng.randrange(10**5)}}}}}", None
+        return (
+            rf"\boxed{{{rng.randrange(10**6)}{'!' * rng.randrange(1, 5)} + (x+{rng.randrange(9)})^{{{rng.randrange(10**5)}}}}}",
+            None,
+        )
     if family == "huge number":
         return "\\boxed{" + "9" * rng.randrange(100, 65_000) + "}", None
     if family == "deep nesting":
@@ -53,21 +111,47 @@ def hostile_answer(rng: random.Random, family: str) -> tuple[str, str | None]:
         return "\\boxed{" * rng.randrange(100, 9000), None
     if family == "plausible":
         a, b = rng.randrange(1, 50), rng.randrange(1, 50)
-        return rng.choice([rf"\boxed{{\frac{{{a}}}{{{b}}}}}", rf"\boxed{{{a}\sqrt{{{b}}}}}", f"The answer is {a * b}.",
-                           rf"\boxed{{{a}x^2+{b}}}", rf"\boxed{{\frac{{{a}\pi}}{{{b}}}}}"]), None
+        return rng.choice(
+            [
+                rf"\boxed{{\frac{{{a}}}{{{b}}}}}",
+                rf"\boxed{{{a}\sqrt{{{b}}}}}",
+                f"The answer is {a * b}.",
+                rf"\boxed{{{a}x^2+{b}}}",
+                rf"\boxed{{\frac{{{a}\pi}}{{{b}}}}}",
+            ]
+        ), None
     if family == "long soup":
         return "".join(rng.choice(TOKENS) for _ in range(rng.randrange(1000, 9000))), None
     if family == "float literal":
         mantissa = rng.choice(["1", "9.99", "2", ".5", "123456789"])
         exponent = rng.choice([rng.randrange(10**3, 10**10), -rng.randrange(10**3, 10**10), rng.randrange(400)])
-        body = rng.choice([f"{mantissa}e{exponent}", f"{mantissa}E{exponent}", f"2^{{{mantissa}e{abs(exponent)}}}",
-                           f"x^{{{mantissa}e{abs(exponent)}}}", f"\\sqrt{{{mantissa}e{exponent}}}"])
+        body = rng.choice(
+            [
+                f"{mantissa}e{exponent}",
+                f"{mantissa}E{exponent}",
+                f"2^{{{mantissa}e{abs(exponent)}}}",
+                f"x^{{{mantissa}e{abs(exponent)}}}",
+                f"\\sqrt{{{mantissa}e{exponent}}}",
+            ]
+        )
         return f"\\boxed{{{body}}}", None
     if family == "method call":
         n = rng.choice([99, 99999999, 10**12])
-        body = rng.choice([rf"\pi.n({n})", rf"\pi.evalf({n})", "x.expand()", "(1).__class__", f"E.n({n})",
-                           f"sympy.N(pi, {n})", "x.subs(x, 9^{9^{9}})", "__import__('os').system('true')",
-                           "(lambda: 9**9**9)()", f"getattr(pi, 'n')({n})", f"pi.n({n})"])
+        body = rng.choice(
+            [
+                rf"\pi.n({n})",
+                rf"\pi.evalf({n})",
+                "x.expand()",
+                "(1).__class__",
+                f"E.n({n})",
+                f"sympy.N(pi, {n})",
+                "x.subs(x, 9^{9^{9}})",
+                "__import__('os').system('true')",
+                "(lambda: 9**9**9)()",
+                f"getattr(pi, 'n')({n})",
+                f"pi.n({n})",
+            ]
+        )
         return f"\\boxed{{{body}}}", None
     if family == "polynomial power":
         names = rng.sample("abcdefghkmnpqrstuvwxyz", rng.randrange(2, 9))
@@ -77,10 +161,22 @@ def hostile_answer(rng: random.Random, family: str) -> tuple[str, str | None]:
         return f"\\boxed{{({'+'.join(names)})^{{{n}}}}}", f"({'+'.join(shuffled)})^{{{n}}}"
     if family == "root of a huge number":
         bits = rng.randrange(500, 7001)
-        radicand = rng.choice([str(rng.getrandbits(bits)), f"2^{{{bits}}}+{rng.randrange(1, 99)}",
-                               f"7^{{{bits // 3}}}+3", f"{rng.getrandbits(min(bits, 600))}"])
-        return rng.choice([f"\\boxed{{\\sqrt{{{radicand}}}}}", f"\\boxed{{\\sqrt[3]{{{radicand}}}}}",
-                           f"\\boxed{{({radicand})^{{1/2}}}}", f"\\boxed{{({radicand})^{{0.5}}}}"]), None
+        radicand = rng.choice(
+            [
+                str(rng.getrandbits(bits)),
+                f"2^{{{bits}}}+{rng.randrange(1, 99)}",
+                f"7^{{{bits // 3}}}+3",
+                f"{rng.getrandbits(min(bits, 600))}",
+            ]
+        )
+        return rng.choice(
+            [
+                f"\\boxed{{\\sqrt{{{radicand}}}}}",
+                f"\\boxed{{\\sqrt[3]{{{radicand}}}}}",
+                f"\\boxed{{({radicand})^{{1/2}}}}",
+                f"\\boxed{{({radicand})^{{0.5}}}}",
+            ]
+        ), None
     # think tags: repeated, unclosed, nested, a box inside or after
     size = rng.randrange(1000, 64 * 1024)
     parts = ["<think>", "</think>", "<THINK>", "x", " \\boxed{1} ", "<think><think>", "</think></think>"]
@@ -105,8 +201,14 @@ def overhead(reps: int = 2000) -> str:
     for _ in range(reps):
         call(["equiv", "x", "x"], timeout=5)
     round_trip = (time.perf_counter() - t0) / reps
-    pairs = [(latex_to_code(a), latex_to_code(b)) for a, b in
-             [(r"2\sqrt{2}", r"\sqrt{8}"), ("x^2+2x+1", "(x+1)^{2}"), (r"\frac{\sqrt{3}}{3}", r"\frac{1}{\sqrt{3}}")]]
+    pairs = [
+        (latex_to_code(a), latex_to_code(b))
+        for a, b in [
+            (r"2\sqrt{2}", r"\sqrt{8}"),
+            ("x^2+2x+1", "(x+1)^{2}"),
+            (r"\frac{\sqrt{3}}{3}", r"\frac{1}{\sqrt{3}}"),
+        ]
+    ]
     sympy_check.warm()
     worker, local = [], []
     for _ in range(20):
@@ -119,9 +221,11 @@ def overhead(reps: int = 2000) -> str:
             t0 = time.perf_counter()
             sympy_check.compare(a, b)
             local.append(time.perf_counter() - t0)
-    return (f"worker round trip (cached pair): {1e6 * round_trip:.0f} µs; a cold symbolic comparison "
-            f"(median of {len(worker)}): {1e3 * statistics.median(worker):.2f} ms in the worker, "
-            f"{1e3 * statistics.median(local):.2f} ms in-process")
+    return (
+        f"worker round trip (cached pair): {1e6 * round_trip:.0f} µs; a cold symbolic comparison "
+        f"(median of {len(worker)}): {1e3 * statistics.median(worker):.2f} ms in the worker, "
+        f"{1e3 * statistics.median(local):.2f} ms in-process"
+    )
 
 
 def main() -> None:
@@ -150,10 +254,14 @@ def main() -> None:
     fallbacks = rewards.math_fallbacks()
     reasons = " / ".join(f"{fallbacks.get(k, 0):,}" for k in rewards.FALLBACK_REASONS)
     print()
-    print(f"| answers | longest | total | mean | slowest call | reward 2 | fallbacks ({' / '.join(rewards.FALLBACK_REASONS)}) |")
+    print(
+        f"| answers | longest | total | mean | slowest call | reward 2 | fallbacks ({' / '.join(rewards.FALLBACK_REASONS)}) |"
+    )
     print("|---:|---:|---:|---:|---:|---:|---:|")
-    print(f"| {args.n:,} | {longest:,} chars | {total:.1f} s | {1e3 * total / args.n:.2f} ms | "
-          f"{slowest[0]:.3f} s | {n_two:,} | {reasons} |")
+    print(
+        f"| {args.n:,} | {longest:,} chars | {total:.1f} s | {1e3 * total / args.n:.2f} ms | "
+        f"{slowest[0]:.3f} s | {n_two:,} | {reasons} |"
+    )
     print(f"\nslowest answer ({len(slowest[1]):,} chars): {slowest[1][:160]!r}...\n")
     print("| family | answers | mean | slowest |")
     print("|---|---:|---:|---:|")

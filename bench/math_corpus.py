@@ -3,6 +3,7 @@ known by construction; tests/data/make_math_corpus.py): overall, per family, and
 
     python bench/math_corpus.py
 """
+
 from __future__ import annotations
 
 import json
@@ -33,8 +34,10 @@ def main() -> None:
         by_family[r["family"]][1] += 1
         if not ok:
             misses.append(r)
-    print(f"accuracy {hits}/{len(rows)} = {hits / len(rows):.1%} ({sum(r['equal'] for r in rows)} equal pairs); "
-          f"{time.perf_counter() - t_all:.1f} s in all, slowest pair {slowest:.2f} s {slow_pair}")
+    print(
+        f"accuracy {hits}/{len(rows)} = {hits / len(rows):.1%} ({sum(r['equal'] for r in rows)} equal pairs); "
+        f"{time.perf_counter() - t_all:.1f} s in all, slowest pair {slowest:.2f} s {slow_pair}"
+    )
     for family, (ok, n) in sorted(by_family.items()):
         print(f"  {family:28s} {ok:3d}/{n:3d}")
     for r in misses:

@@ -10,6 +10,7 @@
 
     python -u bench/measures.py [--groups 1000] [--threads 1] [--skip-embedding] [--progress]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,18 +32,31 @@ from gcpo_analysis.measures.clustering import (  # noqa: E402
 from gcpo_analysis.measures.entropy import kernel_language_entropy_batch, semantic_entropy_batch  # noqa: E402
 from gcpo_analysis.measures.judges import EmbeddingJudge, LexicalJudge  # noqa: E402
 
-FIRST = ("John Mary Henry Elizabeth Thomas Anne William Jane George Emma Charles Lucy Edward "
-         "Clara Arthur Alice Walter Rose Frederick Grace Albert Helen Robert Ada Samuel").split()
-LAST = ("Smith Darcy Bennet Ahab Holmes Watson Carter Hale Grey Morland Price Ward Lane Shaw "
-        "Reed Fairfax Rochester Woodhouse Knightley Tilney").split()
-PLACES = ("Paris London Rome Vienna Boston Dublin Lisbon Venice Cairo Bombay Quebec Madrid "
-          "Edinburgh Bath York Oxford Calais Geneva Naples Hamburg").split()
-THINGS = ("ring letter sword horse ship castle garden portrait map key diary coin lamp "
-          "necklace will").split()
+FIRST = (
+    "John Mary Henry Elizabeth Thomas Anne William Jane George Emma Charles Lucy Edward "
+    "Clara Arthur Alice Walter Rose Frederick Grace Albert Helen Robert Ada Samuel"
+).split()
+LAST = (
+    "Smith Darcy Bennet Ahab Holmes Watson Carter Hale Grey Morland Price Ward Lane Shaw "
+    "Reed Fairfax Rochester Woodhouse Knightley Tilney"
+).split()
+PLACES = (
+    "Paris London Rome Vienna Boston Dublin Lisbon Venice Cairo Bombay Quebec Madrid "
+    "Edinburgh Bath York Oxford Calais Geneva Naples Hamburg"
+).split()
+THINGS = ("ring letter sword horse ship castle garden portrait map key diary coin lamp necklace will").split()
 ADJ = "silver old stolen hidden golden broken secret red forgotten royal".split()
 TEMPLATES = [
-    "{x}", "{x}.", "It was {x}.", "The answer is {x}.", "I think {x}", "{x}, according to the story",
-    "Probably {x}", "{X}", "It is {x}", "{x} (from the passage)",
+    "{x}",
+    "{x}.",
+    "It was {x}.",
+    "The answer is {x}.",
+    "I think {x}",
+    "{x}, according to the story",
+    "Probably {x}",
+    "{X}",
+    "It is {x}",
+    "{x} (from the passage)",
 ]
 
 
@@ -132,26 +146,32 @@ def bench_clustering(groups: list[list[str]], judges: dict, progress: bool, per_
         ref, stats = batched_greedy_clusters(groups, judge, progress=progress)
         dt = time.perf_counter() - t0
         k = np.mean([lab.max() + 1 for lab in ref])
-        print(f"| {jname} | batched greedy (lock-step rounds) | {stats['judge_calls']:,} | "
-              f"{stats['pairs_scored']:,} | {dt:.2f} | {k:.2f} | 100% |")
+        print(
+            f"| {jname} | batched greedy (lock-step rounds) | {stats['judge_calls']:,} | "
+            f"{stats['pairs_scored']:,} | {dt:.2f} | {k:.2f} | 100% |"
+        )
 
         judge = make()
-        sub = groups[:per_group_limit.get(jname, len(groups))]
+        sub = groups[: per_group_limit.get(jname, len(groups))]
         t0 = time.perf_counter()
         per = [greedy_nli_clusters(g, judge) for g in tqdm(sub, disable=not progress, desc="per-group")]
         dt = time.perf_counter() - t0
         same = np.mean([np.array_equal(a, b) for a, b in zip(per, ref)])
         label = "" if len(sub) == len(groups) else f" (first {len(sub)} groups only)"
-        print(f"| {jname} | greedy, one group at a time{label} | {judge.n_calls:,} | {judge.n_pairs:,} | "
-              f"{dt:.2f} | {np.mean([p.max() + 1 for p in per]):.2f} | {same:.0%} |")
+        print(
+            f"| {jname} | greedy, one group at a time{label} | {judge.n_calls:,} | {judge.n_pairs:,} | "
+            f"{dt:.2f} | {np.mean([p.max() + 1 for p in per]):.2f} | {same:.0%} |"
+        )
 
         judge = make()
         t0 = time.perf_counter()
         out = [all_pairs_clusters(g, judge) for g in tqdm(groups, disable=not progress, desc="all pairs")]
         dt = time.perf_counter() - t0
         same = np.mean([np.array_equal(a, b) for (a, _), b in zip(out, ref)])
-        print(f"| {jname} | all ordered pairs, bidirectional (lm-polygraph) | {judge.n_calls:,} | "
-              f"{sum(n for _, n in out):,} | {dt:.2f} | {np.mean([a.max() + 1 for a, _ in out]):.2f} | {same:.0%} |")
+        print(
+            f"| {jname} | all ordered pairs, bidirectional (lm-polygraph) | {judge.n_calls:,} | "
+            f"{sum(n for _, n in out):,} | {dt:.2f} | {np.mean([a.max() + 1 for a, _ in out]):.2f} | {same:.0%} |"
+        )
 
 
 def bench_embedding(groups: list[list[str]]) -> None:
@@ -163,8 +183,10 @@ def bench_embedding(groups: list[list[str]]) -> None:
     model = SentenceTransformer(resolve_embedder(None), device="cpu")
     model.encode(["warm up"])
     flat = [t for g in groups for t in g]
-    print(f"\n### (c) MiniLM embedding, {len(groups):,} groups x {len(groups[0])} answers "
-          f"({len(flat):,} texts, {len(set(flat)):,} distinct)\n")
+    print(
+        f"\n### (c) MiniLM embedding, {len(groups):,} groups x {len(groups[0])} answers "
+        f"({len(flat):,} texts, {len(set(flat)):,} distinct)\n"
+    )
     print("| mode | texts sent to model | seconds | texts/s (requested) |")
     print("|---|---:|---:|---:|")
     results = {}
@@ -173,7 +195,9 @@ def bench_embedding(groups: list[list[str]]) -> None:
         t0 = time.perf_counter()
         results[dedup] = emb.encode_groups(groups)
         dt = time.perf_counter() - t0
-        print(f"| {'de-duplicated' if dedup else 'every text'} | {emb.n_encoded:,} | {dt:.2f} | {len(flat) / dt:,.0f} |")
+        print(
+            f"| {'de-duplicated' if dedup else 'every text'} | {emb.n_encoded:,} | {dt:.2f} | {len(flat) / dt:,.0f} |"
+        )
     diff = max(float(np.abs(a - b).max()) for a, b in zip(results[False], results[True]))
     print(f"\nmax |difference| between the two modes: {diff:.1e}")
 
@@ -184,10 +208,15 @@ def main(argv=None) -> None:
     ap.add_argument("--dispersion-groups", type=int, default=10_000)
     ap.add_argument("--skip-embedding", action="store_true", help="skip everything that loads MiniLM")
     ap.add_argument("--progress", action="store_true", help="show tqdm bars")
-    ap.add_argument("--per-group-limit", type=int, default=200,
-                    help="groups for the slow one-group-at-a-time embedding-judge row")
-    ap.add_argument("--threads", type=int, default=None,
-                    help="torch.set_num_threads for MiniLM (1 is much faster on a CPU shared with other jobs)")
+    ap.add_argument(
+        "--per-group-limit", type=int, default=200, help="groups for the slow one-group-at-a-time embedding-judge row"
+    )
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch.set_num_threads for MiniLM (1 is much faster on a CPU shared with other jobs)",
+    )
     args = ap.parse_args(argv)
     if args.threads and not args.skip_embedding:
         import torch
@@ -204,6 +233,7 @@ def main(argv=None) -> None:
         def make_embedding_judge():
             # one loaded model for all methods, but a fresh judge (and text memo) per method
             from gcpo_analysis.measures.embed import Embedder
+
             if "model" not in shared:
                 shared["model"] = Embedder().model
             return EmbeddingJudge(Embedder(shared["model"]))

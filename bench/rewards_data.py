@@ -9,6 +9,7 @@ Time is wall clock of one pass with cold caches, memory the tracemalloc peak of 
 
     python bench/rewards_data.py [--data-dir DIR]   # DIR holds qasper/, hotpotqa/, math500/, aime24/, olympiadbench/
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,11 +23,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gcpo_analysis import rewards as R  # noqa: E402
 from gcpo_analysis.data import load_queries  # noqa: E402
 
-FILES = {"narrativeqa": None, "qasper": "qasper/sample_small.json", "hotpotqa": "hotpotqa/test.jsonl",
-         "math500": "math500/test.json", "aime24": "aime24/test.jsonl", "olympiadbench": "olympiadbench/test.jsonl"}
-SYMBOLIC = [(r"2\sqrt{2}", r"\sqrt{8}"), (r"\frac{\sqrt{3}}{3}", r"\frac{1}{\sqrt{3}}"), ("x^2+2x+1", "(x+1)^2"),
-            (r"\frac{1}{2 n+2}", r"\frac{1}{2(n+1)}"), (r"3\pi", r"\pi\cdot 3"), ("0.75", r"\tfrac34"),
-            ("(1,2)", "(1.0, 2)"), ("1+2i", "2i+1")]
+FILES = {
+    "narrativeqa": None,
+    "qasper": "qasper/sample_small.json",
+    "hotpotqa": "hotpotqa/test.jsonl",
+    "math500": "math500/test.json",
+    "aime24": "aime24/test.jsonl",
+    "olympiadbench": "olympiadbench/test.jsonl",
+}
+SYMBOLIC = [
+    (r"2\sqrt{2}", r"\sqrt{8}"),
+    (r"\frac{\sqrt{3}}{3}", r"\frac{1}{\sqrt{3}}"),
+    ("x^2+2x+1", "(x+1)^2"),
+    (r"\frac{1}{2 n+2}", r"\frac{1}{2(n+1)}"),
+    (r"3\pi", r"\pi\cdot 3"),
+    ("0.75", r"\tfrac34"),
+    ("(1,2)", "(1.0, 2)"),
+    ("1+2i", "2i+1"),
+]
 
 
 def _cold():
@@ -50,8 +64,9 @@ def timed(fn):
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data-dir", default="data",
-                    help="folder with the local benchmark files of FILES (missing ones are skipped)")
+    ap.add_argument(
+        "--data-dir", default="data", help="folder with the local benchmark files of FILES (missing ones are skipped)"
+    )
     args = ap.parse_args()
     base = Path(args.data_dir)
     rows, frames = [], {}
@@ -69,14 +84,21 @@ def main() -> None:
 
         recs = json.loads((base / FILES["math500"]).read_text())
         out, dt, mb = timed(lambda: [R.math_reward(r["solution"], r["answer"]) for r in recs])
-        rows.append((f"math_reward MATH500 gold solutions (acc {100 * sum(o == 2 for o in out) / len(out):.1f}%)",
-                     len(out), dt, mb))
+        rows.append(
+            (
+                f"math_reward MATH500 gold solutions (acc {100 * sum(o == 2 for o in out) / len(out):.1f}%)",
+                len(out),
+                dt,
+                mb,
+            )
+        )
     if "olympiadbench" in frames:
         refs = frames["olympiadbench"].references.tolist()
         rewritten = [", ".join(reversed([a.replace("$", "") for a in ref[0].split("$,")])) for ref in refs]
         out, dt, mb = timed(lambda: [R.math_equiv(w, ref[0]) for w, ref in zip(rewritten, refs)])
-        rows.append((f"math_equiv OlympiadBench rewritten answers (equal {100 * sum(out) / len(out):.1f}%)",
-                     len(out), dt, mb))
+        rows.append(
+            (f"math_equiv OlympiadBench rewritten answers (equal {100 * sum(out) / len(out):.1f}%)", len(out), dt, mb)
+        )
     pairs = SYMBOLIC * 25
     out, dt, mb = timed(lambda: [R.math_equiv(a, b) for a, b in pairs])
     rows.append((f"math_equiv symbolic pairs (equal {100 * sum(out) / len(out):.0f}%)", len(pairs), dt, mb))
@@ -89,8 +111,9 @@ def main() -> None:
         out, dt, mb = timed(lambda: [R.bleu(r[-1], r[:1]) for r in refs])
         rows.append(("sentence bleu NarrativeQA (ref 2 vs ref 1)", len(out), dt, mb))
         m, dt, mb = timed(lambda: R.task_metrics("qa_f1", preds, [r[:1] for r in refs], extract=True))
-        rows.append((f"task_metrics qa_f1 (Acc {m['Acc']:.1f}, BLEU {m['BLEU']:.1f}, F1 {m['F1']:.1f})",
-                     len(preds), dt, mb))
+        rows.append(
+            (f"task_metrics qa_f1 (Acc {m['Acc']:.1f}, BLEU {m['BLEU']:.1f}, F1 {m['F1']:.1f})", len(preds), dt, mb)
+        )
     if "hotpotqa" in frames:
         refs = frames["hotpotqa"].references.tolist()
         out, dt, mb = timed(lambda: [R.hotpot_reward(f"The answer is {r[0]}.", r) for r in refs])

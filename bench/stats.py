@@ -4,6 +4,7 @@
 loop (scipy.stats.spearmanr per resample and measure) is timed on fewer resamples and
 extrapolated linearly, as the table says. Run: python bench/stats.py [--loop-resamples 200]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,11 +58,15 @@ def main(argv=None) -> int:
     idx = np.random.default_rng(1).integers(0, args.n_queries, (b_loop, args.n_queries))
     a = paired_bootstrap(measures, v, idx=idx)
     b = paired_bootstrap_loop(measures, v, idx=idx)
-    diff = float(np.abs(a[["ci_low", "ci_high", "p_le_0"]].to_numpy() - b[["ci_low", "ci_high", "p_le_0"]].to_numpy()).max())
+    diff = float(
+        np.abs(a[["ci_low", "ci_high", "p_le_0"]].to_numpy() - b[["ci_low", "ci_high", "p_le_0"]].to_numpy()).max()
+    )
     print(f"Paired bootstrap, N = {args.n_queries} queries, {len(MEASURES)} measures, B = {B} resamples\n")
     print("| implementation | resamples timed | time (s) | time for B (s) | peak memory (MiB) | speed-up |")
     print("|---|---:|---:|---:|---:|---:|")
-    print(f"| vectorised (`paired_bootstrap`, best of {args.repeat}) | {B} | {t_vec:.2f} | {t_vec:.2f} | {peak:.0f} | {t_loop_full / t_vec:.0f}x |")
+    print(
+        f"| vectorised (`paired_bootstrap`, best of {args.repeat}) | {B} | {t_vec:.2f} | {t_vec:.2f} | {peak:.0f} | {t_loop_full / t_vec:.0f}x |"
+    )
     print(f"| loop (`paired_bootstrap_loop`) | {b_loop} | {t_loop:.2f} | {t_loop_full:.1f} (extrapolated) | - | 1x |")
     print(f"\nmax |vectorised - loop| on the same {b_loop} resamples (CI ends, p_le_0): {diff:.1e}")
     return 0

@@ -19,6 +19,7 @@ modulation's share of the step: time_measure (embedding + clustering + modulate)
 ``logprobs`` is the no-grad pass for the KL reference (and, for modulators that need token
 entropy / log-probs before the update, the policy). Peak RSS is the process maximum so far.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,10 +31,22 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-STAGES = ("time_generate", "time_reward", "time_logprobs", "time_measure", "time_forward_backward",
-          "time_gradvar", "time_step", "time_total")
-VARIANTS = {"default": {}, "track": {"track_gradvar": True}, "unshared": {"share_prompt": False},
-            "unshared+track": {"share_prompt": False, "track_gradvar": True}}
+STAGES = (
+    "time_generate",
+    "time_reward",
+    "time_logprobs",
+    "time_measure",
+    "time_forward_backward",
+    "time_gradvar",
+    "time_step",
+    "time_total",
+)
+VARIANTS = {
+    "default": {},
+    "track": {"track_gradvar": True},
+    "unshared": {"share_prompt": False},
+    "unshared+track": {"share_prompt": False, "track_gradvar": True},
+}
 
 
 def _time_steps(config_path: str, name: str, variant: str, steps: int, overrides: dict) -> tuple[float, list]:
@@ -42,9 +55,19 @@ def _time_steps(config_path: str, name: str, variant: str, steps: int, overrides
     from gcpo_train.trainer import GRPOTrainer
 
     with tempfile.TemporaryDirectory() as out:
-        cfg = load_config(config_path, {**overrides, **VARIANTS[variant], "modulator": name, "steps": steps,
-                                        "output_dir": out, "checkpoint_every": 0, "progress": False,
-                                        "save_rollouts": False})
+        cfg = load_config(
+            config_path,
+            {
+                **overrides,
+                **VARIANTS[variant],
+                "modulator": name,
+                "steps": steps,
+                "output_dir": out,
+                "checkpoint_every": 0,
+                "progress": False,
+                "save_rollouts": False,
+            },
+        )
         t0 = time.perf_counter()
         trainer = GRPOTrainer(cfg)
         load = time.perf_counter() - t0
@@ -59,9 +82,19 @@ def _interleaved(config_path: str, name: str, variants, steps: int, overrides: d
     trainers, loads, logs = {}, {}, {v: [] for v in variants}
     with tempfile.TemporaryDirectory() as out:
         for v in variants:
-            cfg = load_config(config_path, {**overrides, **VARIANTS[v], "modulator": name, "steps": steps,
-                                            "output_dir": f"{out}/{v}", "checkpoint_every": 0, "progress": False,
-                                            "save_rollouts": False})
+            cfg = load_config(
+                config_path,
+                {
+                    **overrides,
+                    **VARIANTS[v],
+                    "modulator": name,
+                    "steps": steps,
+                    "output_dir": f"{out}/{v}",
+                    "checkpoint_every": 0,
+                    "progress": False,
+                    "save_rollouts": False,
+                },
+            )
             t0 = time.perf_counter()
             trainers[v] = GRPOTrainer(cfg)
             loads[v] = time.perf_counter() - t0
@@ -76,19 +109,27 @@ def bench(config_path: str, modulators, steps: int, overrides: dict, variants=("
 
     rows = []
     for name in modulators:
-        runs = _interleaved(config_path, name, variants, steps, overrides) if len(variants) > 1 else \
-            {variants[0]: _time_steps(config_path, name, variants[0], steps, overrides)}
+        runs = (
+            _interleaved(config_path, name, variants, steps, overrides)
+            if len(variants) > 1
+            else {variants[0]: _time_steps(config_path, name, variants[0], steps, overrides)}
+        )
         for variant in variants:
             load, logs = runs[variant]
             timed = logs[1:] if len(logs) > 1 else logs
-            row = {"modulator": name if variant == "default" else f"{name} {variant}", "load_s": load,
-                   "steps": len(timed)}
+            row = {
+                "modulator": name if variant == "default" else f"{name} {variant}",
+                "load_s": load,
+                "steps": len(timed),
+            }
             row.update({k: float(np.mean([r.get(k, 0.0) for r in timed])) for k in STAGES})
             row["measure_share_%"] = 100 * row["time_measure"] / row["time_total"]
             row["peak_rss_MB"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
             rows.append(row)
-            print(f"# {row['modulator']}: {row['time_total']:.2f} s/step, modulation {row['measure_share_%']:.1f}%",
-                  flush=True)
+            print(
+                f"# {row['modulator']}: {row['time_total']:.2f} s/step, modulation {row['measure_share_%']:.1f}%",
+                flush=True,
+            )
     return rows
 
 
@@ -96,8 +137,11 @@ def markdown(rows) -> str:
     cols = ["modulator", "steps"] + [s.replace("time_", "") for s in STAGES] + ["measure_share_%", "peak_rss_MB"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
-        vals = [r["modulator"], str(r["steps"])] + [f"{r[s]:.2f}" for s in STAGES] + \
-               [f"{r['measure_share_%']:.1f}", f"{r['peak_rss_MB']:.0f}"]
+        vals = (
+            [r["modulator"], str(r["steps"])]
+            + [f"{r[s]:.2f}" for s in STAGES]
+            + [f"{r['measure_share_%']:.1f}", f"{r['peak_rss_MB']:.0f}"]
+        )
         lines.append("| " + " | ".join(vals) + " |")
     return "\n".join(lines)
 
@@ -110,8 +154,12 @@ def main(argv=None) -> None:
     ap.add_argument("--steps", type=int, default=3, help="steps per modulator (the first is warm-up)")
     ap.add_argument("--modulators", nargs="+", default=["none", "cd", "bot", "se", "rd", "cd_rd"])
     ap.add_argument("--set", nargs="*", default=[], help="config overrides key=value")
-    ap.add_argument("--track-gradvar", "--track_gradvar", action="store_true",
-                    help="also time each modulator without prompt sharing, with and without track_gradvar")
+    ap.add_argument(
+        "--track-gradvar",
+        "--track_gradvar",
+        action="store_true",
+        help="also time each modulator without prompt sharing, with and without track_gradvar",
+    )
     args = ap.parse_args(argv)
     overrides = {k: yaml.safe_load(v) for k, v in (s.split("=", 1) for s in args.set)}
     import torch
@@ -125,12 +173,14 @@ def main(argv=None) -> None:
             by = {r["modulator"]: r for r in rows}
             base, shared_tracked = by[name], by[f"{name} track"]
             plain, tracked = by[f"{name} unshared"], by[f"{name} unshared+track"]
-            print(f"# {name}: tracked step / default step = {shared_tracked['time_total'] / base['time_total']:.2f}x "
-                  f"(forward_backward {base['time_forward_backward']:.2f} -> "
-                  f"{shared_tracked['time_forward_backward']:.2f} s, Gram work {shared_tracked['time_gradvar']:.2f} s); "
-                  f"unshared: tracked / untracked = {tracked['time_total'] / plain['time_total']:.2f}x "
-                  f"(forward_backward {plain['time_forward_backward']:.2f} -> {tracked['time_forward_backward']:.2f} s, "
-                  f"Gram work {tracked['time_gradvar']:.2f} s)")
+            print(
+                f"# {name}: tracked step / default step = {shared_tracked['time_total'] / base['time_total']:.2f}x "
+                f"(forward_backward {base['time_forward_backward']:.2f} -> "
+                f"{shared_tracked['time_forward_backward']:.2f} s, Gram work {shared_tracked['time_gradvar']:.2f} s); "
+                f"unshared: tracked / untracked = {tracked['time_total'] / plain['time_total']:.2f}x "
+                f"(forward_backward {plain['time_forward_backward']:.2f} -> {tracked['time_forward_backward']:.2f} s, "
+                f"Gram work {tracked['time_gradvar']:.2f} s)"
+            )
 
 
 if __name__ == "__main__":

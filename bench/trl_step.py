@@ -20,6 +20,7 @@ engine alike; each number is the median over the measured steps (step 1 is warm-
 split: generation (sampling only), the rest of TRL's ``_generate_and_score_completions``
 (rewards, reference log-probs, GCPO's weights) and the optimisation (forward, backward, step).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,9 +35,13 @@ import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-ENGINES = {"trl": "trl.GRPOTrainer (GRPO)", "gcpotrainer": "GCPOTrainer (BoT), share_prompt",
-           "gcpotrainer_plain": "GCPOTrainer (BoT), share_prompt off", "gcpo_train": "gcpo_train (BoT)",
-           "gcpo_train_plain": "gcpo_train (BoT), share_prompt off"}
+ENGINES = {
+    "trl": "trl.GRPOTrainer (GRPO)",
+    "gcpotrainer": "GCPOTrainer (BoT), share_prompt",
+    "gcpotrainer_plain": "GCPOTrainer (BoT), share_prompt off",
+    "gcpo_train": "gcpo_train (BoT)",
+    "gcpo_train_plain": "gcpo_train (BoT), share_prompt off",
+}
 PROMPTS = {"cpu_smoke": {}, "nqa512": dict(max_context_tokens=512, max_prompt_tokens=1024)}
 
 
@@ -58,11 +63,30 @@ def peak_mib() -> float:
 def workload(out_dir: str, steps: int, modulator: str, backend: str, **extra):
     from gcpo_train.config import load_config
 
-    return load_config(ROOT / "configs" / "cpu_smoke.yaml", dict(
-        output_dir=out_dir, steps=steps, group_size=8, queries_per_step=1, max_new_tokens=32, lora_r=8,
-        lora_alpha=16, lora_target_modules=["q_proj", "v_proj"], beta=0.002, dtype="float32",
-        gradient_checkpointing=False, modulator=modulator, backend=backend, checkpoint_every=0,
-        progress=False, tensorboard=False, micro_batch_size=8, save_rollouts=False, **extra))
+    return load_config(
+        ROOT / "configs" / "cpu_smoke.yaml",
+        dict(
+            output_dir=out_dir,
+            steps=steps,
+            group_size=8,
+            queries_per_step=1,
+            max_new_tokens=32,
+            lora_r=8,
+            lora_alpha=16,
+            lora_target_modules=["q_proj", "v_proj"],
+            beta=0.002,
+            dtype="float32",
+            gradient_checkpointing=False,
+            modulator=modulator,
+            backend=backend,
+            checkpoint_every=0,
+            progress=False,
+            tensorboard=False,
+            micro_batch_size=8,
+            save_rollouts=False,
+            **extra,
+        ),
+    )
 
 
 def time_trl(cfg, gcpo: bool, share_prompt: bool = True) -> list[dict]:
@@ -90,6 +114,7 @@ def time_trl(cfg, gcpo: bool, share_prompt: bool = True) -> list[dict]:
                 return fn(*args, **kwargs)
             finally:
                 current[name] = current.get(name, 0.0) + time.perf_counter() - t0
+
         return wrapper
 
     trainer._generate_single_turn = timed("generate", trainer._generate_single_turn)
@@ -102,9 +127,14 @@ def time_trl(cfg, gcpo: bool, share_prompt: bool = True) -> list[dict]:
 
         def on_step_end(self, args, state, control, **kw):
             total = time.perf_counter() - current.pop("t0")
-            steps.append(dict(total=total, generate=current.get("generate", 0.0),
-                              score=current.get("generate_and_score", 0.0) - current.get("generate", 0.0),
-                              optimise=total - current.get("generate_and_score", 0.0)))
+            steps.append(
+                dict(
+                    total=total,
+                    generate=current.get("generate", 0.0),
+                    score=current.get("generate_and_score", 0.0) - current.get("generate", 0.0),
+                    optimise=total - current.get("generate_and_score", 0.0),
+                )
+            )
 
     trainer.add_callback(StepClock())
     rss0 = rss_mib()
@@ -117,8 +147,11 @@ def time_trl(cfg, gcpo: bool, share_prompt: bool = True) -> list[dict]:
         row["gcpo_weights"] = w
     shared = [h["gcpo/shared_prompt"] for h in logs if "gcpo/shared_prompt" in h]
     for row in steps:
-        row.update(rss_start=rss0, prompt_tokens=statistics.mean(prompt_tokens) if prompt_tokens else float("nan"),
-                   shared_prompt=statistics.mean(shared) if shared else float("nan"))
+        row.update(
+            rss_start=rss0,
+            prompt_tokens=statistics.mean(prompt_tokens) if prompt_tokens else float("nan"),
+            shared_prompt=statistics.mean(shared) if shared else float("nan"),
+        )
     return steps
 
 
@@ -130,21 +163,31 @@ def time_gcpo(cfg) -> list[dict]:
         trainer = GRPOTrainer(cfg)
         rss0 = rss_mib()
         rows = trainer.train()
-    return [dict(total=r["time_total"], generate=r["time_generate"],
-                 score=r["time_reward"] + r["time_logprobs"] + r["time_measure"],
-                 optimise=r["time_forward_backward"] + r["time_step"], gcpo_weights=r["time_measure"], rss_start=rss0)
-            for r in rows]
+    return [
+        dict(
+            total=r["time_total"],
+            generate=r["time_generate"],
+            score=r["time_reward"] + r["time_logprobs"] + r["time_measure"],
+            optimise=r["time_forward_backward"] + r["time_step"],
+            gcpo_weights=r["time_measure"],
+            rss_start=rss0,
+        )
+        for r in rows
+    ]
 
 
 def one_run(engine: str, prompts: str, steps: int, out_dir: str) -> dict:
     """One engine on one workload in this process: its steps and its memory peak."""
     extra = PROMPTS[prompts]
-    run = {"trl": lambda: time_trl(workload(out_dir, steps, "none", "trl", **extra), gcpo=False),
-           "gcpotrainer": lambda: time_trl(workload(out_dir, steps, "bot", "trl", **extra), gcpo=True),
-           "gcpotrainer_plain": lambda: time_trl(workload(out_dir, steps, "bot", "trl", **extra), gcpo=True,
-                                                 share_prompt=False),
-           "gcpo_train": lambda: time_gcpo(workload(out_dir, steps, "bot", "gcpo", **extra)),
-           "gcpo_train_plain": lambda: time_gcpo(workload(out_dir, steps, "bot", "gcpo", share_prompt=False, **extra))}
+    run = {
+        "trl": lambda: time_trl(workload(out_dir, steps, "none", "trl", **extra), gcpo=False),
+        "gcpotrainer": lambda: time_trl(workload(out_dir, steps, "bot", "trl", **extra), gcpo=True),
+        "gcpotrainer_plain": lambda: time_trl(
+            workload(out_dir, steps, "bot", "trl", **extra), gcpo=True, share_prompt=False
+        ),
+        "gcpo_train": lambda: time_gcpo(workload(out_dir, steps, "bot", "gcpo", **extra)),
+        "gcpo_train_plain": lambda: time_gcpo(workload(out_dir, steps, "bot", "gcpo", share_prompt=False, **extra)),
+    }
     rows = run[engine]()
     return dict(steps=rows, peak_mib=peak_mib())
 
@@ -161,8 +204,9 @@ def time_passes(prompts: str, share: bool, out_dir: str) -> dict:
     from gcpo_train.trl_backend import build_trl_trainer
 
     torch.set_num_threads(1)
-    trainer = build_trl_trainer(workload(out_dir, 1, "none", "trl", **PROMPTS[prompts]), logging_steps=1,
-                                save_strategy="no", share_prompt=share)
+    trainer = build_trl_trainer(
+        workload(out_dir, 1, "none", "trl", **PROMPTS[prompts]), logging_steps=1, save_strategy="no", share_prompt=share
+    )
     tok, model = trainer.processing_class, trainer.model.train()
     prompt_ids = torch.tensor(tok(trainer.train_dataset[0]["prompt"], add_special_tokens=False)["input_ids"])
     G, T = 8, 32
@@ -171,7 +215,7 @@ def time_passes(prompts: str, share: bool, out_dir: str) -> dict:
     mask = torch.ones_like(ids)
     hook = trainer._get_per_token_logps_and_entropies
     with torch.no_grad():
-        hook(model, ids[:2, -T - 4:], mask[:2, -T - 4:], T)  # warm-up (lazy initialisation), small
+        hook(model, ids[:2, -T - 4 :], mask[:2, -T - 4 :], T)  # warm-up (lazy initialisation), small
     rows, rss0 = {}, rss_mib()
 
     def clock(name, fn):
@@ -190,20 +234,36 @@ def time_passes(prompts: str, share: bool, out_dir: str) -> dict:
     clock("reference", reference)
     clock("training", training)
     shared = trainer._metrics["train"]["gcpo/shared_prompt"]
-    return dict(passes=rows, prompt_tokens=int(prompt_ids.numel()), rss_start=rss0, peak_mib=peak_mib(),
-                shared=float(statistics.mean(shared[1:])))
+    return dict(
+        passes=rows,
+        prompt_tokens=int(prompt_ids.numel()),
+        rss_start=rss0,
+        peak_mib=peak_mib(),
+        shared=float(statistics.mean(shared[1:])),
+    )
 
 
 def passes_table(args) -> None:
     """``--passes``: every (workload, share_prompt) in its own process, interleaved."""
-    print("| prompts | log-prob pass | reference (no grad) s | training fwd+bwd s | CPU s, both | vs TRL "
-          "| peak RSS MiB | RSS added by the passes MiB | shared |")
+    print(
+        "| prompts | log-prob pass | reference (no grad) s | training fwd+bwd s | CPU s, both | vs TRL "
+        "| peak RSS MiB | RSS added by the passes MiB | shared |"
+    )
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as tmp:
         for w in args.prompts.split(","):
             ref_cpu = None
             for share in (False, True):
-                cmd = [sys.executable, __file__, "--one-passes", w, "--share", str(int(share)), "--out", f"{tmp}/{w}{share}"]
+                cmd = [
+                    sys.executable,
+                    __file__,
+                    "--one-passes",
+                    w,
+                    "--share",
+                    str(int(share)),
+                    "--out",
+                    f"{tmp}/{w}{share}",
+                ]
                 done = subprocess.run(cmd, capture_output=True, text=True)
                 if done.returncode != 0:
                     raise RuntimeError(f"passes {w} share={share} failed:\n{done.stderr[-3000:]}")
@@ -212,10 +272,13 @@ def passes_table(args) -> None:
                 cpu = p["reference"]["cpu"] + p["training"]["cpu"]
                 ref_cpu = ref_cpu or cpu
                 name = "GCPOTrainer, share_prompt" if share else "TRL's own (share_prompt off)"
-                print(f"| {w} ({got['prompt_tokens']} tok) | {name} | {p['reference']['wall']:.2f} "
-                      f"({p['reference']['cpu']:.2f} CPU) | {p['training']['wall']:.2f} ({p['training']['cpu']:.2f} CPU) "
-                      f"| {cpu:.2f} | {cpu / ref_cpu:.2f}x | {got['peak_mib']:.0f} | {got['peak_mib'] - got['rss_start']:.0f} "
-                      f"| {got['shared']:.0f} |", flush=True)
+                print(
+                    f"| {w} ({got['prompt_tokens']} tok) | {name} | {p['reference']['wall']:.2f} "
+                    f"({p['reference']['cpu']:.2f} CPU) | {p['training']['wall']:.2f} ({p['training']['cpu']:.2f} CPU) "
+                    f"| {cpu:.2f} | {cpu / ref_cpu:.2f}x | {got['peak_mib']:.0f} | {got['peak_mib'] - got['rss_start']:.0f} "
+                    f"| {got['shared']:.0f} |",
+                    flush=True,
+                )
 
 
 def run_in_subprocess(engine: str, prompts: str, steps: int, out_dir: str) -> dict:
@@ -230,11 +293,18 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=3, help="steps per run; step 1 is warm-up and not counted")
     ap.add_argument("--rounds", type=int, default=1, help="times each engine runs, interleaved with the others")
-    ap.add_argument("--engines", default="trl,gcpotrainer,gcpotrainer_plain,gcpo_train",
-                    help="comma-separated subset of " + ", ".join(ENGINES))
+    ap.add_argument(
+        "--engines",
+        default="trl,gcpotrainer,gcpotrainer_plain,gcpo_train",
+        help="comma-separated subset of " + ", ".join(ENGINES),
+    )
     ap.add_argument("--prompts", default="cpu_smoke,nqa512", help="comma-separated subset of " + ", ".join(PROMPTS))
-    ap.add_argument("--passes", action="store_true", help="time only TRL's two log-prob passes of one group, "
-                    "share_prompt off (TRL's) and on, CPU seconds (for a machine too busy for whole steps)")
+    ap.add_argument(
+        "--passes",
+        action="store_true",
+        help="time only TRL's two log-prob passes of one group, "
+        "share_prompt off (TRL's) and on, CPU seconds (for a machine too busy for whole steps)",
+    )
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)  # internal: one run, JSON on stdout
     ap.add_argument("--one-passes", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--share", default="1", help=argparse.SUPPRESS)
@@ -260,21 +330,31 @@ def main() -> None:
                     steps = got["steps"]
                     measured[(w, e)]["steps"] += steps[1:] if len(steps) > 1 else steps
                     measured[(w, e)]["peaks"].append(got["peak_mib"])
-                    split = {k: round(statistics.median(s[k] for s in steps[1:] or steps), 2)
-                             for k in ("total", "generate", "score", "optimise", "gcpo_weights") if k in steps[0]}
-                    print(f"round {r + 1} {w} {ENGINES[e]}: steps {[round(s['total'], 2) for s in steps]}, "
-                          f"measured {split}, peak {got['peak_mib']:.0f} MiB, "
-                          f"prompt tokens {steps[0].get('prompt_tokens', float('nan')):.0f}", flush=True)
+                    split = {
+                        k: round(statistics.median(s[k] for s in steps[1:] or steps), 2)
+                        for k in ("total", "generate", "score", "optimise", "gcpo_weights")
+                        if k in steps[0]
+                    }
+                    print(
+                        f"round {r + 1} {w} {ENGINES[e]}: steps {[round(s['total'], 2) for s in steps]}, "
+                        f"measured {split}, peak {got['peak_mib']:.0f} MiB, "
+                        f"prompt tokens {steps[0].get('prompt_tokens', float('nan')):.0f}",
+                        flush=True,
+                    )
 
     def median(rows, key):
         values = [row[key] for row in rows if key in row and row[key] == row[key]]
         return statistics.median(values) if values else float("nan")
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    print(f"\n{device}, {torch.get_num_threads()} torch threads; median of steps 2-{args.steps} over {args.rounds} "
-          f"interleaved round(s); peak = {'max_memory_allocated' if device == 'cuda' else 'peak RSS'} of the run's process\n")
-    print("| prompts | engine | s/step | vs TRL | generation | rewards, ref log-probs, weights | forward, backward, step "
-          "| GCPO weights | peak MiB | vs TRL | shared |")
+    print(
+        f"\n{device}, {torch.get_num_threads()} torch threads; median of steps 2-{args.steps} over {args.rounds} "
+        f"interleaved round(s); peak = {'max_memory_allocated' if device == 'cuda' else 'peak RSS'} of the run's process\n"
+    )
+    print(
+        "| prompts | engine | s/step | vs TRL | generation | rewards, ref log-probs, weights | forward, backward, step "
+        "| GCPO weights | peak MiB | vs TRL | shared |"
+    )
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for w in workloads:
         ref = measured.get((w, "trl"))
@@ -285,9 +365,11 @@ def main() -> None:
             rows, peak = measured[(w, e)]["steps"], max(measured[(w, e)]["peaks"])
             t = median(rows, "total")
             shared = median(rows, "shared_prompt")
-            print(f"| {w} ({tokens:.0f} tok) | {ENGINES[e]} | {t:.2f} | {t / ref_t:.2f}x | {median(rows, 'generate'):.2f} "
-                  f"| {median(rows, 'score'):.2f} | {median(rows, 'optimise'):.2f} | {median(rows, 'gcpo_weights'):.2f} "
-                  f"| {peak:.0f} | {peak / ref_m:.2f}x | {'' if shared != shared else f'{shared:.2f}'} |")
+            print(
+                f"| {w} ({tokens:.0f} tok) | {ENGINES[e]} | {t:.2f} | {t / ref_t:.2f}x | {median(rows, 'generate'):.2f} "
+                f"| {median(rows, 'score'):.2f} | {median(rows, 'optimise'):.2f} | {median(rows, 'gcpo_weights'):.2f} "
+                f"| {peak:.0f} | {peak / ref_m:.2f}x | {'' if shared != shared else f'{shared:.2f}'} |"
+            )
 
 
 if __name__ == "__main__":

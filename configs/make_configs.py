@@ -4,6 +4,7 @@ Each file is base/common.yaml, then base/<benchmark>.yaml, then the method's mod
 keys win), with output_dir runs/<benchmark>/<method>. Run from anywhere:
     python configs/make_configs.py
 """
+
 from pathlib import Path
 
 import yaml
@@ -12,9 +13,19 @@ HERE = Path(__file__).resolve().parent
 BENCHMARKS = ("narrativeqa", "qasper", "hotpotqa", "math500", "olympiadbench")
 # table row -> modulator (gcpo_analysis.measures.modulators.MODULATORS)
 METHODS = {
-    "grpo": "none", "grpo_se": "se", "grpo_kle": "kle", "empo": "empo", "grpo_care": "care",
-    "grpo_cd": "cd", "grpo_bot": "bot", "grpo_rd": "rd", "grpo_cd_rd": "cd_rd", "grpo_bot_rd": "bot_rd",
-    "q_hawkeye": "q_hawkeye", "eg_spo": "eg_spo", "r2vpo": "r2vpo",
+    "grpo": "none",
+    "grpo_se": "se",
+    "grpo_kle": "kle",
+    "empo": "empo",
+    "grpo_care": "care",
+    "grpo_cd": "cd",
+    "grpo_bot": "bot",
+    "grpo_rd": "rd",
+    "grpo_cd_rd": "cd_rd",
+    "grpo_bot_rd": "bot_rd",
+    "q_hawkeye": "q_hawkeye",
+    "eg_spo": "eg_spo",
+    "r2vpo": "r2vpo",
 }
 
 

@@ -6,5 +6,6 @@ sentence-transformers (embedding, NLI, gradient capture, collection) import them
 Start with ``gcpo_analysis.measures`` (score rollout groups), ``gcpo_analysis.stats``
 (the gap study), or the ``gcpo`` command.
 """
+
 # The one source of the version: pyproject.toml reads it ([tool.setuptools.dynamic]).
 __version__ = "0.1.0"

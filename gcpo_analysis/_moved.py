@@ -2,6 +2,7 @@
 
 Each shim module calls ``alias`` so that the old name *is* the new module (``sys.modules``), which
 keeps ``monkeypatch.setattr(old_module, ...)`` and ``isinstance`` checks working on the one object."""
+
 from __future__ import annotations
 
 import importlib
@@ -12,8 +13,7 @@ REMOVED_IN = "0.3.0"
 
 
 def alias(old: str, new: str):
-    warnings.warn(f"{old} moved to {new}; the old path is removed in gcpo {REMOVED_IN}", FutureWarning,
-                  stacklevel=3)
+    warnings.warn(f"{old} moved to {new}; the old path is removed in gcpo {REMOVED_IN}", FutureWarning, stacklevel=3)
     module = importlib.import_module(new)
     sys.modules[old] = module
     return module

@@ -2,6 +2,7 @@
 
 Each subcommand imports its heavy parts only when it runs, so `gcpo --help` is instant.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,28 +24,58 @@ def _add_score(sub):
     )
     p.add_argument("rollouts", help="rollouts frame: .parquet, .jsonl or .csv")
     p.add_argument("-o", "--output", required=True, help="groups frame to write (.parquet)")
-    p.add_argument("--measures", default="token_entropy,se,kle,cd,bot,rd",
-                   help="comma-separated: token_entropy, pe, se, kle, cd, bot, rd, or 'all' "
-                   "(token_entropy/pe need those rollouts columns)")
-    p.add_argument("--judge", default="embedding",
-                   help="clustering judge: embedding (offline MiniLM similarity, default), lexical "
-                   "(token-F1), math (answer equivalence), nli (roberta-large-mnli), nli:<name-or-path>")
-    p.add_argument("--embedder", default=None,
-                   help="sentence-transformers name or path (default: the packaged all-MiniLM-L6-v2)")
-    p.add_argument("--nli-threshold", "--nli_threshold", type=float, default=NLI_THRESHOLD,
-                   help="entailment threshold of the greedy clustering")
-    p.add_argument("--threshold", type=float, default=None, help="deprecated (removed in gcpo 0.3.0): use --nli-threshold")
-    p.add_argument("--full-completion", "--full_completion", action="store_true",
-                   help="embed/cluster the full completion instead of the extracted answer (math)")
-    p.add_argument("--alpha-base", "--alpha_base", type=float, default=ALPHA_BASE, help="alpha_base; alpha_G = alpha_base / ln G")
+    p.add_argument(
+        "--measures",
+        default="token_entropy,se,kle,cd,bot,rd",
+        help="comma-separated: token_entropy, pe, se, kle, cd, bot, rd, or 'all' "
+        "(token_entropy/pe need those rollouts columns)",
+    )
+    p.add_argument(
+        "--judge",
+        default="embedding",
+        help="clustering judge: embedding (offline MiniLM similarity, default), lexical "
+        "(token-F1), math (answer equivalence), nli (roberta-large-mnli), nli:<name-or-path>",
+    )
+    p.add_argument(
+        "--embedder", default=None, help="sentence-transformers name or path (default: the packaged all-MiniLM-L6-v2)"
+    )
+    p.add_argument(
+        "--nli-threshold",
+        "--nli_threshold",
+        type=float,
+        default=NLI_THRESHOLD,
+        help="entailment threshold of the greedy clustering",
+    )
+    p.add_argument(
+        "--threshold", type=float, default=None, help="deprecated (removed in gcpo 0.3.0): use --nli-threshold"
+    )
+    p.add_argument(
+        "--full-completion",
+        "--full_completion",
+        action="store_true",
+        help="embed/cluster the full completion instead of the extracted answer (math)",
+    )
+    p.add_argument(
+        "--alpha-base", "--alpha_base", type=float, default=ALPHA_BASE, help="alpha_base; alpha_G = alpha_base / ln G"
+    )
     p.add_argument("--r-min", "--r_min", type=float, default=R_MIN, help="lower end of the reward range")
     p.add_argument("--r-max", "--r_max", type=float, default=R_MAX, help="upper end of the reward range")
     p.add_argument("--csv", action="store_true", help="also write a CSV next to the Parquet file")
-    for name, what in (("query", "the query id (e.g. 'prompt' in a TRL frame)"), ("rollout", "the rollout id (default: derived, the order within the query)"),
-                       ("completion", "the completion text"), ("answer", "the extracted answer (needed only by measures that read it)"),
-                       ("reward", "the reward")):
-        p.add_argument(f"--{name}-col", f"--{name}_col", dest=f"{name}_col", default=None, metavar="COLUMN",
-                       help=f"the input column holding {what}")
+    for name, what in (
+        ("query", "the query id (e.g. 'prompt' in a TRL frame)"),
+        ("rollout", "the rollout id (default: derived, the order within the query)"),
+        ("completion", "the completion text"),
+        ("answer", "the extracted answer (needed only by measures that read it)"),
+        ("reward", "the reward"),
+    ):
+        p.add_argument(
+            f"--{name}-col",
+            f"--{name}_col",
+            dest=f"{name}_col",
+            default=None,
+            metavar="COLUMN",
+            help=f"the input column holding {what}",
+        )
     p.set_defaults(func=_run_score, _parser=p)
 
 
@@ -61,15 +92,24 @@ def _run_score(args) -> int:
 
     for target in (out, out.with_suffix(".csv"), out.with_suffix(".meta.json")):
         if target.resolve() == source:
-            raise ValueError(f"output {target} is the input rollouts file; choose another -o "
-                             f"(the groups frame would replace the rollouts)")
+            raise ValueError(
+                f"output {target} is the input rollouts file; choose another -o "
+                f"(the groups frame would replace the rollouts)"
+            )
         check_output(target, [source], "-o")  # not inside a checkpoint or a run's pruned folders
     rollouts = _read_rollouts(args, measures)
     groups = score_groups(
-        rollouts, measures, embedder=args.embedder, judge=args.judge, nli_threshold=args.nli_threshold,
+        rollouts,
+        measures,
+        embedder=args.embedder,
+        judge=args.judge,
+        nli_threshold=args.nli_threshold,
         threshold=args.threshold,  # the deprecated flag: score_groups warns
-        use_full_completion=args.full_completion, alpha_base=args.alpha_base,
-        r_min=args.r_min, r_max=args.r_max, progress=True,
+        use_full_completion=args.full_completion,
+        alpha_base=args.alpha_base,
+        r_min=args.r_min,
+        r_max=args.r_max,
+        progress=True,
     )
     meta = dict(groups.attrs.get("gcpo", {}), source=str(args.rollouts))
     groups.attrs = {}
@@ -87,17 +127,25 @@ def _read_rollouts(args, measures):
     from .frames import map_rollout_columns, read_table, validate_rollouts
     from .measures.score import MEASURES
 
-    mapping = {"query_id": args.query_col, "rollout_id": args.rollout_col, "completion": args.completion_col,
-               "answer": args.answer_col, "reward": args.reward_col}
+    mapping = {
+        "query_id": args.query_col,
+        "rollout_id": args.rollout_col,
+        "completion": args.completion_col,
+        "answer": args.answer_col,
+        "reward": args.reward_col,
+    }
     text_cols = [args.query_col, args.rollout_col, args.completion_col, args.answer_col]
-    df = map_rollout_columns(read_table(args.rollouts, text_columns=[c for c in text_cols if c]), mapping,
-                             source=str(args.rollouts))
+    df = map_rollout_columns(
+        read_table(args.rollouts, text_columns=[c for c in text_cols if c]), mapping, source=str(args.rollouts)
+    )
     reads_answers = not args.full_completion and any(MEASURES[m] for m in measures)
     if "answer" not in df.columns:
         if reads_answers:
-            raise ValueError(f"{args.rollouts}: measures {[m for m in measures if MEASURES[m]]} read the answers, "
-                             f"and there is no 'answer' column: name one with --answer-col, or score the full "
-                             f"completions with --full-completion")
+            raise ValueError(
+                f"{args.rollouts}: measures {[m for m in measures if MEASURES[m]]} read the answers, "
+                f"and there is no 'answer' column: name one with --answer-col, or score the full "
+                f"completions with --full-completion"
+            )
         df = df.assign(answer=df["completion"] if "completion" in df.columns else "")
     return validate_rollouts(df, source=str(args.rollouts))
 
@@ -107,25 +155,33 @@ def _add_proofs(sub):
     p.add_argument("--instances", type=int, default=2000, help="random instances per claim")
     p.add_argument("--seed", type=int, default=0, help="random seed")
     p.add_argument("-o", "--output", default=None, help="also write the table as CSV")
-    p.add_argument("--json", default=None, metavar="PATH",
-                   help="also write the table as JSON (settings and one record per claim; the README quotes it)")
-    p.add_argument("--strict", action="store_true",
-                   help="exit 1 when any claim fails (the paper's literal BoT constant does: see its note)")
+    p.add_argument(
+        "--json",
+        default=None,
+        metavar="PATH",
+        help="also write the table as JSON (settings and one record per claim; the README quotes it)",
+    )
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit 1 when any claim fails (the paper's literal BoT constant does: see its note)",
+    )
     p.set_defaults(func=_run_proofs, _parser=p)
 
 
 def _run_proofs(args) -> int:
-    from .theory.proofs import check_all, format_table
-
     from .frames import write_text
+    from .theory.proofs import check_all, format_table
 
     table = check_all(n_instances=args.instances, seed=args.seed)
     print(format_table(table))
     if args.output:
         write_text(args.output, table.to_csv(index=False))
     if args.json:
-        blob = {"settings": {"instances": args.instances, "seed": args.seed},
-                "claims": json.loads(table.to_json(orient="records"))}
+        blob = {
+            "settings": {"instances": args.instances, "seed": args.seed},
+            "claims": json.loads(table.to_json(orient="records")),
+        }
         write_text(args.json, json.dumps(blob, indent=2) + "\n")
     return 1 if args.strict and not bool(table["holds"].all()) else 0
 
@@ -157,8 +213,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Uncertainty-calibrated GRPO: measures, the gap study, proofs, training.",
     )
     parser.add_argument("--version", action="version", version=f"gcpo {_version()}")
-    parser.add_argument("--traceback", action="store_true",
-                        help="on an error, show the full Python traceback instead of one line")
+    parser.add_argument(
+        "--traceback", action="store_true", help="on an error, show the full Python traceback instead of one line"
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, target in SUBCOMMANDS.items():
         try:

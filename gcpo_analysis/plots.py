@@ -3,6 +3,7 @@
 Every function takes frames (or ``GapStudyResult``s), returns a matplotlib Figure and, when
 ``path`` (a file stem, e.g. ``figures/fig1``) is given, writes ``<stem>.png`` and ``<stem>.svg``.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -38,8 +39,15 @@ def _label(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def _errorbars(ax, x, y, lo, hi, color):
-    ax.errorbar(x, y, yerr=[np.asarray(y) - np.asarray(lo), np.asarray(hi) - np.asarray(y)],
-                fmt="none", ecolor="black", capsize=3, lw=1)
+    ax.errorbar(
+        x,
+        y,
+        yerr=[np.asarray(y) - np.asarray(lo), np.asarray(hi) - np.asarray(y)],
+        fmt="none",
+        ecolor="black",
+        capsize=3,
+        lw=1,
+    )
 
 
 def _measure_ticks(ax, labels):
@@ -53,8 +61,16 @@ def _mark_reference(ax, labels, ref):
     """Write 'reference' where the reference measure's (undefined) Delta would be."""
     ref_label = MEASURE_LABELS.get(ref, ref)
     if ref_label in list(labels):
-        ax.annotate("reference", (list(labels).index(ref_label), 0), ha="center", va="bottom",
-                    xytext=(0, 4), textcoords="offset points", fontsize=8, color="dimgrey")
+        ax.annotate(
+            "reference",
+            (list(labels).index(ref_label), 0),
+            ha="center",
+            va="bottom",
+            xytext=(0, 4),
+            textcoords="offset points",
+            fontsize=8,
+            color="dimgrey",
+        )
 
 
 def figure1(results, path=None):
@@ -85,13 +101,22 @@ def figure1(results, path=None):
 
         r = _label(res.retrieval)
         x = np.arange(len(r))
-        bars = [ax[1].bar(x - 0.2, r["auc"], 0.4, color=palette[1], label="AUC"),
-                ax[1].bar(x + 0.2, r["precision_at_10"], 0.4, color=palette[2], label="Precision@10%")]
+        bars = [
+            ax[1].bar(x - 0.2, r["auc"], 0.4, color=palette[1], label="AUC"),
+            ax[1].bar(x + 0.2, r["precision_at_10"], 0.4, color=palette[2], label="Precision@10%"),
+        ]
         for group in bars:  # a zero-height bar is a value of 0, not a missing one
             for bar in group:
                 if np.isfinite(bar.get_height()) and abs(bar.get_height()) < 1e-9:
-                    ax[1].annotate("0", (bar.get_x() + bar.get_width() / 2, 0), ha="center", va="bottom",
-                                   xytext=(0, 1), textcoords="offset points", fontsize=8)
+                    ax[1].annotate(
+                        "0",
+                        (bar.get_x() + bar.get_width() / 2, 0),
+                        ha="center",
+                        va="bottom",
+                        xytext=(0, 1),
+                        textcoords="offset points",
+                        fontsize=8,
+                    )
         ax[1].axhline(0.5, color="black", lw=1, ls=":", label="AUC = 0.5 (chance)")
         ax[1].set(title="(b) retrieval of the top-10% V queries", ylabel="AUC / precision", ylim=(0, 1.05))
         _measure_ticks(ax[1], r["label"])
@@ -100,8 +125,14 @@ def figure1(results, path=None):
         b = _label(res.bootstrap)
         order = list(s["label"])  # every measure keeps its place; the reference has no Delta
         xb = b["label"].map(order.index)
-        ax[2].errorbar(xb, b["delta"], yerr=[b["delta"] - b["ci_low"], b["ci_high"] - b["delta"]],
-                       fmt="o", color=palette[3], capsize=4)
+        ax[2].errorbar(
+            xb,
+            b["delta"],
+            yerr=[b["delta"] - b["ci_low"], b["ci_high"] - b["delta"]],
+            fmt="o",
+            color=palette[3],
+            capsize=4,
+        )
         ax[2].axhline(0, color="black", lw=1, ls="--")
         ref = res.settings.get("reference", "bot")
         _mark_reference(ax[2], order, ref)
@@ -114,13 +145,23 @@ def figure1(results, path=None):
         mean_v = float(res.settings.get("target_mean") or np.nan)
         scale = mean_v if np.isfinite(mean_v) and mean_v > 0 else 1.0
         mae_label = f"MAE ÷ mean V (mean V = {mean_v:.3g})" if scale != 1.0 else "MAE (units of V)"
-        ax[3].bar(x - 0.2, h["mae_mean"] / scale, 0.4, yerr=h["mae_std"] / scale, capsize=3,
-                  color=palette[4], label=mae_label)
-        ax[3].bar(x + 0.2, h["spearman_mean"], 0.4, yerr=h["spearman_std"], capsize=3,
-                  color=palette[5], label="Spearman ρ(V̂, V)")
+        ax[3].bar(
+            x - 0.2, h["mae_mean"] / scale, 0.4, yerr=h["mae_std"] / scale, capsize=3, color=palette[4], label=mae_label
+        )
+        ax[3].bar(
+            x + 0.2,
+            h["spearman_mean"],
+            0.4,
+            yerr=h["spearman_std"],
+            capsize=3,
+            color=palette[5],
+            label="Spearman ρ(V̂, V)",
+        )
         ax[3].axhline(0, color="grey", lw=0.8)
-        ax[3].set(title=f"(d) held-out V̂ = b₀ + b₁u ({res.settings.get('k_folds', 'k')}-fold, mean ± sd)",
-                  ylabel="MAE ÷ mean V  /  ρ")
+        ax[3].set(
+            title=f"(d) held-out V̂ = b₀ + b₁u ({res.settings.get('k_folds', 'k')}-fold, mean ± sd)",
+            ylabel="MAE ÷ mean V  /  ρ",
+        )
         _measure_ticks(ax[3], h["label"])
         ax[3].legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
         for a in ax:
@@ -130,11 +171,19 @@ def figure1(results, path=None):
     return fig
 
 
-_NAMES = {"narrativeqa": "NarrativeQA", "qasper": "Qasper", "hotpotqa": "HotpotQA", "math500": "MATH500",
-          "aime24": "AIME24", "olympiadbench": "OlympiadBench",
-          "lipschitz=True": "Simulated: gradients follow the embedding (Lipschitz)",
-          "lipschitz=False": "Simulated: gradients unrelated to the embedding",
-          "grad_var": "gradient variance V(q)", "success_rate": "success rate", "success": "success rate"}
+_NAMES = {
+    "narrativeqa": "NarrativeQA",
+    "qasper": "Qasper",
+    "hotpotqa": "HotpotQA",
+    "math500": "MATH500",
+    "aime24": "AIME24",
+    "olympiadbench": "OlympiadBench",
+    "lipschitz=True": "Simulated: gradients follow the embedding (Lipschitz)",
+    "lipschitz=False": "Simulated: gradients unrelated to the embedding",
+    "grad_var": "gradient variance V(q)",
+    "success_rate": "success rate",
+    "success": "success rate",
+}
 
 
 def _human(name: str) -> str:
@@ -154,8 +203,9 @@ def decomposition(result, path=None):
     d = result.decomposition if is_result else result
     if d is None or len(d) == 0:
         raise ValueError("decomposition: this result has no decomposition table (re-run gap_study)")
-    needed = ["measure", "n_pos", "n_zero"] + [f"{k}{s}" for k in ("auc_pos", "rho_pos", "delta_rho_pos")
-                                               for s in ("", "_ci_low", "_ci_high")]
+    needed = ["measure", "n_pos", "n_zero"] + [
+        f"{k}{s}" for k in ("auc_pos", "rho_pos", "delta_rho_pos") for s in ("", "_ci_low", "_ci_high")
+    ]
     missing = [c for c in needed if c not in d.columns]
     if missing:
         raise ValueError(f"decomposition: column(s) {missing} missing from the decomposition frame")
@@ -166,11 +216,23 @@ def decomposition(result, path=None):
     n_pos, n_zero = int(d["n_pos"].iloc[0]), int(d["n_zero"].iloc[0])
     palette = sns.color_palette("deep")
     fig, ax = plt.subplots(1, 3, figsize=(15, 4.4), layout="constrained")
-    panels = [("auc_pos", f"(a) AUC of u for 1[V > 0]\n({n_pos} groups with V > 0, {n_zero} with V = 0)", 0.5, "AUC",
-               "AUC = 0.5 (chance)"),
-              ("rho_pos", f"(b) Spearman ρ(u, V)\nwithin the {n_pos} groups with V > 0", 0.0, "ρ", None),
-              ("delta_rho_pos", f"(c) paired Δρ = ρ({MEASURE_LABELS.get(ref, ref)}, V) − ρ(u, V)\nwithin V > 0",
-               0.0, "Δρ", None)]
+    panels = [
+        (
+            "auc_pos",
+            f"(a) AUC of u for 1[V > 0]\n({n_pos} groups with V > 0, {n_zero} with V = 0)",
+            0.5,
+            "AUC",
+            "AUC = 0.5 (chance)",
+        ),
+        ("rho_pos", f"(b) Spearman ρ(u, V)\nwithin the {n_pos} groups with V > 0", 0.0, "ρ", None),
+        (
+            "delta_rho_pos",
+            f"(c) paired Δρ = ρ({MEASURE_LABELS.get(ref, ref)}, V) − ρ(u, V)\nwithin V > 0",
+            0.0,
+            "Δρ",
+            None,
+        ),
+    ]
     for a, (col, title, line, ylabel, line_label), color in zip(ax, panels, palette):
         ok = d[col].notna()
         x = np.flatnonzero(ok.to_numpy())
@@ -184,8 +246,10 @@ def decomposition(result, path=None):
         _measure_ticks(a, d["label"])
     _mark_reference(ax[2], list(d["label"]), ref)
     name = _human(getattr(result, "name", "")) if is_result else ""
-    fig.suptitle(f"{name + ': ' if name else ''}the V = 0 decomposition — our addition, not the paper's "
-                 "(95% bootstrap CIs)", fontsize=12)
+    fig.suptitle(
+        f"{name + ': ' if name else ''}the V = 0 decomposition — our addition, not the paper's (95% bootstrap CIs)",
+        fontsize=12,
+    )
     if path is not None:
         save_figure(fig, path)
     return fig
@@ -202,8 +266,10 @@ def size_control(result, path=None):
     is_result = isinstance(result, GapStudyResult)
     d = result.size_control if is_result else result
     if d is None or len(d) == 0:
-        raise ValueError("size_control: this result has no size_control table (the groups frame had no "
-                         "grad_norm2_mean, or it was saved before the table existed)")
+        raise ValueError(
+            "size_control: this result has no size_control table (the groups frame had no "
+            "grad_norm2_mean, or it was saved before the table existed)"
+        )
     missing = [c for c in ("subset", "statistic", "measure", "rho", "ci_low", "ci_high", "n") if c not in d.columns]
     if missing:
         raise ValueError(f"size_control: column(s) {missing} missing from the size_control frame")
@@ -212,8 +278,11 @@ def size_control(result, path=None):
     subsets = [("all", "all groups"), ("v_pos", "V > 0"), ("v_zero", "V = 0")]
     palette = dict(zip([s for s, _ in subsets], sns.color_palette("deep")))
     fig, ax = plt.subplots(1, 3, figsize=(15, 4.4), layout="constrained", sharey=True)
-    titles = {"partial": "(a) rank partial ρ(u, V | mean‖g‖²)", "ratio": "(b) ρ(u, V / mean‖g‖²)",
-              "norm": "(c) ρ(u, mean‖g‖²)"}
+    titles = {
+        "partial": "(a) rank partial ρ(u, V | mean‖g‖²)",
+        "ratio": "(b) ρ(u, V / mean‖g‖²)",
+        "norm": "(c) ρ(u, mean‖g‖²)",
+    }
     for a, (stat, title) in zip(ax, titles.items()):
         part = d[d["statistic"] == stat]
         present = [(s, lab) for s, lab in subsets if s in set(part["subset"])]
@@ -224,8 +293,9 @@ def size_control(result, path=None):
             ok = rows["rho"].notna().to_numpy()
             y, lo, hi = (rows[c].to_numpy(float)[ok] for c in ("rho", "ci_low", "ci_high"))
             n = int(rows["n"].dropna().iloc[0])
-            a.errorbar(x[ok], y, yerr=[y - lo, hi - y], fmt="o", color=palette[sub], capsize=3,
-                       label=f"{lab} (N = {n})")
+            a.errorbar(
+                x[ok], y, yerr=[y - lo, hi - y], fmt="o", color=palette[sub], capsize=3, label=f"{lab} (N = {n})"
+            )
         a.axhline(0, color="grey", lw=1, ls="--")
         a.set(title=title, ylabel="ρ")
         a.title.set_fontsize(10)
@@ -233,11 +303,14 @@ def size_control(result, path=None):
     handles = {lab: h for a in ax for h, lab in zip(*a.get_legend_handles_labels())}  # one legend for all panels
     fig.legend(handles.values(), handles.keys(), loc="outside lower center", ncol=len(handles), fontsize=9)
     name = _human(getattr(result, "name", "")) if is_result else ""
-    fig.suptitle(f"{name + ': ' if name else ''}gradient size, controlled — our addition, not the paper's "
-                 "(95% bootstrap CIs)", fontsize=12)
+    fig.suptitle(
+        f"{name + ': ' if name else ''}gradient size, controlled — our addition, not the paper's (95% bootstrap CIs)",
+        fontsize=12,
+    )
     if path is not None:
         save_figure(fig, path)
     return fig
+
 
 def ablation_plot(frame: pd.DataFrame, x: str = "alpha", y: str = "f1", hue: str = "method", path=None):
     """Figure 4: a training metric ``y`` against the strength ``x`` (alpha_base) per ``hue``,
@@ -291,8 +364,9 @@ def correlation_heatmap(result, path=None, title: str | None = None):
     p = tidy.pivot(index="row", columns="label", values="p").loc[rows, order]
     annot = rho.map(lambda v: f"{v:.2f}") + p.map(_stars)
     fig, ax = plt.subplots(figsize=(1.1 * len(order) + 4.5, 0.8 * len(rho) + 1.8), layout="constrained")
-    sns.heatmap(rho, annot=annot, fmt="", cmap="vlag", vmin=-1, vmax=1, center=0, ax=ax,
-                cbar_kws={"label": "Spearman ρ(u, ·)"})
+    sns.heatmap(
+        rho, annot=annot, fmt="", cmap="vlag", vmin=-1, vmax=1, center=0, ax=ax, cbar_kws={"label": "Spearman ρ(u, ·)"}
+    )
     ax.set(xlabel="", ylabel="", title=title or "Spearman ρ of each measure u with the target")
     ax.tick_params(axis="y", rotation=0)
     fig.text(0.0, 0.0, STARS_NOTE, ha="left", va="top", fontsize=8)
@@ -309,8 +383,10 @@ def simulation_gaps_plot(rho_table: pd.DataFrame, filter_table: pd.DataFrame, pa
     and ||g_hat|| of the kept and removed queries relative to all queries (``entropy_filter_effect``
     output; its ``rel_*_ci_low/high`` columns, when present, are drawn as 95% CIs), with tau.
     """
-    for name, t, cols in (("rho_table", rho_table, ("measure", "rho", "setting")),
-                          ("filter_table", filter_table, ("subset",))):
+    for name, t, cols in (
+        ("rho_table", rho_table, ("measure", "rho", "setting")),
+        ("filter_table", filter_table, ("subset",)),
+    ):
         missing = [c for c in cols if c not in t.columns]
         if missing:
             raise ValueError(f"simulation_gaps_plot: {name} lacks column(s) {missing}")
@@ -333,7 +409,7 @@ def simulation_gaps_plot(rho_table: pd.DataFrame, filter_table: pd.DataFrame, pa
 
     names = {"rd": "mean RD", "grad_var": "mean V(q)", "update_norm": "mean ‖ĝ‖"}
     ft = filter_table.set_index("subset")
-    metrics = [c[len("mean_"):] for c in ft.columns if c.startswith("mean_")]
+    metrics = [c[len("mean_") :] for c in ft.columns if c.startswith("mean_")]
     subsets = [s for s in ("kept", "removed") if s in ft.index]
     width = 0.8 / max(len(subsets), 1)
     n = {s: int(ft["n"].loc[s]) for s in subsets} if "n" in ft.columns else {}
@@ -353,16 +429,19 @@ def simulation_gaps_plot(rho_table: pd.DataFrame, filter_table: pd.DataFrame, pa
         h = MEASURE_LABELS.get(ft["measure"].iloc[0], ft["measure"].iloc[0]) if "measure" in ft.columns else "H"
         tau += f", the {ft['tau_quantile'].iloc[0]:.0%} quantile of {h}"
     has_ci = all(f"rel_{m}_ci_low" in ft.columns for m in metrics)
-    b.set(title=f"Calibration gap: entropy filter H ≤ τ ({tau})",
-          ylabel="subset mean ÷ mean over all queries" + (" (95% bootstrap CI)" if has_ci else ""))
+    b.set(
+        title=f"Calibration gap: entropy filter H ≤ τ ({tau})",
+        ylabel="subset mean ÷ mean over all queries" + (" (95% bootstrap CI)" if has_ci else ""),
+    )
     b.legend(fontsize=9, loc="upper center", bbox_to_anchor=(0.5, -0.08), ncol=3, frameon=False)
     if path is not None:
         save_figure(fig, path)
     return fig
 
 
-def lipschitz_plot(pairs: pd.DataFrame, per_group: pd.DataFrame, summary: pd.DataFrame, path=None,
-                   title: str | None = None):
+def lipschitz_plot(
+    pairs: pd.DataFrame, per_group: pd.DataFrame, summary: pd.DataFrame, path=None, title: str | None = None
+):
     """Do gradients follow the embedding? (``gcpo_analysis.lipschitz``, paper App. C's assumption.)
 
     (a) the per-group Spearman rho(d_g, d_e), one dot per group, with the mean and its bootstrap
@@ -370,8 +449,11 @@ def lipschitz_plot(pairs: pd.DataFrame, per_group: pd.DataFrame, summary: pd.Dat
     d_g in deciles of d_e and the pooled rho; (c) d_g / group mean of same-cluster and
     different-cluster pairs, with the ratio of means and the AUC (bootstrap CIs over groups).
     """
-    need = {"pairs": (pairs, ("query_id", "grad_norm", "emb_norm")), "per_group": (per_group, ("rho",)),
-            "summary": (summary, ("statistic", "estimate", "ci_low", "ci_high"))}
+    need = {
+        "pairs": (pairs, ("query_id", "grad_norm", "emb_norm")),
+        "per_group": (per_group, ("rho",)),
+        "summary": (summary, ("statistic", "estimate", "ci_low", "ci_high")),
+    }
     for name, (t, cols) in need.items():
         missing = [c for c in cols if c not in t.columns]
         if missing:
@@ -391,13 +473,25 @@ def lipschitz_plot(pairs: pd.DataFrame, per_group: pd.DataFrame, summary: pd.Dat
     ax[0].scatter(rho, jitter, s=18, alpha=0.7, color=palette[0])
     if "mean_rho" in s.index and np.isfinite(s["estimate"].loc["mean_rho"]):
         m = s.loc["mean_rho"]
-        ax[0].errorbar([m["estimate"]], [0.3], xerr=[[m["estimate"] - m["ci_low"]], [m["ci_high"] - m["estimate"]]],
-                       fmt="D", color="black", capsize=4, label="mean, 95% CI")
+        ax[0].errorbar(
+            [m["estimate"]],
+            [0.3],
+            xerr=[[m["estimate"] - m["ci_low"]], [m["ci_high"] - m["estimate"]]],
+            fmt="D",
+            color="black",
+            capsize=4,
+            label="mean, 95% CI",
+        )
         ax[0].legend(fontsize=8, loc="lower left")
     ax[0].axvline(0, color="grey", lw=0.8)
-    ax[0].set(xlim=(-1.05, 1.05), ylim=(-0.5, 0.5), yticks=[], xlabel="Spearman ρ(‖g_i − g_j‖², 1 − cos(e_i, e_j))",
-              title=f"(a) per group: {len(rho)} of {len(per_group)} groups, mean ρ = {stat('mean_rho')}\n"
-                    f"gradient directions only, 1 − cos(g_i, g_j): mean ρ = {stat('mean_rho_direction')}")
+    ax[0].set(
+        xlim=(-1.05, 1.05),
+        ylim=(-0.5, 0.5),
+        yticks=[],
+        xlabel="Spearman ρ(‖g_i − g_j‖², 1 − cos(e_i, e_j))",
+        title=f"(a) per group: {len(rho)} of {len(per_group)} groups, mean ρ = {stat('mean_rho')}\n"
+        f"gradient directions only, 1 − cos(g_i, g_j): mean ρ = {stat('mean_rho_direction')}",
+    )
 
     ok = pairs.dropna(subset=["grad_norm", "emb_norm"])
     ok = ok[ok["grad_norm"] > 0]
@@ -408,21 +502,45 @@ def lipschitz_plot(pairs: pd.DataFrame, per_group: pd.DataFrame, summary: pd.Dat
         ax[1].plot(med["x"], med["y"], "o-", color="black", lw=1.5, label="median per decile of d_e")
         ax[1].legend(fontsize=8, loc="lower right")
     ax[1].set_yscale("log")
-    ax[1].set(xlabel="embedding distance / group mean", ylabel="gradient distance / group mean",
-              title=f"(b) all pairs: pooled ρ = {stat('pooled_rho')}")
+    ax[1].set(
+        xlabel="embedding distance / group mean",
+        ylabel="gradient distance / group mean",
+        title=f"(b) all pairs: pooled ρ = {stat('pooled_rho')}",
+    )
 
     if "same_cluster" in pairs.columns:
         used = per_group.loc[per_group.get("same_mean", pd.Series(dtype=float)).notna(), "query_id"]
         cp = pairs[pairs["query_id"].isin(used)].assign(
-            kind=lambda d: np.where(d["same_cluster"], "same cluster", "different cluster"))
+            kind=lambda d: np.where(d["same_cluster"], "same cluster", "different cluster")
+        )
         if len(cp):
-            sns.boxplot(data=cp, x="kind", y="grad_norm", order=["same cluster", "different cluster"], ax=ax[2],
-                        hue="kind", palette=[palette[2], palette[3]], legend=False, showfliers=False)
-            sns.stripplot(data=cp, x="kind", y="grad_norm", order=["same cluster", "different cluster"], ax=ax[2],
-                          color="black", size=2, alpha=0.3)
-        ax[2].set(xlabel="", ylabel="gradient distance / group mean",
-                  title=f"(c) {len(used)} groups with both kinds of pair\nratio = {stat('cluster_ratio')}, "
-                        f"AUC = {stat('cluster_auc')}")
+            sns.boxplot(
+                data=cp,
+                x="kind",
+                y="grad_norm",
+                order=["same cluster", "different cluster"],
+                ax=ax[2],
+                hue="kind",
+                palette=[palette[2], palette[3]],
+                legend=False,
+                showfliers=False,
+            )
+            sns.stripplot(
+                data=cp,
+                x="kind",
+                y="grad_norm",
+                order=["same cluster", "different cluster"],
+                ax=ax[2],
+                color="black",
+                size=2,
+                alpha=0.3,
+            )
+        ax[2].set(
+            xlabel="",
+            ylabel="gradient distance / group mean",
+            title=f"(c) {len(used)} groups with both kinds of pair\nratio = {stat('cluster_ratio')}, "
+            f"AUC = {stat('cluster_auc')}",
+        )
     else:
         ax[2].set_axis_off()
     if title:

@@ -1,15 +1,20 @@
 """Generation prompts of the benchmarks (paper Appendix D training setup): one user message
 per query from its task's template, the passage cut to a token budget, then the tokenizer's
 chat template. Shared by the study, gcpo_train's loop, evaluation and the TRL backend."""
+
 from __future__ import annotations
 
 import re
 
 PROMPT_TEMPLATES = {
-    "qa_f1": ("Answer the question based on the passage. Give only a short answer.\n\n"
-              "Passage: {context}\n\nQuestion: {question}\nAnswer:"),
-    "hotpot": ("Answer the question based on the passages. Give only a short answer "
-               "(yes or no for yes/no questions).\n\nPassages:\n{context}\n\nQuestion: {question}\nAnswer:"),
+    "qa_f1": (
+        "Answer the question based on the passage. Give only a short answer.\n\n"
+        "Passage: {context}\n\nQuestion: {question}\nAnswer:"
+    ),
+    "hotpot": (
+        "Answer the question based on the passages. Give only a short answer "
+        "(yes or no for yes/no questions).\n\nPassages:\n{context}\n\nQuestion: {question}\nAnswer:"
+    ),
     "math": "{question}\nPlease reason step by step, and put your final answer within \\boxed{{}}.",
     # One worked one-line example before the problem: a 135M policy told to "reason step by step"
     # rambles past any small token budget (cpu-math pilot: 96% of completions cut at 48 tokens,
@@ -42,7 +47,9 @@ def _truncate(text: str, max_tokens: int | None, tokenizer) -> str:
     return tokenizer.decode(ids[:max_tokens], skip_special_tokens=True)
 
 
-def build_messages(row, max_context_tokens: int | None = 256, tokenizer=None, template: str | None = None) -> list[dict]:
+def build_messages(
+    row, max_context_tokens: int | None = 256, tokenizer=None, template: str | None = None
+) -> list[dict]:
     """[{"role": "user", "content": PROMPT_TEMPLATES[task].format(question, context)}] with no
     system message; the passage keeps its first ``max_context_tokens`` tokens (paper Appendix D
     training setup; None keeps it whole). Math prompts carry no passage. ``template`` names
@@ -59,15 +66,16 @@ def build_messages(row, max_context_tokens: int | None = 256, tokenizer=None, te
     return [{"role": "user", "content": content}]
 
 
-def build_prompt(row, tokenizer, max_context_tokens: int | None = 256, chat: bool = True,
-                 template: str | None = None) -> str:
+def build_prompt(
+    row, tokenizer, max_context_tokens: int | None = 256, chat: bool = True, template: str | None = None
+) -> str:
     """The generation prompt: ``tokenizer.apply_chat_template(build_messages(...), tokenize=False,
     add_generation_prompt=True)``; ``chat=False`` gives the plain user text."""
     messages = build_messages(row, max_context_tokens=max_context_tokens, tokenizer=tokenizer, template=template)
     if not chat:
         return messages[0]["content"]
     if tokenizer is None or not getattr(tokenizer, "chat_template", None):
-        raise ValueError("the tokenizer has no chat template; use chat=False (--no-chat-template) "
-                         "for a plain-text prompt")
+        raise ValueError(
+            "the tokenizer has no chat template; use chat=False (--no-chat-template) for a plain-text prompt"
+        )
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-

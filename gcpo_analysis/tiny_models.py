@@ -3,6 +3,7 @@
 Nothing here touches a network: models are built from configs, the tokenizer from a fixed
 word-level vocabulary with a minimal chat template.
 """
+
 from __future__ import annotations
 
 import string
@@ -62,14 +63,25 @@ def tiny_causal_lm(family: str = "llama", *, vocab_size: int = 128, seed: int = 
     common = dict(vocab_size=vocab_size, pad_token_id=0, bos_token_id=2, eos_token_id=3)
     if family in ("llama", "llama-tied"):
         cfg = transformers.LlamaConfig(
-            hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, max_position_embeddings=256,
-            tie_word_embeddings=(family == "llama-tied"), **common,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=256,
+            tie_word_embeddings=(family == "llama-tied"),
+            **common,
         )
     elif family == "qwen2":
         cfg = transformers.Qwen2Config(
-            hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=False, **common,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=256,
+            tie_word_embeddings=False,
+            **common,
         )
     elif family == "gpt2":
         cfg = transformers.GPT2Config(n_embd=32, n_layer=2, n_head=4, n_positions=256, **common)

@@ -14,6 +14,7 @@ setting (TrainConfig, GCPOConfig, StudyConfig, ``score_groups``, the CLI); the s
 
 Plain Python, no imports beyond the standard library: configs and the CLI read it for free.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -61,11 +62,15 @@ def renamed_setting(old: str, new: str, old_value, new_value, default, stackleve
     Both given, with different values, is an error."""
     if old_value is None:
         return new_value
-    warnings.warn(f"{old!r} is deprecated and will be removed in gcpo {SETTING_REMOVED_IN}; "
-                  f"use {new!r} (the same setting)", FutureWarning, stacklevel=stacklevel)
+    warnings.warn(
+        f"{old!r} is deprecated and will be removed in gcpo {SETTING_REMOVED_IN}; use {new!r} (the same setting)",
+        FutureWarning,
+        stacklevel=stacklevel,
+    )
     if new_value not in (default, old_value):
         raise ValueError(f"{old}={old_value} and {new}={new_value} disagree; give only {new}")
     return old_value
+
 
 # The reward task of each dataset (docs/conventions.md "Rewards"): rewards live on [0, REWARD_MAX].
 TASK_OF_DATASET = {

@@ -3,7 +3,8 @@
 Layout: ``output_dir/checkpoints/step_000100/`` with ``trainable.pt`` (the parameters that
 require grad: LoRA adapters, or all weights under full fine-tuning), ``optimizer.pt``,
 ``scheduler.pt``, ``rng.pt`` (the torch RNG state, a tensor), ``rng.json`` (Python's and
-numpy's RNG states), ``state.json`` (step, data position, config hash) and ``config.json``; LoRA runs also get ``adapter/`` (peft ``save_pretrained``)
+numpy's RNG states), ``state.json`` (step, data position, config hash) and ``config.json``;
+LoRA runs also get ``adapter/`` (peft ``save_pretrained``)
 for use outside gcpo. Written into a temporary folder, then ``os.replace``d into place, so a
 run killed mid-write never leaves a half checkpoint behind.
 
@@ -12,6 +13,7 @@ with ``torch.load(weights_only=True)``, which unpickles tensors and plain contai
 the RNG states that are not tensors are JSON. A file that fails the safe load is refused with
 its path named; ``load_latest_usable`` falls back to the newest checkpoint that loads.
 """
+
 from __future__ import annotations
 
 import json
@@ -45,8 +47,11 @@ def complete_checkpoints(output_dir) -> list[Path]:
     root = Path(output_dir) / "checkpoints"
     if not root.exists():
         return []
-    done = [p for p in root.glob("step_*") if p.is_dir() and (p / "state.json").exists()
-            and not p.name.endswith(".tmp") and p.name[5:].isdigit()]
+    done = [
+        p
+        for p in root.glob("step_*")
+        if p.is_dir() and (p / "state.json").exists() and not p.name.endswith(".tmp") and p.name[5:].isdigit()
+    ]
     return sorted(done, key=lambda p: int(p.name[5:]), reverse=True)
 
 
@@ -86,7 +91,7 @@ def newest_usable(output_dir, load: Callable[[Path], T]) -> tuple[T, Path] | tup
             warnings.warn(f"skipping checkpoint {path.name}: {err}; trying the previous one", stacklevel=2)
             bad.append(str(err))
     if bad:
-        raise UnreadableCheckpoint("no usable checkpoint in " f"{Path(output_dir) / 'checkpoints'}: " + "; ".join(bad))
+        raise UnreadableCheckpoint(f"no usable checkpoint in {Path(output_dir) / 'checkpoints'}: " + "; ".join(bad))
     return None, None
 
 
@@ -109,13 +114,16 @@ def check_finite_weights(model, step: int) -> None:
     anything of that step is logged or saved (the newest checkpoint stays the last finite one)."""
     bad = nonfinite_tensors({n: p.detach() for n, p in model.named_parameters() if p.requires_grad})
     if bad:
-        raise DivergedRun(f"step {step}: the update made {len(bad)} trainable tensor(s) NaN or infinite "
-                          f"(e.g. {bad[0]}); the run diverged and was stopped, nothing of step {step} was "
-                          f"saved (lower learning_rate, or check the rewards)")
+        raise DivergedRun(
+            f"step {step}: the update made {len(bad)} trainable tensor(s) NaN or infinite "
+            f"(e.g. {bad[0]}); the run diverged and was stopped, nothing of step {step} was "
+            f"saved (lower learning_rate, or check the rewards)"
+        )
 
 
-def save_checkpoint(output_dir, step: int, *, model, optimizer, scheduler, config: TrainConfig,
-                    data_position: int) -> Path:
+def save_checkpoint(
+    output_dir, step: int, *, model, optimizer, scheduler, config: TrainConfig, data_position: int
+) -> Path:
     """Write checkpoint ``step`` atomically (tmp folder + ``os.replace``); returns its path.
     Non-finite weights are refused (``DivergedRun``); a failed write (a full disk) removes the
     temporary folder and raises OSError naming the checkpoint."""
@@ -124,15 +132,27 @@ def save_checkpoint(output_dir, step: int, *, model, optimizer, scheduler, confi
     weights = trainable_state(model)
     bad = nonfinite_tensors(weights)
     if bad:
-        raise DivergedRun(f"step {step}: {len(bad)} trainable tensor(s) are NaN or infinite (e.g. {bad[0]}); "
-                          f"checkpoint not saved")
+        raise DivergedRun(
+            f"step {step}: {len(bad)} trainable tensor(s) are NaN or infinite (e.g. {bad[0]}); checkpoint not saved"
+        )
     try:
-        _write_checkpoint(tmp, weights, model=model, optimizer=optimizer, scheduler=scheduler, config=config,
-                          step=step, data_position=data_position)
+        _write_checkpoint(
+            tmp,
+            weights,
+            model=model,
+            optimizer=optimizer,
+            scheduler=scheduler,
+            config=config,
+            step=step,
+            data_position=data_position,
+        )
     except OSError as err:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise OSError(err.errno, f"checkpoint {final.name} not written ({err.strerror or err}); the newest "
-                      f"complete checkpoint is unchanged", str(tmp)) from None
+        raise OSError(
+            err.errno,
+            f"checkpoint {final.name} not written ({err.strerror or err}); the newest complete checkpoint is unchanged",
+            str(tmp),
+        ) from None
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
@@ -152,8 +172,9 @@ def _write_checkpoint(tmp: Path, weights: dict, *, model, optimizer, scheduler, 
     if config.use_lora and hasattr(model, "save_pretrained"):
         model.save_pretrained(tmp / "adapter")
     (tmp / "config.json").write_text(json.dumps(config.to_dict(), indent=2, default=str))
-    (tmp / "state.json").write_text(json.dumps(
-        {"step": step, "data_position": data_position, "config_hash": config.config_hash()}, indent=2))
+    (tmp / "state.json").write_text(
+        json.dumps({"step": step, "data_position": data_position, "config_hash": config.config_hash()}, indent=2)
+    )
 
 
 def check_compatible(path: Path, config: TrainConfig) -> dict:
@@ -163,11 +184,16 @@ def check_compatible(path: Path, config: TrainConfig) -> dict:
         return state
     saved = _read_json(Path(path) / "config.json", ())
     mine = config.identity()
-    keys = sorted(k for k in set(saved) | set(mine)
-                  if k in mine and json.dumps(saved.get(k), default=str) != json.dumps(mine.get(k), default=str))
+    keys = sorted(
+        k
+        for k in set(saved) | set(mine)
+        if k in mine and json.dumps(saved.get(k), default=str) != json.dumps(mine.get(k), default=str)
+    )
     diffs = ", ".join(f"{k}: checkpoint={saved.get(k)!r} vs now={mine.get(k)!r}" for k in keys)
-    raise ValueError(f"checkpoint {path} was written with another configuration; differing keys: "
-                     f"{diffs or '(hash differs, no key differs: gcpo version change?)'}")
+    raise ValueError(
+        f"checkpoint {path} was written with another configuration; differing keys: "
+        f"{diffs or '(hash differs, no key differs: gcpo version change?)'}"
+    )
 
 
 def read_state(path) -> dict:
@@ -201,8 +227,10 @@ def load_trainable(model, path: Path) -> None:
         raise ValueError(f"checkpoint {path} has parameters the model lacks, e.g. {missing[:3]}")
     absent = [n for n, p in params.items() if p.requires_grad and n not in saved]
     if absent:
-        raise UnreadableCheckpoint(f"{file} lacks {len(absent)} of the model's {len(absent) + len(saved)} "
-                                   f"trainable tensors (e.g. {absent[0]}): an empty or partial file")
+        raise UnreadableCheckpoint(
+            f"{file} lacks {len(absent)} of the model's {len(absent) + len(saved)} "
+            f"trainable tensors (e.g. {absent[0]}): an empty or partial file"
+        )
     bad = nonfinite_tensors(saved)
     if bad:
         raise UnreadableCheckpoint(f"{file} holds NaN or infinite weights ({len(bad)} tensor(s), e.g. {bad[0]})")
@@ -215,8 +243,10 @@ def rng_states_to_json() -> dict:
     """Python's and numpy's global RNG states as JSON-safe lists (no pickle)."""
     version, internal, gauss = random.getstate()
     name, keys, pos, has_gauss, cached = np.random.get_state()
-    return {"python": [version, list(internal), gauss],
-            "numpy": [name, np.asarray(keys).tolist(), int(pos), int(has_gauss), float(cached)]}
+    return {
+        "python": [version, list(internal), gauss],
+        "numpy": [name, np.asarray(keys).tolist(), int(pos), int(has_gauss), float(cached)],
+    }
 
 
 def rng_states_from_json(obj: dict) -> None:
@@ -273,8 +303,9 @@ def load_trained(path, device=None):
     names = {f.name for f in dataclasses.fields(TrainConfig)}
     unknown = sorted(set(saved) - names)
     if unknown:
-        raise UnreadableCheckpoint(f"{path / 'config.json'} has unknown config key(s) {unknown} (written by another "
-                                   f"gcpo version, or edited?)")
+        raise UnreadableCheckpoint(
+            f"{path / 'config.json'} has unknown config key(s) {unknown} (written by another gcpo version, or edited?)"
+        )
     # reporting backends of the run that wrote it are not needed (nor maybe installed) to load it
     cfg = TrainConfig(**{**saved, "tensorboard": False, "report_to": None})
     model, tok = load_model_and_tokenizer(cfg.model, cfg.dtype)

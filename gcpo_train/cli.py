@@ -7,6 +7,7 @@ null, numbers, ``[q_proj, v_proj]``); a boolean flag alone means true (``--resum
 win over the YAML file, which wins over the defaults. An unknown flag is refused with close
 matches.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,13 +27,23 @@ def _yaml_value(text: str):
 
 def add_train_parser(subparsers) -> argparse.ArgumentParser:
     """Register ``train``: ``--config FILE`` plus one ``--<field>`` per TrainConfig field."""
-    p = subparsers.add_parser("train", help="GRPO/GCPO training (see configs/)", allow_abbrev=False,
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser(
+        "train",
+        help="GRPO/GCPO training (see configs/)",
+        allow_abbrev=False,
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--config", default=None, help="YAML file of TrainConfig fields")
     kinds = field_kinds(TrainConfig)
     for f in dataclasses.fields(TrainConfig):
-        kwargs = dict(dest=f"cfg_{f.name}", default=argparse.SUPPRESS, type=_yaml_value,
-                      help=f"{f.metadata['help']} (default: {f.default!r})", metavar="V")
+        kwargs = dict(
+            dest=f"cfg_{f.name}",
+            default=argparse.SUPPRESS,
+            type=_yaml_value,
+            help=f"{f.metadata['help']} (default: {f.default!r})",
+            metavar="V",
+        )
         if kinds[f.name] is bool:
             kwargs.update(nargs="?", const=True)
         spellings = dict.fromkeys([f"--{f.name}", f"--{f.name.replace('_', '-')}"])  # --group_size or --group-size
@@ -44,15 +55,25 @@ def add_train_parser(subparsers) -> argparse.ArgumentParser:
 def add_eval_parser(subparsers) -> argparse.ArgumentParser:
     """Register ``eval``: greedy evaluation of a checkpoint folder or a model name."""
     p = subparsers.add_parser("eval", help="greedy evaluation on a test split", allow_abbrev=False)
-    p.add_argument("checkpoint", help="checkpoint folder (output_dir/checkpoints/step_N), "
-                   "'packaged', or a model name/path")
+    p.add_argument(
+        "checkpoint", help="checkpoint folder (output_dir/checkpoints/step_N), 'packaged', or a model name/path"
+    )
     p.add_argument("--dataset", default=None, help="benchmark (default: the checkpoint's)")
     p.add_argument("--split", default="test", help="split to evaluate (default: test)")
     p.add_argument("--n", type=int, default=None, help="evaluate the first n queries (default: all)")
-    p.add_argument("--data_path", "--data-path", default=None, help="local benchmark file (default: the packaged/default source)")
-    p.add_argument("--max_new_tokens", "--max-new-tokens", type=int, default=None,
-                   help="completion cap (default: the checkpoint's eval_max_new_tokens or max_new_tokens)")
-    p.add_argument("--batch_size", "--batch-size", type=int, default=8, help="prompts per greedy generation batch (default: 8)")
+    p.add_argument(
+        "--data_path", "--data-path", default=None, help="local benchmark file (default: the packaged/default source)"
+    )
+    p.add_argument(
+        "--max_new_tokens",
+        "--max-new-tokens",
+        type=int,
+        default=None,
+        help="completion cap (default: the checkpoint's eval_max_new_tokens or max_new_tokens)",
+    )
+    p.add_argument(
+        "--batch_size", "--batch-size", type=int, default=8, help="prompts per greedy generation batch (default: 8)"
+    )
     p.add_argument("--output", default=None, help="JSON file for the metrics (default: print only)")
     p.add_argument("--no_progress", "--no-progress", action="store_true", help="hide the progress bar")
     p.set_defaults(func=run_eval, _parser=p)
@@ -61,19 +82,30 @@ def add_eval_parser(subparsers) -> argparse.ArgumentParser:
 
 def add_export_parser(subparsers) -> argparse.ArgumentParser:
     """Register ``export``: a checkpoint merged into a standalone Hugging Face model folder."""
-    p = subparsers.add_parser("export", help="merge a checkpoint into a model folder that "
-                              "AutoModelForCausalLM.from_pretrained loads", allow_abbrev=False,
-                              description="Rebuild the trained policy of a checkpoint (LoRA merged into the "
-                              "base weights, or the full fine-tune), write safetensors + config + generation "
-                              "config + tokenizer + gcpo_export.json (provenance) to OUT, reload it and check "
-                              "its logits against the trained policy's.")
-    p.add_argument("checkpoint", help="checkpoint folder (output_dir/checkpoints/step_N) or a run folder "
-                   "(its newest checkpoint that loads)")
+    p = subparsers.add_parser(
+        "export",
+        help="merge a checkpoint into a model folder that AutoModelForCausalLM.from_pretrained loads",
+        allow_abbrev=False,
+        description="Rebuild the trained policy of a checkpoint (LoRA merged into the "
+        "base weights, or the full fine-tune), write safetensors + config + generation "
+        "config + tokenizer + gcpo_export.json (provenance) to OUT, reload it and check "
+        "its logits against the trained policy's.",
+    )
+    p.add_argument(
+        "checkpoint",
+        help="checkpoint folder (output_dir/checkpoints/step_N) or a run folder (its newest checkpoint that loads)",
+    )
     p.add_argument("output", help="new folder for the model")
-    p.add_argument("--dtype", choices=DTYPES, default=None, help="weight dtype of the export (default: the run's dtype)")
+    p.add_argument(
+        "--dtype", choices=DTYPES, default=None, help="weight dtype of the export (default: the run's dtype)"
+    )
     p.add_argument("--overwrite", action="store_true", help="replace OUT when it holds an earlier export")
-    p.add_argument("--no_check", "--no-check", action="store_true",
-                   help="skip reloading the export and comparing its logits with the trained policy's")
+    p.add_argument(
+        "--no_check",
+        "--no-check",
+        action="store_true",
+        help="skip reloading the export and comparing its logits with the trained policy's",
+    )
     p.set_defaults(func=run_export, _parser=p)
     return p
 
@@ -105,9 +137,17 @@ def run_train(args) -> int:
 def run_eval(args) -> int:
     from .evaluate import evaluate
 
-    res = evaluate(args.checkpoint, args.dataset, split=args.split, n=args.n, data_path=args.data_path,
-                   max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, output=args.output,
-                   progress=not args.no_progress)
+    res = evaluate(
+        args.checkpoint,
+        args.dataset,
+        split=args.split,
+        n=args.n,
+        data_path=args.data_path,
+        max_new_tokens=args.max_new_tokens,
+        batch_size=args.batch_size,
+        output=args.output,
+        progress=not args.no_progress,
+    )
     print(json.dumps(res["metrics"], indent=2))
     return 0
 
@@ -115,10 +155,13 @@ def run_eval(args) -> int:
 def run_export(args) -> int:
     from .export import export_checkpoint
 
-    res = export_checkpoint(args.checkpoint, args.output, dtype=args.dtype, overwrite=args.overwrite,
-                            check=not args.no_check)
+    res = export_checkpoint(
+        args.checkpoint, args.output, dtype=args.dtype, overwrite=args.overwrite, check=not args.no_check
+    )
     diff = res["max_abs_logit_diff"]
-    print(f"wrote {res['output']} ({res['bytes'] / 2**20:.1f} MiB, {res['dtype']}) from step {res['step']} of "
-          f"{res['source_checkpoint']} in {res['seconds']:.1f} s; max |logit difference| from the trained "
-          f"policy: {'not checked' if diff is None else f'{diff:.2e}'}")
+    print(
+        f"wrote {res['output']} ({res['bytes'] / 2**20:.1f} MiB, {res['dtype']}) from step {res['step']} of "
+        f"{res['source_checkpoint']} in {res['seconds']:.1f} s; max |logit difference| from the trained "
+        f"policy: {'not checked' if diff is None else f'{diff:.2e}'}"
+    )
     return 0

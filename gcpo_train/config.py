@@ -7,6 +7,7 @@ then ``--set key=value`` overrides on the command line (values parsed as YAML sc
 Defaults follow the paper's Appendix E ("Training Details"): Qwen2.5-1.5B-Instruct, 2000 steps,
 learning rate 5e-5, β = 0.002, G = 16 rollouts, temperature 0.9, α_base = 0.6, rewards in [0, 2].
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gcpo_analysis.vocab import ALPHA_BASE, DATASETS, MATH_DATASETS, NLI_THRESHOLD, R_MAX, R_MIN, field_kinds
+
 LOSS_AGGREGATIONS = ("sequence", "token")
 BACKENDS = ("gcpo", "trl", "hf", "vllm")
 DTYPES = ("float32", "bfloat16", "float16")
@@ -26,11 +28,26 @@ _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 
 # Fields that do not change what is trained: a resumed run may differ in these. share_prompt
 # changes only float rounding (the same model, data and formula).
-NON_IDENTITY_KEYS = frozenset({
-    "steps", "output_dir", "resume", "log_every", "checkpoint_every", "eval_every",
-    "eval_n", "progress", "device", "tensorboard", "report_to", "save_rollouts", "overwrite", "save_total_limit",
-    "share_prompt", "track_gradvar",
-})
+NON_IDENTITY_KEYS = frozenset(
+    {
+        "steps",
+        "output_dir",
+        "resume",
+        "log_every",
+        "checkpoint_every",
+        "eval_every",
+        "eval_n",
+        "progress",
+        "device",
+        "tensorboard",
+        "report_to",
+        "save_rollouts",
+        "overwrite",
+        "save_total_limit",
+        "share_prompt",
+        "track_gradvar",
+    }
+)
 
 
 def _f(default, help: str, **kw):
@@ -42,62 +59,90 @@ class TrainConfig:
     """Every knob of a GCPO/GRPO training run (paper Section 3, Appendix E/F)."""
 
     # --- model ---
-    model: str = _f("Qwen/Qwen2.5-1.5B-Instruct", "Policy: a hub name or local path; 'packaged' = "
-                    "the offline SmolLM2-135M-Instruct GGUF; 'tiny:llama' = random tiny model (tests).")
+    model: str = _f(
+        "Qwen/Qwen2.5-1.5B-Instruct",
+        "Policy: a hub name or local path; 'packaged' = "
+        "the offline SmolLM2-135M-Instruct GGUF; 'tiny:llama' = random tiny model (tests).",
+    )
     dtype: str = _f("float32", "Policy weight dtype: float32, bfloat16 or float16.")
-    use_lora: bool = _f(True, "Train LoRA adapters (peft); False = full fine-tuning, which keeps a "
-                        "frozen copy of the policy as KL reference (2x the weights in memory).")
+    use_lora: bool = _f(
+        True,
+        "Train LoRA adapters (peft); False = full fine-tuning, which keeps a "
+        "frozen copy of the policy as KL reference (2x the weights in memory).",
+    )
     lora_r: int = _f(16, "LoRA rank r.")
     lora_alpha: int = _f(32, "LoRA scaling alpha.")
     lora_dropout: float = _f(0.0, "LoRA dropout (0 keeps the loss deterministic).")
-    lora_target_modules: list[str] | None = _f(None, "Module names LoRA wraps; None = q,k,v,o,gate,up,down proj.",
-                                   )
+    lora_target_modules: list[str] | None = _f(
+        None,
+        "Module names LoRA wraps; None = q,k,v,o,gate,up,down proj.",
+    )
     gradient_checkpointing: bool = _f(False, "Recompute activations in backward to save memory.")
-    share_prompt: bool = _f(True, "gcpo loop: run each group's prompt once, in generation's prefill and in every "
-                            "log-prob pass, for its G rollouts (exact up to float rounding; off under gradient "
-                            "checkpointing). False = the plain full-sequence forward, for comparison.")
-    track_gradvar: bool | str = _f(False, "Record each group's exact gradient variance V_train = (1/G) Σ‖h_i − h̄‖² "
-                                   "of the step's objective over the trainable parameters, from the training backward "
-                                   "(hooks; docs/conventions.md). 'full' also records the study's V (all parameters, "
-                                   "sequence log-probs, GRPO advantages) with one extra forward+backward per group. "
-                                   "Needs no gradient checkpointing. With share_prompt, generation and the no-grad "
-                                   "passes still share the prompt; the tracked gradient pass runs each rollout's full "
-                                   "sequence (a shared prompt's layers would see the sum of the rollouts' gradients).")
+    share_prompt: bool = _f(
+        True,
+        "gcpo loop: run each group's prompt once, in generation's prefill and in every "
+        "log-prob pass, for its G rollouts (exact up to float rounding; off under gradient "
+        "checkpointing). False = the plain full-sequence forward, for comparison.",
+    )
+    track_gradvar: bool | str = _f(
+        False,
+        "Record each group's exact gradient variance V_train = (1/G) Σ‖h_i − h̄‖² "
+        "of the step's objective over the trainable parameters, from the training backward "
+        "(hooks; docs/conventions.md). 'full' also records the study's V (all parameters, "
+        "sequence log-probs, GRPO advantages) with one extra forward+backward per group. "
+        "Needs no gradient checkpointing. With share_prompt, generation and the no-grad "
+        "passes still share the prompt; the tracked gradient pass runs each rollout's full "
+        "sequence (a shared prompt's layers would see the sum of the rollouts' gradients).",
+    )
     # --- data ---
     dataset: str = _f("narrativeqa", f"Benchmark: one of {', '.join(DATASETS)}.")
-    data_path: str | None = _f(None, "Local data file/folder passed to gcpo_analysis.data.load_queries "
-                        "(None = the packaged/default source).")
+    data_path: str | None = _f(
+        None, "Local data file/folder passed to gcpo_analysis.data.load_queries (None = the packaged/default source)."
+    )
     train_split: str = _f("train", "Split used for training.")
     eval_split: str = _f("test", "Split used for evaluation.")
-    split_from_single: bool = _f(False, "The benchmark ships one split: split it with "
-                                 "split_queries(train_frac, seed) into train/test.")
+    split_from_single: bool = _f(
+        False, "The benchmark ships one split: split it with split_queries(train_frac, seed) into train/test."
+    )
     train_frac: float = _f(0.8, "Train fraction when split_from_single is true.")
-    split_group: str | None = _f(None, "Column kept together by split_queries (e.g. 'context', so questions "
-                          "on one passage never straddle train and test); None = by query.")
+    split_group: str | None = _f(
+        None,
+        "Column kept together by split_queries (e.g. 'context', so questions "
+        "on one passage never straddle train and test); None = by query.",
+    )
     n_train: int | None = _f(None, "Use only the first n training queries (None = all).")
     max_context_tokens: int = _f(256, "Token budget of the passage/context in the prompt.")
     max_prompt_tokens: int = _f(1024, "Hard cap on prompt tokens (left-truncated).")
     # --- modulator ---
-    modulator: str = _f("bot_rd", "Advantage modulator from gcpo_analysis.measures.modulators "
-                        "(none = plain GRPO, cd, bot, rd, cd_rd, bot_rd, se, kle, empo, care, "
-                        "q_hawkeye, eg_spo, r2vpo).")
+    modulator: str = _f(
+        "bot_rd",
+        "Advantage modulator from gcpo_analysis.measures.modulators "
+        "(none = plain GRPO, cd, bot, rd, cd_rd, bot_rd, se, kle, empo, care, "
+        "q_hawkeye, eg_spo, r2vpo).",
+    )
     alpha_base: float = _f(ALPHA_BASE, "α_base; α_G = α_base / ln G (Section 3.4).")
     r_min: float = _f(R_MIN, "Lower end of the reward range (RD normalisation, Appendix E).")
     r_max: float = _f(R_MAX, "Upper end of the reward range.")
     eps: float = _f(1e-6, "ε in A_i = (r_i - mean r)/(std r + ε).")
     modulator_params: dict | None = _f(None, "Extra keyword arguments passed to modulate() verbatim.")
-    r2vpo_lambda: float = _f(1.0, "R²VPO λ in w_i = 1/(1 + λ Var_t ρ_it) (Appendix F); ρ_it = "
-                             "π_θ/π_ref per token (see gcpo_train.trainer on why not π_old).")
+    r2vpo_lambda: float = _f(
+        1.0,
+        "R²VPO λ in w_i = 1/(1 + λ Var_t ρ_it) (Appendix F); ρ_it = "
+        "π_θ/π_ref per token (see gcpo_train.trainer on why not π_old).",
+    )
     q_hawkeye_alpha: float = _f(ALPHA_BASE, "Q-Hawkeye α in w = 1 - α·Var(r)/Var_max (Appendix F).")
     eg_spo_alpha: float = _f(1.0, "EG-SPO gate strength: gate_i ∝ exp(-α H_i / H̄) (Appendix F).")
     empo_low: float = _f(0.0, "EMPO: keep a query if SE/ln G >= empo_low.")
     empo_high: float = _f(0.5, "EMPO: keep a query if SE/ln G <= empo_high.")
     embedder: str | None = _f(None, "Sentence-transformers model for μ_i (None = packaged all-MiniLM-L6-v2).")
-    judge: str = _f("nli:roberta-large-mnli", "Clustering judge for SE/BoT: 'embedding', "
-                    "'lexical', 'math' or 'nli:<model>' (Appendix E).")
+    judge: str = _f(
+        "nli:roberta-large-mnli",
+        "Clustering judge for SE/BoT: 'embedding', 'lexical', 'math' or 'nli:<model>' (Appendix E).",
+    )
     nli_threshold: float = _f(NLI_THRESHOLD, "Entailment threshold of greedy clustering (Appendix E).")
-    use_full_completion: bool | None = _f(None, "Embed/cluster the full completion instead of the "
-                                   "extracted answer; None = auto (True for math datasets).")
+    use_full_completion: bool | None = _f(
+        None, "Embed/cluster the full completion instead of the extracted answer; None = auto (True for math datasets)."
+    )
     # --- optimisation ---
     steps: int = _f(2000, "Optimizer steps (generation batches).")
     queries_per_step: int = _f(8, "Prompts per step (all processes together); each gets G rollouts.")
@@ -110,15 +155,24 @@ class TrainConfig:
     beta: float = _f(0.002, "KL coefficient β (k3 estimator, reference = base policy).")
     clip_epsilon: float = _f(0.2, "PPO clip ε on ρ_t.")
     num_iterations: int = _f(1, "μ: optimizer updates per generation batch (GRPO Algorithm 1).")
-    loss_aggregation: str = _f("sequence", "'sequence' = mean over tokens per rollout, then over "
-                               "rollouts (GRPO paper); 'token' = sum over all tokens / token count "
-                               "(TRL 'bnpo'/DAPO-style).")
-    micro_batch_size: int = _f(16, "Rollouts per forward/backward chunk (gradient accumulation); a chunk stays "
-                               "inside one group, whose shared prompt runs once per chunk.")
+    loss_aggregation: str = _f(
+        "sequence",
+        "'sequence' = mean over tokens per rollout, then over "
+        "rollouts (GRPO paper); 'token' = sum over all tokens / token count "
+        "(TRL 'bnpo'/DAPO-style).",
+    )
+    micro_batch_size: int = _f(
+        16,
+        "Rollouts per forward/backward chunk (gradient accumulation); a chunk stays "
+        "inside one group, whose shared prompt runs once per chunk.",
+    )
     # --- generation ---
-    backend: str = _f("gcpo", "Training engine: 'gcpo' (this package's reference loop, transformers generate; "
-                      "'hf' is an alias) or 'trl' (gcpo_train.trl.GCPOTrainer on TRL's GRPOTrainer: accelerate, "
-                      "DeepSpeed, FSDP, vLLM). 'vllm' for the gcpo loop is not implemented.")
+    backend: str = _f(
+        "gcpo",
+        "Training engine: 'gcpo' (this package's reference loop, transformers generate; "
+        "'hf' is an alias) or 'trl' (gcpo_train.trl.GCPOTrainer on TRL's GRPOTrainer: accelerate, "
+        "DeepSpeed, FSDP, vLLM). 'vllm' for the gcpo loop is not implemented.",
+    )
     temperature: float = _f(0.9, "Sampling temperature (also scales logits in the loss, as TRL).")
     top_p: float = _f(1.0, "Nucleus sampling p.")
     max_new_tokens: int = _f(256, "Completion length cap.")
@@ -130,17 +184,25 @@ class TrainConfig:
     log_every: int = _f(1, "Write a log.jsonl row every N steps.")
     save_rollouts: bool = _f(True, "Write each step's rollouts frame to rollouts/step_XXXXXX.parquet.")
     checkpoint_every: int = _f(100, "Checkpoint every N steps (0 = only at the end).")
-    save_total_limit: int | None = _f(None, "Keep only the newest N checkpoints (each holds the trainable weights and "
-                               "optimizer state); None keeps all.")
+    save_total_limit: int | None = _f(
+        None,
+        "Keep only the newest N checkpoints (each holds the trainable weights and optimizer state); None keeps all.",
+    )
     eval_every: int = _f(0, "Evaluate on eval_split every N steps (0 = never during training).")
     eval_n: int | None = _f(None, "Queries evaluated during training (None = all).")
     resume: bool = _f(False, "Continue from the latest usable checkpoint in output_dir.")
-    overwrite: bool = _f(False, "Replace the run already in output_dir (its log.jsonl, run.json, "
-                         "checkpoints/ and rollouts/); without it such a rerun is refused.")
+    overwrite: bool = _f(
+        False,
+        "Replace the run already in output_dir (its log.jsonl, run.json, "
+        "checkpoints/ and rollouts/); without it such a rerun is refused.",
+    )
     progress: bool = _f(True, "Show a tqdm bar.")
     tensorboard: bool = _f(False, "Shorthand for report_to: [tensorboard] (kept for old configs).")
-    report_to: list[str] | None = _f(None, "Also send each log row to these backends: tensorboard, wandb, trackio "
-                         "(each must be installed; an absent one is an error, not a silent skip).")
+    report_to: list[str] | None = _f(
+        None,
+        "Also send each log row to these backends: tensorboard, wandb, trackio "
+        "(each must be installed; an absent one is an error, not a silent skip).",
+    )
 
     def __post_init__(self):
         self.validate()
@@ -153,14 +215,19 @@ class TrainConfig:
         then ranges."""
         self._coerce_types()
         if self.group_size is None or int(self.group_size) < 2:
-            raise ValueError(f"group_size must be >= 2 (GRPO needs a group to normalise "
-                             f"rewards), got {self.group_size!r}")
+            raise ValueError(
+                f"group_size must be >= 2 (GRPO needs a group to normalise rewards), got {self.group_size!r}"
+            )
         if self.dataset not in DATASETS:
             raise ValueError(f"unknown dataset {self.dataset!r}; choices: {', '.join(DATASETS)}")
         known = known_modulators()
         if known is not None and self.modulator not in known:
             raise ValueError(f"unknown modulator {self.modulator!r}; choices: {', '.join(sorted(known))}")
-        for key, allowed in (("loss_aggregation", LOSS_AGGREGATIONS), ("backend", BACKENDS), ("lr_schedule", ("linear", "constant"))):
+        for key, allowed in (
+            ("loss_aggregation", LOSS_AGGREGATIONS),
+            ("backend", BACKENDS),
+            ("lr_schedule", ("linear", "constant")),
+        ):
             if getattr(self, key) not in allowed:
                 raise ValueError(f"{key} must be one of {allowed}, got {getattr(self, key)!r}")
         for key in ("steps", "queries_per_step", "num_iterations", "micro_batch_size", "max_new_tokens"):
@@ -175,11 +242,15 @@ class TrainConfig:
         if self.temperature <= 0:
             raise ValueError(f"temperature must be > 0 for sampling, got {self.temperature}")
         for key, ok, rule in (
-            ("beta", self.beta >= 0, ">= 0"), ("eps", self.eps > 0, "> 0"),
-            ("top_p", 0 < self.top_p <= 1, "in (0, 1]"), ("train_frac", 0 < self.train_frac < 1, "in (0, 1)"),
+            ("beta", self.beta >= 0, ">= 0"),
+            ("eps", self.eps > 0, "> 0"),
+            ("top_p", 0 < self.top_p <= 1, "in (0, 1]"),
+            ("train_frac", 0 < self.train_frac < 1, "in (0, 1)"),
             ("alpha_base", self.alpha_base >= 0, ">= 0 (a negative α flips the sign of the advantages)"),
-            ("clip_epsilon", self.clip_epsilon > 0, "> 0"), ("learning_rate", self.learning_rate >= 0, ">= 0"),
-            ("max_grad_norm", self.max_grad_norm >= 0, ">= 0"), ("nli_threshold", 0 <= self.nli_threshold <= 1, "in [0, 1]"),
+            ("clip_epsilon", self.clip_epsilon > 0, "> 0"),
+            ("learning_rate", self.learning_rate >= 0, ">= 0"),
+            ("max_grad_norm", self.max_grad_norm >= 0, ">= 0"),
+            ("nli_threshold", 0 <= self.nli_threshold <= 1, "in [0, 1]"),
         ):
             value = getattr(self, key)
             if not (math.isfinite(value) and ok):
@@ -191,8 +262,9 @@ class TrainConfig:
         if self.track_gradvar not in (False, True, "full"):
             raise ValueError(f"track_gradvar must be true, false or 'full', got {self.track_gradvar!r}")
         if self.track_gradvar and self.gradient_checkpointing:
-            raise ValueError("track_gradvar needs gradient_checkpointing: false (the recomputation would fire the "
-                             "hooks twice)")
+            raise ValueError(
+                "track_gradvar needs gradient_checkpointing: false (the recomputation would fire the hooks twice)"
+            )
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
         out = Path(self.output_dir)
@@ -314,14 +386,20 @@ def safe_yaml(text: str, source: str):
     def size(n) -> int:  # nodes after expansion; aliases point at shared node objects
         if id(n) not in sizes:
             sizes[id(n)] = 0  # a recursive alias counts once
-            kids = [x for pair in n.value for x in pair] if isinstance(n, yaml.MappingNode) else \
-                n.value if isinstance(n, yaml.SequenceNode) else []
+            kids = (
+                [x for pair in n.value for x in pair]
+                if isinstance(n, yaml.MappingNode)
+                else n.value
+                if isinstance(n, yaml.SequenceNode)
+                else []
+            )
             sizes[id(n)] = min(1 + sum(size(k) for k in kids), YAML_NODE_LIMIT + 1)
         return sizes[id(n)]
 
     if size(node) > YAML_NODE_LIMIT:
-        raise ValueError(f"{source}: refused, its aliases expand to more than {YAML_NODE_LIMIT:,} values "
-                         f"(a YAML alias bomb?)")
+        raise ValueError(
+            f"{source}: refused, its aliases expand to more than {YAML_NODE_LIMIT:,} values (a YAML alias bomb?)"
+        )
     return yaml.safe_load(text)
 
 

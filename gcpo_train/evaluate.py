@@ -3,6 +3,7 @@
 QA: Acc (F1 > 0.5), BLEU, F1; HotpotQA: F1, EM; math: accuracy — all from
 ``gcpo_analysis.rewards.task_metrics``; the mean task reward is reported as well.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,10 +14,23 @@ from gcpo_analysis.frames import write_frame, write_json
 from gcpo_analysis.models import require
 
 
-def evaluate(checkpoint_or_model, dataset: str | None = None, split: str = "test", n: int | None = None, *,
-             tokenizer=None, config=None, queries=None, data_path: str | None = None,
-             max_new_tokens: int | None = None, max_context_tokens: int | None = None,
-             batch_size: int = 8, output=None, progress: bool = True, device=None) -> dict:
+def evaluate(
+    checkpoint_or_model,
+    dataset: str | None = None,
+    split: str = "test",
+    n: int | None = None,
+    *,
+    tokenizer=None,
+    config=None,
+    queries=None,
+    data_path: str | None = None,
+    max_new_tokens: int | None = None,
+    max_context_tokens: int | None = None,
+    batch_size: int = 8,
+    output=None,
+    progress: bool = True,
+    device=None,
+) -> dict:
     """Greedy-decode ``n`` queries of ``split`` and score them; write JSON to ``output``.
 
     checkpoint_or_model: a checkpoint folder (``.../checkpoints/step_000100``), a model name
@@ -31,7 +45,9 @@ def evaluate(checkpoint_or_model, dataset: str | None = None, split: str = "test
 
         sources = [checkpoint_or_model if isinstance(checkpoint_or_model, (str, Path)) else None, data_path]
         check_output(output, sources, "--output")
-        check_output(Path(output).with_name(Path(output).stem + ".predictions.parquet"), sources, "--output's predictions")
+        check_output(
+            Path(output).with_name(Path(output).stem + ".predictions.parquet"), sources, "--output's predictions"
+        )
     torch = require("torch")
     tqdm = require("tqdm").tqdm
     from gcpo_analysis.rewards import extract_answer, task_metrics, task_reward
@@ -82,11 +98,12 @@ def evaluate(checkpoint_or_model, dataset: str | None = None, split: str = "test
     completions = []
     starts = range(0, len(queries), batch_size)
     for s in tqdm(starts, disable=not progress, desc=f"eval {dataset}"):
-        chunk = queries.iloc[s:s + batch_size]
+        chunk = queries.iloc[s : s + batch_size]
         prompts = [build_prompt(r, tokenizer, max_context_tokens=max_context_tokens) for _, r in chunk.iterrows()]
         with torch.no_grad():
-            batch = generate_groups(model, tokenizer, prompts, 1, max_new_tokens=max_new_tokens,
-                                    do_sample=False, device=dev)
+            batch = generate_groups(
+                model, tokenizer, prompts, 1, max_new_tokens=max_new_tokens, do_sample=False, device=dev
+            )
         completions.extend(batch.texts)
     if was_training:
         model.train()
@@ -99,14 +116,30 @@ def evaluate(checkpoint_or_model, dataset: str | None = None, split: str = "test
     metrics = dict(task_metrics(task, preds, refs))
     rewards = [task_reward(task, c, r) for c, r in zip(completions, refs)]
     metrics["mean_reward"] = float(np.mean(rewards))
-    result = {"dataset": dataset, "split": split, "n": len(queries), "model": str(desc),
-              "max_new_tokens": max_new_tokens, "decoding": "greedy", "metrics": metrics}
+    result = {
+        "dataset": dataset,
+        "split": split,
+        "n": len(queries),
+        "model": str(desc),
+        "max_new_tokens": max_new_tokens,
+        "decoding": "greedy",
+        "metrics": metrics,
+    }
     if output is not None:
         import pandas as pd
 
         output = Path(output)
         write_json(output, result, default=float)
-        write_frame(pd.DataFrame({"query_id": queries["query_id"].astype(str).to_numpy(), "completion": completions,
-                                  "answer": preds, "reward": rewards, "references": refs}),
-                    output.with_name(output.stem + ".predictions.parquet"))
+        write_frame(
+            pd.DataFrame(
+                {
+                    "query_id": queries["query_id"].astype(str).to_numpy(),
+                    "completion": completions,
+                    "answer": preds,
+                    "reward": rewards,
+                    "references": refs,
+                }
+            ),
+            output.with_name(output.stem + ".predictions.parquet"),
+        )
     return result

@@ -15,6 +15,7 @@ fixed probe texts, and only then moved into place: a failed export leaves nothin
 existing OUT is replaced only with ``overwrite`` and only when it is empty or an earlier export
 (it holds ``gcpo_export.json``), so a mistyped OUT never deletes a user's folder.
 """
+
 from __future__ import annotations
 
 import json
@@ -50,8 +51,10 @@ def check_output(out, source, overwrite: bool) -> Path:
     if not overwrite:
         raise ValueError(f"output {out} exists; pass --overwrite to replace an earlier export")
     if not out.is_dir() or (any(out.iterdir()) and not (out / PROVENANCE).exists()):
-        raise ValueError(f"output {out} exists and is not a gcpo export (no {PROVENANCE}); "
-                         f"refusing to replace it, even with --overwrite")
+        raise ValueError(
+            f"output {out} exists and is not a gcpo export (no {PROVENANCE}); "
+            f"refusing to replace it, even with --overwrite"
+        )
     return out
 
 
@@ -70,8 +73,7 @@ def load_checkpoint_policy(path):
         if loaded is None:
             raise ValueError(f"run folder {path} has no complete checkpoint")
     else:
-        raise ValueError(f"{path} is neither a checkpoint folder (no state.json) nor a run folder "
-                         f"(no checkpoints/)")
+        raise ValueError(f"{path} is neither a checkpoint folder (no state.json) nor a run folder (no checkpoints/)")
     state, (model, tokenizer, cfg) = loaded
     return model, tokenizer, cfg, state, found
 
@@ -92,8 +94,9 @@ def drop_gguf_quantizer(model):
     packed = [n for n, m in model.named_modules() if "gguf" in type(m).__name__.lower()]
     packed += [n for n, p in model.named_parameters() if not p.is_floating_point()]
     if packed:
-        raise ValueError(f"the base model still holds quantized weights (e.g. {packed[:3]}); "
-                         f"they cannot be written as safetensors")
+        raise ValueError(
+            f"the base model still holds quantized weights (e.g. {packed[:3]}); they cannot be written as safetensors"
+        )
     quantizer.remove_quantization_config(model)
     return model
 
@@ -117,13 +120,21 @@ def provenance(source: Path, state: dict, cfg, dtype: str, logit_diff) -> dict:
     """What ``gcpo_export.json`` records: the source checkpoint, its step and config hash, the
     base and LoRA settings, the gcpo and library versions, the verified logit difference."""
     torch, transformers = require("torch"), require("transformers")
-    lora = ({"r": cfg.lora_r, "alpha": cfg.lora_alpha, "target_modules": cfg.lora_target_modules}
-            if cfg.use_lora else None)
-    return {"source_checkpoint": str(Path(source).resolve()), "step": state["step"],
-            "config_hash": state["config_hash"], "base_model": cfg.model, "lora_merged": lora,
-            "train_dtype": cfg.dtype, "dtype": dtype, "max_abs_logit_diff": logit_diff,
-            "gcpo_version": __version__,
-            "versions": {"torch": torch.__version__, "transformers": transformers.__version__}}
+    lora = (
+        {"r": cfg.lora_r, "alpha": cfg.lora_alpha, "target_modules": cfg.lora_target_modules} if cfg.use_lora else None
+    )
+    return {
+        "source_checkpoint": str(Path(source).resolve()),
+        "step": state["step"],
+        "config_hash": state["config_hash"],
+        "base_model": cfg.model,
+        "lora_merged": lora,
+        "train_dtype": cfg.dtype,
+        "dtype": dtype,
+        "max_abs_logit_diff": logit_diff,
+        "gcpo_version": __version__,
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+    }
 
 
 def write_model(model, tokenizer, folder: Path) -> None:
@@ -147,18 +158,23 @@ def verify(folder: Path, expected: list, tokenizer, dtype: str, checked: bool) -
         raise RuntimeError(f"the tokenizer written to {folder} encodes the probe differently")
     reloaded = probe_logits(model, reloaded_tok)
     if not all(bool(torch.isfinite(x).all()) for x in reloaded + expected):
-        raise RuntimeError("the exported model's or the trained policy's logits are NaN or infinite "
-                           "(non-finite weights?); nothing written")
+        raise RuntimeError(
+            "the exported model's or the trained policy's logits are NaN or infinite "
+            "(non-finite weights?); nothing written"
+        )
     diff = max_abs_difference(reloaded, expected)
     scale = max(1.0, max(float(x.abs().max()) for x in expected))
     if checked and diff > FLOAT32_TOLERANCE * scale:
-        raise RuntimeError(f"the exported model's logits differ from the trained policy's by {diff:.3g} "
-                           f"(tolerance {FLOAT32_TOLERANCE * scale:.3g}); nothing written")
+        raise RuntimeError(
+            f"the exported model's logits differ from the trained policy's by {diff:.3g} "
+            f"(tolerance {FLOAT32_TOLERANCE * scale:.3g}); nothing written"
+        )
     return diff
 
 
-def export_checkpoint(checkpoint, output, *, dtype: str | None = None, overwrite: bool = False,
-                      check: bool = True) -> dict:
+def export_checkpoint(
+    checkpoint, output, *, dtype: str | None = None, overwrite: bool = False, check: bool = True
+) -> dict:
     """Merge ``checkpoint`` (a checkpoint folder or a run folder) into a standalone model folder
     ``output``; returns the provenance record (written as ``output/gcpo_export.json``) with the
     folder's path, size in bytes and the seconds the export took.
@@ -197,7 +213,9 @@ def _export(checkpoint, out: Path, dtype, overwrite: bool, check: bool) -> dict:
         shutil.rmtree(tmp)
     try:
         write_model(model, tokenizer, tmp)
-        diff = verify(tmp, expected, tokenizer, dtype, cfg.dtype == dtype == "float32") if expected is not None else None
+        diff = (
+            verify(tmp, expected, tokenizer, dtype, cfg.dtype == dtype == "float32") if expected is not None else None
+        )
         record = provenance(source, state, cfg, dtype, diff)
         (tmp / PROVENANCE).write_text(json.dumps(record, indent=2) + "\n")
         _move_into_place(tmp, out)

@@ -23,6 +23,7 @@ micro-batches) are taken then. A group never spans processes (each process gener
 groups), and the hooks see the gradient of ``loss · num_processes`` before DDP averages it,
 which ``scale`` undoes, so N processes give one process's K.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -36,8 +37,10 @@ from gcpo_analysis.models import require
 
 def _subset(terms, vecs, idx):
     """The terms and vectors of the samples ``idx`` (a list of row positions)."""
+
     def take(t):
         return None if t is None else t[idx]
+
     return [Term(R=take(t.R), L=take(t.L), ids=take(t.ids)) for t in terms], [v[idx] for v in vecs]
 
 
@@ -45,8 +48,10 @@ def _cat_padded(parts):
     """Concatenate (g, T, ...) tensors along samples, zero-padding T (a zero position adds nothing)."""
     torch = require("torch")
     T = max(p.shape[1] for p in parts)
-    padded = [p if p.shape[1] == T else torch.cat([p, p.new_zeros((p.shape[0], T - p.shape[1], *p.shape[2:]))], 1)
-              for p in parts]
+    padded = [
+        p if p.shape[1] == T else torch.cat([p, p.new_zeros((p.shape[0], T - p.shape[1], *p.shape[2:]))], 1)
+        for p in parts
+    ]
     return torch.cat(padded, 0)
 
 
@@ -57,9 +62,13 @@ def _union(a_terms, a_vecs, b_terms, b_vecs):
         raise RuntimeError("a parameter's uses differ between micro-batches; cannot join its factors")
     terms = []
     for x, y in zip(a_terms, b_terms):
-        terms.append(Term(R=_cat_padded([x.R, y.R]),
-                          L=None if x.L is None else _cat_padded([x.L, y.L]),
-                          ids=None if x.ids is None else _cat_padded([x.ids, y.ids])))
+        terms.append(
+            Term(
+                R=_cat_padded([x.R, y.R]),
+                L=None if x.L is None else _cat_padded([x.L, y.L]),
+                ids=None if x.ids is None else _cat_padded([x.ids, y.ids]),
+            )
+        )
     return terms, [torch.cat([x, y], 0) for x, y in zip(a_vecs, b_vecs)]
 
 
@@ -75,14 +84,17 @@ def _variance(K, k: int) -> float:
     import warnings
 
     G = K.shape[0]
-    first, second = float(np.trace(K)) / G, float(K.sum()) / G ** 2
+    first, second = float(np.trace(K)) / G, float(K.sum()) / G**2
     v = first - second
     if v >= 0:
         return v
     if v >= -_ROUNDING * max(abs(first), 1e-300):
         return 0.0
-    warnings.warn(f"group {k}: V_train = {v:.3e} < 0 beyond float32 rounding (tr K / G = {first:.3e}); "
-                  "recorded as NaN", RuntimeWarning, stacklevel=2)
+    warnings.warn(
+        f"group {k}: V_train = {v:.3e} < 0 beyond float32 rounding (tr K / G = {first:.3e}); recorded as NaN",
+        RuntimeWarning,
+        stacklevel=2,
+    )
     return float("nan")
 
 
@@ -103,7 +115,7 @@ class GradVarTracker:
         self.n_groups = n_rows // group_size
         self.K = torch.zeros(self.n_groups, group_size, group_size, dtype=torch.float64)
         self.seen = np.zeros(n_rows, dtype=bool)
-        self.held: dict = {}   # (group, id(param)) -> [(positions in group, terms, vecs)] of earlier chunks
+        self.held: dict = {}  # (group, id(param)) -> [(positions in group, terms, vecs)] of earlier chunks
         self.rows: range | None = None
         self.seconds = 0.0  # time spent turning factors into Grams (inside the backward)
         self.capture = GramCapture(model, params, 0, method, on_param=self._on_param, keep_float64=True)
@@ -127,10 +139,10 @@ class GradVarTracker:
         for k in self._groups():  # the within-chunk blocks of each group
             lo, hi = max(k * self.G, start), min((k + 1) * self.G, stop)
             pos = list(range(lo - k * self.G, hi - k * self.G))
-            self._add(k, pos, pos, self.chunk_K[lo - start:hi - start, lo - start:hi - start])
+            self._add(k, pos, pos, self.chunk_K[lo - start : hi - start, lo - start : hi - start])
         self.seen[start:stop] = True
         for k in self._groups():
-            if self.seen[k * self.G:(k + 1) * self.G].all():
+            if self.seen[k * self.G : (k + 1) * self.G].all():
                 for key in [key for key in self.held if key[0] == k]:
                     del self.held[key]
         self.rows = None
@@ -156,7 +168,7 @@ class GradVarTracker:
             for prev_pos, prev_terms, prev_vecs in self.held.get((k, id(p)), []):
                 joined = _union(prev_terms, prev_vecs, *sub)
                 Ku = param_gram(*joined, len(prev_pos) + len(local), p.shape[0], self.method).cpu()
-                cross = Ku[:len(prev_pos), len(prev_pos):]
+                cross = Ku[: len(prev_pos), len(prev_pos) :]
                 self._add(k, prev_pos, pos, cross)
                 self._add(k, pos, prev_pos, cross.T)
             if hi < (k + 1) * G:  # more of the group comes in a later chunk: keep these factors
@@ -175,7 +187,7 @@ class GradVarTracker:
             raise RuntimeError(f"row {missing} was never tracked: its group's K is incomplete")
         out = []
         for k, K in enumerate(self.K):
-            K = (0.5 * (K + K.T)).numpy() / self.scale ** 2
+            K = (0.5 * (K + K.T)).numpy() / self.scale**2
             out.append({"grad_var": _variance(K, k), "grad_norm2_mean": float(np.trace(K)) / self.G})
         return out
 
@@ -195,11 +207,15 @@ def study_variances(model, batch, rewards, group_size: int) -> list[dict]:
 
     torch = require("torch")
     cm = torch.zeros_like(batch.attention_mask)
-    cm[:, -batch.n_completion:] = batch.completion_mask
+    cm[:, -batch.n_completion :] = batch.completion_mask
     out = []
     for k in range(len(rewards) // group_size):
         rows = slice(k * group_size, (k + 1) * group_size)
         K = group_gradient_gram(model, batch.input_ids[rows], batch.attention_mask[rows], cm[rows], params="all")
-        out.append({"grad_var_study": gradient_variance(K, grpo_advantages(np.asarray(rewards)[rows])),
-                    "grad_norm2_study": float(np.mean(np.diag(K)))})
+        out.append(
+            {
+                "grad_var_study": gradient_variance(K, grpo_advantages(np.asarray(rewards)[rows])),
+                "grad_norm2_study": float(np.mean(np.diag(K))),
+            }
+        )
     return out

@@ -15,6 +15,7 @@ Both are written as a sum over a micro-batch divided by a step-wide normaliser (
 Ã_i is the modulated advantage from ``gcpo_analysis.measures.modulators`` (Section 3.4).
 Hand-written in torch: TRL is not a dependency and its loss is a method of its trainer.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -25,9 +26,9 @@ from gcpo_analysis.models import require
 
 @dataclass
 class LossOutput:
-    loss: Any               # scalar torch.Tensor (torch is imported lazily) (this micro-batch's share of the step loss)
-    kl: Any                 # (B,) per-rollout token-mean KL, detached
-    clip_frac: Any          # (B,) fraction of tokens where the clip is active, detached
+    loss: Any  # scalar torch.Tensor (torch is imported lazily) (this micro-batch's share of the step loss)
+    kl: Any  # (B,) per-rollout token-mean KL, detached
+    clip_frac: Any  # (B,) fraction of tokens where the clip is active, detached
 
 
 def k3_kl(logp, ref_logp):
@@ -52,9 +53,19 @@ def masked_var(x, mask):
     return torch.where(m.sum(-1) > 1, var, torch.zeros_like(var))
 
 
-def grpo_loss(logp, old_logp, ref_logp, advantages, mask, *, beta: float, clip_epsilon: float,
-              aggregation: str = "sequence", n_seqs: int | None = None,
-              n_tokens: float | None = None) -> LossOutput:
+def grpo_loss(
+    logp,
+    old_logp,
+    ref_logp,
+    advantages,
+    mask,
+    *,
+    beta: float,
+    clip_epsilon: float,
+    aggregation: str = "sequence",
+    n_seqs: int | None = None,
+    n_tokens: float | None = None,
+) -> LossOutput:
     """Clipped GRPO surrogate + β·k3 KL on one micro-batch (formula in the module docstring).
 
     logp (B,T) with grad; old_logp, ref_logp (B,T) detached (ref_logp None when β = 0);
@@ -63,8 +74,10 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, *, beta: float, clip_e
     """
     torch = require("torch")
     if logp.shape != mask.shape or old_logp.shape != mask.shape:
-        raise ValueError(f"logp {tuple(logp.shape)}, old_logp {tuple(old_logp.shape)} and mask "
-                         f"{tuple(mask.shape)} must have the same shape")
+        raise ValueError(
+            f"logp {tuple(logp.shape)}, old_logp {tuple(old_logp.shape)} and mask "
+            f"{tuple(mask.shape)} must have the same shape"
+        )
     if advantages.shape != (logp.shape[0],):
         raise ValueError(f"advantages must be ({logp.shape[0]},), got {tuple(advantages.shape)}")
     m = mask.to(logp.dtype)
@@ -91,8 +104,9 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, *, beta: float, clip_e
     return LossOutput(loss=loss, kl=kl_seq.detach(), clip_frac=clip_frac)
 
 
-def token_logprobs_and_entropy(model, input_ids, attention_mask, n_completion: int,
-                               temperature: float = 1.0, with_entropy: bool = True):
+def token_logprobs_and_entropy(
+    model, input_ids, attention_mask, n_completion: int, temperature: float = 1.0, with_entropy: bool = True
+):
     """Per-token log π(y_t | y_<t) of the last ``n_completion`` tokens and their entropies.
 
     Logits are divided by the sampling temperature (as TRL does) so that ρ and the KL compare
@@ -111,11 +125,21 @@ def token_logprobs_and_entropy(model, input_ids, attention_mask, n_completion: i
         # the tokens it sampled (without them, absolute position embeddings would shift)
         kwargs["position_ids"] = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
     out = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **kwargs)
-    return _logprobs_of(out.logits[:, -n_completion - 1:-1, :], input_ids[:, -n_completion:], temperature, with_entropy)
+    return _logprobs_of(
+        out.logits[:, -n_completion - 1 : -1, :], input_ids[:, -n_completion:], temperature, with_entropy
+    )
 
 
-def group_logprobs_and_entropy(model, prompt_ids, completion_ids, completion_mask, temperature: float = 1.0,
-                               with_entropy: bool = True, prompt_model=None, prompt_mask=None):
+def group_logprobs_and_entropy(
+    model,
+    prompt_ids,
+    completion_ids,
+    completion_mask,
+    temperature: float = 1.0,
+    with_entropy: bool = True,
+    prompt_model=None,
+    prompt_mask=None,
+):
     """``token_logprobs_and_entropy`` for g rollouts that continue one prompt, running the prompt once.
 
     The prompt's keys and values are computed once (P tokens instead of g·P) and repeated g
@@ -135,11 +159,19 @@ def group_logprobs_and_entropy(model, prompt_ids, completion_ids, completion_mas
     prompt = run_prompt_once(model if prompt_model is None else prompt_model, prompt_ids, g, attention_mask=prompt_mask)
     logits = prompt.logits[:, -1:, :].expand(g, 1, -1)
     if T > 1:
-        ones = (torch.ones(g, P, dtype=completion_mask.dtype, device=completion_mask.device) if prompt_mask is None
-                else prompt_mask.to(completion_mask.dtype).expand(g, -1))
+        ones = (
+            torch.ones(g, P, dtype=completion_mask.dtype, device=completion_mask.device)
+            if prompt_mask is None
+            else prompt_mask.to(completion_mask.dtype).expand(g, -1)
+        )
         positions = torch.arange(P, P + T - 1, device=completion_ids.device).expand(g, -1)
-        rest = model(input_ids=completion_ids[:, :-1], attention_mask=torch.cat([ones, completion_mask[:, :-1]], dim=1),
-                     past_key_values=prompt.past_key_values, position_ids=positions, use_cache=True)
+        rest = model(
+            input_ids=completion_ids[:, :-1],
+            attention_mask=torch.cat([ones, completion_mask[:, :-1]], dim=1),
+            past_key_values=prompt.past_key_values,
+            position_ids=positions,
+            use_cache=True,
+        )
         logits = torch.cat([logits, rest.logits], dim=1)
     return _logprobs_of(logits, completion_ids, temperature, with_entropy)
 
@@ -152,18 +184,29 @@ def rollout_chunks(batch, group_size: int, micro_batch_size: int, shared_prompt:
     n = batch.completion_mask.shape[0]
     if not (shared_prompt and batch.prompt_ids):
         return [(None, slice(i, min(n, i + micro_batch_size))) for i in range(0, n, micro_batch_size)]
-    return [(k, slice(k * group_size + i, k * group_size + min(group_size, i + micro_batch_size)))
-            for k in range(n // group_size) for i in range(0, group_size, micro_batch_size)]
+    return [
+        (k, slice(k * group_size + i, k * group_size + min(group_size, i + micro_batch_size)))
+        for k in range(n // group_size)
+        for i in range(0, group_size, micro_batch_size)
+    ]
 
 
 def chunk_logprobs(model, batch, chunk, temperature: float = 1.0, with_entropy: bool = True, prompt_model=None):
     """Token log-probs (and entropies) of one chunk from ``rollout_chunks``."""
     group, rows = chunk
     if group is None:
-        return token_logprobs_and_entropy(model, batch.input_ids[rows], batch.attention_mask[rows],
-                                          batch.n_completion, temperature, with_entropy)
-    return group_logprobs_and_entropy(model, batch.prompt_ids[group], batch.completion_ids[rows],
-                                      batch.completion_mask[rows], temperature, with_entropy, prompt_model)
+        return token_logprobs_and_entropy(
+            model, batch.input_ids[rows], batch.attention_mask[rows], batch.n_completion, temperature, with_entropy
+        )
+    return group_logprobs_and_entropy(
+        model,
+        batch.prompt_ids[group],
+        batch.completion_ids[rows],
+        batch.completion_mask[rows],
+        temperature,
+        with_entropy,
+        prompt_model,
+    )
 
 
 def _logprobs_of(logits, targets, temperature: float, with_entropy: bool):

@@ -9,6 +9,7 @@ nothing a modulator does not ask for (``Modulator.needs``).
 Text that is embedded/clustered: the extracted answer for QA, the full completion for math
 (``use_full_completion``, Appendix E).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -16,9 +17,13 @@ import numpy as np
 
 def modulator_params(config) -> dict:
     """Keyword arguments that ``modulate`` forwards to the modulator (names as modulators.py)."""
-    params = dict(q_alpha=config.q_hawkeye_alpha, eg_alpha=config.eg_spo_alpha,
-                  r2vpo_lambda=config.r2vpo_lambda, empo_low=config.empo_low,
-                  empo_high=config.empo_high)
+    params = dict(
+        q_alpha=config.q_hawkeye_alpha,
+        eg_alpha=config.eg_spo_alpha,
+        r2vpo_lambda=config.r2vpo_lambda,
+        empo_low=config.empo_low,
+        empo_high=config.empo_high,
+    )
     params.update(config.modulator_params or {})
     return params
 
@@ -53,8 +58,11 @@ class GroupModulator:
             from gcpo_analysis.measures.prepare import measurement_tools
 
             cfg = self.config
-            self._tools = measurement_tools(self.needs, cfg.embedder if self.embedder is None else self.embedder,
-                                            cfg.judge if self.judge is None else self.judge)
+            self._tools = measurement_tools(
+                self.needs,
+                cfg.embedder if self.embedder is None else self.embedder,
+                cfg.judge if self.judge is None else self.judge,
+            )
         return self._tools
 
     def describe(self) -> dict:
@@ -65,9 +73,17 @@ class GroupModulator:
                 out[key] = tool.describe()
         return out
 
-    def modulate_groups(self, rewards: list[np.ndarray], texts: list[list[str]],
-                        answers: list[list[str]], *, token_entropy=None, logprobs=None,
-                        ratio_var=None, n_tokens=None):
+    def modulate_groups(
+        self,
+        rewards: list[np.ndarray],
+        texts: list[list[str]],
+        answers: list[list[str]],
+        *,
+        token_entropy=None,
+        logprobs=None,
+        ratio_var=None,
+        n_tokens=None,
+    ):
         """Modulated advantages and info of each group.
 
         rewards/texts/answers: one entry per group (length G each); token_entropy, logprobs,
@@ -81,18 +97,31 @@ class GroupModulator:
         embedder, judge = self.tools()
         # the loop's advantages are float64 end to end (the groups frame keeps float32 embeddings)
         groups, cluster_stats = prepare_groups(
-            texts, rewards, self.needs, embedder=embedder, judge=judge, nli_threshold=cfg.nli_threshold,
-            embedding_dtype=np.float64, answers=answers, token_entropy=token_entropy, logprobs=logprobs,
-            ratio_var=ratio_var, n_tokens=n_tokens)
+            texts,
+            rewards,
+            self.needs,
+            embedder=embedder,
+            judge=judge,
+            nli_threshold=cfg.nli_threshold,
+            embedding_dtype=np.float64,
+            answers=answers,
+            token_entropy=token_entropy,
+            logprobs=logprobs,
+            ratio_var=ratio_var,
+            n_tokens=n_tokens,
+        )
         params = modulator_params(cfg)
         advantages, infos = [], []
         for k, group in enumerate(groups):
-            adv, info = modulate(cfg.modulator, group, alpha_base=cfg.alpha_base, r_min=cfg.r_min,
-                                 r_max=cfg.r_max, eps=cfg.eps, **params)
+            adv, info = modulate(
+                cfg.modulator, group, alpha_base=cfg.alpha_base, r_min=cfg.r_min, r_max=cfg.r_max, eps=cfg.eps, **params
+            )
             adv = np.asarray(adv, dtype=np.float64)
             if adv.shape != group.rewards.shape or not np.isfinite(adv).all():
-                raise ValueError(f"modulator {cfg.modulator!r} returned advantages of shape "
-                                 f"{adv.shape} (finite: {np.isfinite(adv).all()}) for group {k}")
+                raise ValueError(
+                    f"modulator {cfg.modulator!r} returned advantages of shape "
+                    f"{adv.shape} (finite: {np.isfinite(adv).all()}) for group {k}"
+                )
             if group.clusters is not None:
                 info = {**info, "n_clusters": float(len(np.unique(group.clusters)))}
             advantages.append(adv)

@@ -4,6 +4,7 @@ Four panels over the step: reward (mean, and the share of groups with equal rewa
 to the reference and the loss, the modulator's weights (every ``w_*`` column), and the time per
 phase (every ``time_*`` column). Written to ``RUN/plots/training.{png,svg}`` unless ``-o``.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -23,8 +24,11 @@ def downsample(df, max_points: int = MAX_POINTS):
     if len(df) <= max_points:
         return df
     keep = np.unique(np.linspace(0, len(df) - 1, max_points).round().astype(int))
-    warnings.warn(f"plot-train: {len(df)} logged steps drawn as {len(keep)} evenly spaced points "
-                  f"(every ~{len(df) / len(keep):.0f}th step)", stacklevel=2)
+    warnings.warn(
+        f"plot-train: {len(df)} logged steps drawn as {len(keep)} evenly spaced points "
+        f"(every ~{len(df) / len(keep):.0f}th step)",
+        stacklevel=2,
+    )
     return df.iloc[keep]
 
 
@@ -43,10 +47,12 @@ def plot_training(run_dir, output=None):
         raise ValueError(f"{log} has no logged step")
     df = downsample(df)
     fig, ax = plt.subplots(1, 4, figsize=(18, 3.6))
-    panels = [("(a) reward", [c for c in ("reward_mean", "frac_zero_std") if c in df]),
-              ("(b) KL to the reference and loss", [c for c in ("kl", "loss") if c in df]),
-              ("(c) advantage weights (group means)", [c for c in df if c.startswith("w_")]),
-              ("(d) seconds per phase", [c for c in df if c.startswith("time_")])]
+    panels = [
+        ("(a) reward", [c for c in ("reward_mean", "frac_zero_std") if c in df]),
+        ("(b) KL to the reference and loss", [c for c in ("kl", "loss") if c in df]),
+        ("(c) advantage weights (group means)", [c for c in df if c.startswith("w_")]),
+        ("(d) seconds per phase", [c for c in df if c.startswith("time_")]),
+    ]
     for a, (title, cols) in zip(ax, panels):
         for c in cols:
             a.plot(df["step"], df[c], marker="o" if len(df) <= 200 else None, ms=3, label=c)
@@ -64,8 +70,11 @@ def plot_training(run_dir, output=None):
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("plot-train", help="draw a training run's curves (reward, KL, weights, timing) from log.jsonl",
-                       description=__doc__)
+    p = sub.add_parser(
+        "plot-train",
+        help="draw a training run's curves (reward, KL, weights, timing) from log.jsonl",
+        description=__doc__,
+    )
     p.add_argument("run", help="run folder (holding log.jsonl) or the log.jsonl itself")
     p.add_argument("-o", "--output", default=None, help="file stem for the PNG and SVG (default: RUN/plots/training)")
     p.set_defaults(func=_run, _parser=p)

@@ -5,6 +5,7 @@ off (``with model.disable_adapter():``) — no second copy in memory. With full 
 frozen deep copy is kept, which doubles the weight memory (e.g. +3 GB for a 1.5B model in
 bf16; +0.5 GB for SmolLM2-135M in float32).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -14,8 +15,18 @@ from typing import Any
 
 from gcpo_analysis.models import require
 
-LORA_CANDIDATES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
-                   "c_attn", "c_proj", "c_fc")
+LORA_CANDIDATES = (
+    "q_proj",
+    "k_proj",
+    "v_proj",
+    "o_proj",
+    "gate_proj",
+    "up_proj",
+    "down_proj",
+    "c_attn",
+    "c_proj",
+    "c_fc",
+)
 
 
 def load_model_and_tokenizer(name: str, dtype: str = "float32"):
@@ -43,8 +54,9 @@ def wrap_lora(model, r: int, alpha: int, dropout: float, target_modules=None):
     if target_modules is None:
         present = {n.rsplit(".", 1)[-1] for n, _ in model.named_modules()}
         target_modules = [m for m in LORA_CANDIDATES if m in present] or None
-    cfg = peft.LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout,
-                          target_modules=target_modules, task_type="CAUSAL_LM")
+    cfg = peft.LoraConfig(
+        r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=target_modules, task_type="CAUSAL_LM"
+    )
     return peft.get_peft_model(model, cfg)
 
 
@@ -93,16 +105,17 @@ def run_prompt_once(model, prompt_ids, repeats: int, attention_mask=None, **mode
 @dataclass
 class GroupBatch:
     """One generation batch: Q prompts × G rollouts, rows ordered prompt-major."""
-    input_ids: Any           # torch.Tensor (Q*G, P+T), prompts left-padded (torch is imported lazily)
-    attention_mask: Any      # (Q*G, P+T)
-    completion_mask: Any     # (Q*G, T)
+
+    input_ids: Any  # torch.Tensor (Q*G, P+T), prompts left-padded (torch is imported lazily)
+    attention_mask: Any  # (Q*G, P+T)
+    completion_mask: Any  # (Q*G, T)
     texts: list
     n_prompt: int
     prompt_ids: list | None = None  # per group, its prompt unpadded (1, P_q): what the G rollouts share
 
     @property
     def completion_ids(self):
-        return self.input_ids[:, self.n_prompt:]
+        return self.input_ids[:, self.n_prompt :]
 
     @property
     def n_completion(self) -> int:
@@ -128,9 +141,21 @@ def eos_ids_of(tokenizer, model) -> list[int]:
     return sorted(int(i) for i in ids)
 
 
-def generate_groups(model, tokenizer, prompts: list[str], group_size: int, *, max_new_tokens: int,
-                    temperature: float = 1.0, top_p: float = 1.0, do_sample: bool = True,
-                    max_prompt_tokens: int = 1024, device=None, seeds=None, share_prompt: bool = True) -> GroupBatch:
+def generate_groups(
+    model,
+    tokenizer,
+    prompts: list[str],
+    group_size: int,
+    *,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    do_sample: bool = True,
+    max_prompt_tokens: int = 1024,
+    device=None,
+    seeds=None,
+    share_prompt: bool = True,
+) -> GroupBatch:
     """Sample ``group_size`` completions per prompt.
 
     seeds=None: one batched ``generate`` over all prompts (evaluation). seeds (one int per
@@ -144,8 +169,14 @@ def generate_groups(model, tokenizer, prompts: list[str], group_size: int, *, ma
     calls, so its rollouts are measured together. top_k is disabled (pure temperature/nucleus).
     """
     torch = require("torch")
-    kwargs = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
-                  do_sample=do_sample, max_prompt_tokens=max_prompt_tokens, device=device)
+    kwargs = dict(
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        top_p=top_p,
+        do_sample=do_sample,
+        max_prompt_tokens=max_prompt_tokens,
+        device=device,
+    )
     if seeds is None:
         return _generate(model, tokenizer, prompts, group_size, **kwargs)
     if len(seeds) != len(prompts):
@@ -154,7 +185,7 @@ def generate_groups(model, tokenizer, prompts: list[str], group_size: int, *, ma
     for prompt, seed in zip(prompts, seeds):
         torch.manual_seed(int(seed))
         part = _generate(model, tokenizer, [prompt], group_size, shared_prefill=share_prompt, **kwargs)
-        part.prompt_ids = [part.input_ids[:1, :part.n_prompt]]
+        part.prompt_ids = [part.input_ids[:1, : part.n_prompt]]
         parts.append(part)
     return concat_group_batches(parts, tokenizer.pad_token_id)
 
@@ -172,13 +203,30 @@ def concat_group_batches(parts: list[GroupBatch], pad_token_id: int) -> GroupBat
         attention.append(pad(b.attention_mask, (left, right), value=0))
         completion.append(pad(b.completion_mask, (0, right), value=0))
     prompt_ids = [p for b in parts for p in b.prompt_ids or ()] if all(b.prompt_ids for b in parts) else None
-    return GroupBatch(input_ids=torch.cat(ids), attention_mask=torch.cat(attention),
-                      completion_mask=torch.cat(completion), texts=[t for b in parts for t in b.texts],
-                      n_prompt=n_prompt, prompt_ids=prompt_ids)
+    return GroupBatch(
+        input_ids=torch.cat(ids),
+        attention_mask=torch.cat(attention),
+        completion_mask=torch.cat(completion),
+        texts=[t for b in parts for t in b.texts],
+        n_prompt=n_prompt,
+        prompt_ids=prompt_ids,
+    )
 
 
-def _generate(model, tokenizer, prompts, group_size, *, max_new_tokens, temperature, top_p, do_sample,
-              max_prompt_tokens, device, shared_prefill=False) -> GroupBatch:
+def _generate(
+    model,
+    tokenizer,
+    prompts,
+    group_size,
+    *,
+    max_new_tokens,
+    temperature,
+    top_p,
+    do_sample,
+    max_prompt_tokens,
+    device,
+    shared_prefill=False,
+) -> GroupBatch:
     torch = require("torch")
     tokenizer.padding_side = "left"
     enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
@@ -186,8 +234,12 @@ def _generate(model, tokenizer, prompts, group_size, *, max_new_tokens, temperat
     if device is not None:
         ids, att = ids.to(device), att.to(device)
     eos = eos_ids_of(tokenizer, model)
-    kwargs = dict(max_new_tokens=max_new_tokens, num_return_sequences=group_size,
-                  pad_token_id=tokenizer.pad_token_id, eos_token_id=eos or None)
+    kwargs = dict(
+        max_new_tokens=max_new_tokens,
+        num_return_sequences=group_size,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=eos or None,
+    )
     if do_sample:
         kwargs.update(do_sample=True, temperature=temperature, top_p=top_p, top_k=0)
     else:
@@ -199,8 +251,11 @@ def _generate(model, tokenizer, prompts, group_size, *, max_new_tokens, temperat
             # prefill's cost)
             cache = run_prompt_once(model, ids[:, :-1], group_size, attention_mask=att[:, :-1]).past_key_values
             kwargs.update(num_return_sequences=1, past_key_values=cache)
-            seqs = model.generate(input_ids=ids.repeat_interleave(group_size, dim=0),
-                                  attention_mask=att.repeat_interleave(group_size, dim=0), **kwargs)
+            seqs = model.generate(
+                input_ids=ids.repeat_interleave(group_size, dim=0),
+                attention_mask=att.repeat_interleave(group_size, dim=0),
+                **kwargs,
+            )
         else:
             seqs = model.generate(input_ids=ids, attention_mask=att, **kwargs)
     n_prompt = ids.shape[1]
@@ -209,7 +264,5 @@ def _generate(model, tokenizer, prompts, group_size, *, max_new_tokens, temperat
         raise RuntimeError("generate returned no new tokens; check max_new_tokens")
     cmask = completion_mask_from_ids(comp, eos)
     att_full = torch.cat([att.repeat_interleave(group_size, dim=0), cmask.to(att.dtype)], dim=1)
-    texts = [tokenizer.decode(row[m.bool()], skip_special_tokens=True).strip()
-             for row, m in zip(comp, cmask)]
-    return GroupBatch(input_ids=seqs, attention_mask=att_full, completion_mask=cmask,
-                      texts=texts, n_prompt=n_prompt)
+    texts = [tokenizer.decode(row[m.bool()], skip_special_tokens=True).strip() for row, m in zip(comp, cmask)]
+    return GroupBatch(input_ids=seqs, attention_mask=att_full, completion_mask=cmask, texts=texts, n_prompt=n_prompt)

@@ -1,6 +1,7 @@
 """Where a training run's log rows go besides ``log.jsonl``: TensorBoard, Weights & Biases,
 trackio (``TrainConfig.report_to``). A backend that is asked for but not installed is an error
 at validation, before any model loads — never a silent skip."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -36,12 +37,18 @@ class Reporter:
                 from torch.utils.tensorboard import SummaryWriter
 
                 writer = SummaryWriter(str(out_dir / "tensorboard"))
-                self.sinks.append((lambda row, step, w=writer: [w.add_scalar(k, v, step) for k, v in row.items()], writer.close))
+                self.sinks.append(
+                    (lambda row, step, w=writer: [w.add_scalar(k, v, step) for k, v in row.items()], writer.close)
+                )
             else:  # wandb and trackio share the init / log / finish API
                 module = importlib.import_module(name)
                 run = module.init(project="gcpo", name=run_name, config=config)
-                self.sinks.append((lambda row, step, m=module: m.log(row, step=step),
-                                   getattr(run, "finish", None) or getattr(module, "finish", None) or (lambda: None)))
+                self.sinks.append(
+                    (
+                        lambda row, step, m=module: m.log(row, step=step),
+                        getattr(run, "finish", None) or getattr(module, "finish", None) or (lambda: None),
+                    )
+                )
 
     def log(self, row: dict) -> None:
         scalars = {k: float(v) for k, v in row.items() if k != "step" and isinstance(v, (int, float))}

@@ -18,6 +18,7 @@ from the newest usable checkpoint, record what ran.
   before its first checkpoint) restarts at step 1 when ``run.json`` records the same
   configuration, and is refused, naming both hashes, when it does not.
 """
+
 from __future__ import annotations
 
 import json
@@ -36,10 +37,14 @@ LOCK_NAME, OWNER_NAME, REPLACED = ".gcpo.lock", ".gcpo.owner.json", ".gcpo-repla
 # the names allowed inside it (None: a file; "*": a folder written whole by TRL).
 _TMP = r"(\.tmp)?"
 RUN_ENTRIES = {
-    "log.jsonl": None, "run.json": None, REPLACED: "*",
-    "checkpoints": rf"step_\d{{6}}{_TMP}", "rollouts": rf"step_\d{{6}}\.parquet{_TMP}",
+    "log.jsonl": None,
+    "run.json": None,
+    REPLACED: "*",
+    "checkpoints": rf"step_\d{{6}}{_TMP}",
+    "rollouts": rf"step_\d{{6}}\.parquet{_TMP}",
     "eval": rf"(step_\d{{6}}|final)(\.json|\.predictions\.parquet){_TMP}",
-    "tensorboard": r"events\.out\.tfevents\..*", "gcpo_groups": rf"(train|eval)_step_\d{{6}}\.parquet{_TMP}",
+    "tensorboard": r"events\.out\.tfevents\..*",
+    "gcpo_groups": rf"(train|eval)_step_\d{{6}}\.parquet{_TMP}",
 }
 TRL_CHECKPOINT = re.compile(r"checkpoint-\d+")  # TRL's (HF Trainer's) checkpoint folders
 RUN_MARKERS = ("log.jsonl", "run.json", "checkpoints", "rollouts")  # the folder holds a run
@@ -65,12 +70,21 @@ def take_lock(lock_path: Path, owner_path: Path, what: str):
             owner = json.loads(Path(owner_path).read_text())
         except (OSError, ValueError):
             owner = {}
-        raise RunFolderBusy(f"{what} is in use by another gcpo process (PID {owner.get('pid', '?')}: "
-                            f"{owner.get('command', 'unknown command')}, since {owner.get('since', '?')}); "
-                            f"wait for it to finish, or choose another folder") from None
-    write_text(owner_path, json.dumps({
-        "pid": os.getpid(), "command": " ".join(["gcpo"] + sys.argv[1:3]),
-        "since": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")}))
+        raise RunFolderBusy(
+            f"{what} is in use by another gcpo process (PID {owner.get('pid', '?')}: "
+            f"{owner.get('command', 'unknown command')}, since {owner.get('since', '?')}); "
+            f"wait for it to finish, or choose another folder"
+        ) from None
+    write_text(
+        owner_path,
+        json.dumps(
+            {
+                "pid": os.getpid(),
+                "command": " ".join(["gcpo"] + sys.argv[1:3]),
+                "since": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
+            }
+        ),
+    )
     return lock
 
 
@@ -78,7 +92,9 @@ def run_entries(out: Path) -> list[Path]:
     """The top-level entries of ``out`` that a gcpo or TRL run wrote."""
     if not out.is_dir():
         return []
-    return sorted(p for p in out.iterdir() if p.name in RUN_ENTRIES or (TRL_CHECKPOINT.fullmatch(p.name) and p.is_dir()))
+    return sorted(
+        p for p in out.iterdir() if p.name in RUN_ENTRIES or (TRL_CHECKPOINT.fullmatch(p.name) and p.is_dir())
+    )
 
 
 def foreign_files(entries) -> list[Path]:
@@ -134,7 +150,9 @@ class RunFolder:
         return False
 
     # ------------------------------------------------------------------ start-up
-    def prepare(self, *, resume: bool, overwrite: bool, load_latest, config_hash: str | None = None) -> tuple[int, str | None]:
+    def prepare(
+        self, *, resume: bool, overwrite: bool, load_latest, config_hash: str | None = None
+    ) -> tuple[int, str | None]:
         """Check the folder and return (first step to run, the checkpoint resumed from or None).
 
         ``load_latest()`` restores the newest usable checkpoint into the model, optimizer and
@@ -146,8 +164,10 @@ class RunFolder:
             return self._resume(load_latest, config_hash)
         existing = [p for p in run_entries(out) if p.name != REPLACED]
         if any(p.name in RUN_MARKERS or TRL_CHECKPOINT.fullmatch(p.name) for p in existing) and not overwrite:
-            raise ValueError(f"{out} already holds a run ({', '.join(p.name for p in existing)}); pass --resume "
-                             f"to continue it, --overwrite to replace it, or choose another output_dir")
+            raise ValueError(
+                f"{out} already holds a run ({', '.join(p.name for p in existing)}); pass --resume "
+                f"to continue it, --overwrite to replace it, or choose another output_dir"
+            )
         if existing and self.is_main:
             self.replace(existing)
         return 1, None
@@ -157,9 +177,11 @@ class RunFolder:
         foreign = foreign_files(existing)
         if foreign:
             names = ", ".join(str(p.relative_to(self.out)) for p in foreign[:5])
-            raise ValueError(f"--overwrite: {self.out} holds files gcpo did not write ({names}"
-                             f"{', ...' if len(foreign) > 5 else ''}); move them out of the run folder first, "
-                             f"nothing was deleted")
+            raise ValueError(
+                f"--overwrite: {self.out} holds files gcpo did not write ({names}"
+                f"{', ...' if len(foreign) > 5 else ''}); move them out of the run folder first, "
+                f"nothing was deleted"
+            )
         aside = self.out / REPLACED
         if aside.exists():
             shutil.rmtree(aside)
@@ -190,11 +212,16 @@ class RunFolder:
             if rows:
                 recorded = _recorded_hash(out)
                 if config_hash is None or recorded != config_hash:
-                    raise ValueError(f"--resume: {out} has a log.jsonl with {len(rows)} step(s) but no checkpoint, "
-                                     f"and its run.json records configuration {recorded} (now {config_hash}); "
-                                     f"pass --overwrite to start over, or choose another output_dir")
-                warnings.warn(f"--resume: {out} has {len(rows)} logged step(s) but no checkpoint (the run stopped "
-                              f"before its first one); restarting the same configuration at step 1", stacklevel=2)
+                    raise ValueError(
+                        f"--resume: {out} has a log.jsonl with {len(rows)} step(s) but no checkpoint, "
+                        f"and its run.json records configuration {recorded} (now {config_hash}); "
+                        f"pass --overwrite to start over, or choose another output_dir"
+                    )
+                warnings.warn(
+                    f"--resume: {out} has {len(rows)} logged step(s) but no checkpoint (the run stopped "
+                    f"before its first one); restarting the same configuration at step 1",
+                    stacklevel=2,
+                )
                 if self.is_main:
                     for p in [log, out / "rollouts"]:
                         if p.exists() and not foreign_files([p]):
@@ -240,8 +267,9 @@ def _recorded_hash(out: Path):
         return None
 
 
-def prepare_run_folder(out: Path, *, resume: bool, overwrite: bool, is_main: bool, load_latest,
-                       config_hash: str | None = None) -> tuple[int, str | None]:
+def prepare_run_folder(
+    out: Path, *, resume: bool, overwrite: bool, is_main: bool, load_latest, config_hash: str | None = None
+) -> tuple[int, str | None]:
     """``RunFolder(out).prepare(...)`` without the lock, the replaced run deleted at once (callers
     that hold no lock and keep no way back)."""
     folder = RunFolder(out, is_main=is_main)

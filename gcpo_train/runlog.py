@@ -3,6 +3,7 @@
 A run killed mid-write can leave a partial last line; ``read_log`` drops it with a warning (so
 ``--resume`` and ``gcpo plot-train`` still work) and refuses a bad line anywhere else, naming it.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,7 +24,9 @@ def read_log(path) -> list[dict]:
             row = json.loads(line)
         except ValueError as err:
             if k == len(lines):
-                warnings.warn(f"{path}: dropping a partial last line {k} ({err}); a crash mid-write leaves one", stacklevel=2)
+                warnings.warn(
+                    f"{path}: dropping a partial last line {k} ({err}); a crash mid-write leaves one", stacklevel=2
+                )
                 break
             raise ValueError(f"{path}: line {k} is not JSON ({err})") from None
         if not isinstance(row, dict) or not isinstance(row.get("step"), int):

@@ -2,6 +2,7 @@
 
 Its own module so that the trainer and the evaluator both import it and never each other.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -26,7 +27,6 @@ def load_split(config: TrainConfig, split: str) -> pd.DataFrame:
 
     if config.split_from_single:
         df = load_queries(config.dataset, path=config.data_path, split="test", seed=config.seed)
-        train, test = split_queries(df, train_frac=config.train_frac, seed=config.seed,
-                                    group=config.split_group)
+        train, test = split_queries(df, train_frac=config.train_frac, seed=config.seed, group=config.split_group)
         return (train if split == config.train_split else test).reset_index(drop=True)
     return load_queries(config.dataset, path=config.data_path, split=split, seed=config.seed)

@@ -28,6 +28,7 @@ Design choices where the paper is silent:
   from (seed, step, query position), and the data order is a function of (seed, epoch), so a
   resumed run reproduces an uninterrupted one on CPU.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -50,8 +51,7 @@ from .modulation import GroupModulator
 from .policy import Reference, forward_parameters, generate_groups, load_model_and_tokenizer, wrap_lora
 from .run_folder import RunFolder, write_run_info
 from .splits import load_split, query_indices
-from .step_data import (BeforeUpdate, Rollouts, StepTimer, UpdateStats, group_columns, rollouts_frame,
-                        summarize_step)
+from .step_data import BeforeUpdate, Rollouts, StepTimer, UpdateStats, group_columns, rollouts_frame, summarize_step
 
 if TYPE_CHECKING:
     from .reporting import Reporter
@@ -73,21 +73,37 @@ class GRPOTrainer:
     ``gcpo_analysis.prompts.build_prompt`` (the tokenizer's chat template).
     """
 
-    def __init__(self, config: TrainConfig, *, model=None, tokenizer=None, queries=None,
-                 eval_queries=None, reward_fn=None, prompt_fn=None, embedder=None, judge=None):
+    def __init__(
+        self,
+        config: TrainConfig,
+        *,
+        model=None,
+        tokenizer=None,
+        queries=None,
+        eval_queries=None,
+        reward_fn=None,
+        prompt_fn=None,
+        embedder=None,
+        judge=None,
+    ):
         torch = require("torch")
         accelerate = require("accelerate")
         if config.backend == "vllm":
-            raise NotImplementedError("backend 'vllm' is not implemented for the gcpo loop; use backend: trl "
-                                      "(TRL's vLLM generation) or backend: gcpo")
+            raise NotImplementedError(
+                "backend 'vllm' is not implemented for the gcpo loop; use backend: trl "
+                "(TRL's vLLM generation) or backend: gcpo"
+            )
         if config.backend == "trl":
-            raise ValueError("backend 'trl' runs through gcpo_train.trl_backend (gcpo train --backend trl), "
-                             "not this loop")
+            raise ValueError(
+                "backend 'trl' runs through gcpo_train.trl_backend (gcpo train --backend trl), not this loop"
+            )
         self.config = cfg = config
         self.accelerator = accelerate.Accelerator(cpu=(cfg.device == "cpu"))
         if cfg.queries_per_step < self.accelerator.num_processes:
-            raise ValueError(f"queries_per_step ({cfg.queries_per_step}) must be at least the number of "
-                             f"processes ({self.accelerator.num_processes}): each process generates whole groups")
+            raise ValueError(
+                f"queries_per_step ({cfg.queries_per_step}) must be at least the number of "
+                f"processes ({self.accelerator.num_processes}): each process generates whole groups"
+            )
         self.out = Path(cfg.output_dir)
         torch.manual_seed(cfg.seed)  # LoRA initialisation
         if model is None:
@@ -104,8 +120,9 @@ class GRPOTrainer:
             model.gradient_checkpointing_enable()
         # the rollouts of a group share their prompt: run it once per chunk (exact; see
         # loss.group_logprobs_and_entropy) unless recomputation or the model rules out a cache
-        self.share_prompt = (cfg.share_prompt and not cfg.gradient_checkpointing
-                             and "past_key_values" in forward_parameters(model))
+        self.share_prompt = (
+            cfg.share_prompt and not cfg.gradient_checkpointing and "past_key_values" in forward_parameters(model)
+        )
         self.group_modulator = GroupModulator(cfg, embedder=embedder, judge=judge)
         self.need_ratio = "ratio_var" in self.group_modulator.needs
         self.reference = Reference(model, cfg.use_lora) if (cfg.beta > 0 or self.need_ratio) else None
@@ -162,8 +179,9 @@ class GRPOTrainer:
     def _forward(self, model, batch, chunk, grad: bool, entropy: bool = True):
         torch = require("torch")
         with torch.enable_grad() if grad else torch.no_grad():
-            return chunk_logprobs(model, batch, chunk, self.config.temperature, entropy,
-                                  prompt_model=self.accelerator.unwrap_model(model))
+            return chunk_logprobs(
+                model, batch, chunk, self.config.temperature, entropy, prompt_model=self.accelerator.unwrap_model(model)
+            )
 
     def _chunks(self, batch, share_prompt: bool | None = None) -> list[tuple]:
         share = self.share_prompt if share_prompt is None else share_prompt
@@ -219,15 +237,23 @@ class GRPOTrainer:
         """Sample G rollouts for each of this process's queries of the step."""
         cfg = self.config
         queries, positions = self._step_queries(step)
-        prompts = [self.prompt_fn(r, self.tokenizer, max_context_tokens=cfg.max_context_tokens)
-                   for _, r in queries.iterrows()]
+        prompts = [
+            self.prompt_fn(r, self.tokenizer, max_context_tokens=cfg.max_context_tokens) for _, r in queries.iterrows()
+        ]
         self.model.eval()
-        batch = generate_groups(self.policy, self.tokenizer, prompts, cfg.group_size,
-                                max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
-                                top_p=cfg.top_p, max_prompt_tokens=cfg.max_prompt_tokens,
-                                device=self.accelerator.device,
-                                seeds=[step_seed(cfg.seed, step, k) for k in positions],
-                                share_prompt=self.share_prompt)
+        batch = generate_groups(
+            self.policy,
+            self.tokenizer,
+            prompts,
+            cfg.group_size,
+            max_new_tokens=cfg.max_new_tokens,
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
+            max_prompt_tokens=cfg.max_prompt_tokens,
+            device=self.accelerator.device,
+            seeds=[step_seed(cfg.seed, step, k) for k in positions],
+            share_prompt=self.share_prompt,
+        )
         return Rollouts(queries=queries, batch=batch)
 
     def _score(self, rollouts: Rollouts) -> None:
@@ -243,8 +269,12 @@ class GRPOTrainer:
             try:
                 reward, ok = float(self.reward_fn(query["task"], text, list(query["references"]))), True
             except Exception as err:  # one bad rollout must not kill a 2000-step run
-                warnings.warn(f"reward function raised on query {query['query_id']!r} rollout {j % G}: "
-                              f"{type(err).__name__}: {err}; reward set to 0", RuntimeWarning, stacklevel=2)
+                warnings.warn(
+                    f"reward function raised on query {query['query_id']!r} rollout {j % G}: "
+                    f"{type(err).__name__}: {err}; reward set to 0",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
                 reward, ok = 0.0, False
             rewards.append(reward)
             failed.append(not ok)
@@ -275,15 +305,21 @@ class GRPOTrainer:
         cfg, G, n_groups = self.config, self.config.group_size, len(rollouts.queries)
 
         def by_group(values):
-            return None if values is None else [values[k * G:(k + 1) * G] for k in range(n_groups)]
+            return None if values is None else [values[k * G : (k + 1) * G] for k in range(n_groups)]
 
         texts = rollouts.batch.texts if cfg.full_completion else rollouts.answers
         advantages, infos, cluster_stats = self.group_modulator.modulate_groups(
-            by_group(rollouts.rewards), by_group(texts), by_group(rollouts.answers),
-            token_entropy=by_group(before.token_entropy), logprobs=by_group(before.seq_logprob),
-            ratio_var=by_group(before.ratio_var), n_tokens=by_group(before.n_tokens))
-        advantages = torch.tensor(np.concatenate(advantages), dtype=torch.float32,
-                                  device=rollouts.batch.completion_mask.device)
+            by_group(rollouts.rewards),
+            by_group(texts),
+            by_group(rollouts.answers),
+            token_entropy=by_group(before.token_entropy),
+            logprobs=by_group(before.seq_logprob),
+            ratio_var=by_group(before.ratio_var),
+            n_tokens=by_group(before.n_tokens),
+        )
+        advantages = torch.tensor(
+            np.concatenate(advantages), dtype=torch.float32, device=rollouts.batch.completion_mask.device
+        )
         return advantages, infos, cluster_stats
 
     def _update(self, batch, advantages, before: BeforeUpdate) -> UpdateStats:
@@ -294,7 +330,9 @@ class GRPOTrainer:
         # the step's normalisers over all processes; DDP then averages the processes' gradients,
         # which the factor num_processes undoes, so N processes give one process's gradient
         n_rollouts = cfg.queries_per_step * cfg.group_size
-        n_tokens = float(acc.reduce(mask.sum().float(), reduction="sum")) if acc.num_processes > 1 else float(mask.sum())
+        n_tokens = (
+            float(acc.reduce(mask.sum().float(), reduction="sum")) if acc.num_processes > 1 else float(mask.sum())
+        )
         chunks = self._chunks(batch)
         # without an extra pass, π_old = π_θ at the first update: take it (and the token
         # entropies the modulators did not need earlier) from the gradient pass itself
@@ -314,12 +352,22 @@ class GRPOTrainer:
                 sync = contextlib.nullcontext() if k == len(pass_chunks) - 1 else acc.no_sync(self.model)
                 track = tracker.chunk(rows) if tracker is not None else contextlib.nullcontext()
                 with sync, track:
-                    logp, entropy = self._forward(self.model, batch, (group, rows), grad=True,
-                                                  entropy=from_gradient_pass)
+                    logp, entropy = self._forward(
+                        self.model, batch, (group, rows), grad=True, entropy=from_gradient_pass
+                    )
                     old = logp.detach() if from_gradient_pass else before.old_logp[rows]
-                    out = grpo_loss(logp, old, None if before.ref_logp is None else before.ref_logp[rows],
-                                    advantages[rows], mask[rows], beta=cfg.beta, clip_epsilon=cfg.clip_epsilon,
-                                    aggregation=cfg.loss_aggregation, n_seqs=n_rollouts, n_tokens=n_tokens)
+                    out = grpo_loss(
+                        logp,
+                        old,
+                        None if before.ref_logp is None else before.ref_logp[rows],
+                        advantages[rows],
+                        mask[rows],
+                        beta=cfg.beta,
+                        clip_epsilon=cfg.clip_epsilon,
+                        aggregation=cfg.loss_aggregation,
+                        n_seqs=n_rollouts,
+                        n_tokens=n_tokens,
+                    )
                     acc.backward(out.loss * acc.num_processes)
                 loss += float(out.loss.detach())
                 kl.append(out.kl)
@@ -336,7 +384,8 @@ class GRPOTrainer:
                 grad_norm = acc.clip_grad_norm_(self.params, cfg.max_grad_norm)
             else:
                 grad_norm = torch.linalg.vector_norm(
-                    torch.stack([p.grad.norm() for p in self.params if p.grad is not None]))
+                    torch.stack([p.grad.norm() for p in self.params if p.grad is not None])
+                )
             self.optimizer.step()
             self.scheduler.step()
             self.optimizer.zero_grad(set_to_none=True)
@@ -354,30 +403,52 @@ class GRPOTrainer:
         num_processes undoes the one the loss is multiplied by before DDP's gradient mean."""
         from .gradvar_tracking import GradVarTracker
 
-        return GradVarTracker(self.policy, self.params, self.config.group_size, n_rows,
-                              scale=self.accelerator.num_processes)
+        return GradVarTracker(
+            self.policy, self.params, self.config.group_size, n_rows, scale=self.accelerator.num_processes
+        )
 
-    def _log_row(self, step: int, rollouts: Rollouts, advantages, infos: list[dict], cluster_stats: dict,
-                 update: UpdateStats, timer: StepTimer) -> dict:
+    def _log_row(
+        self,
+        step: int,
+        rollouts: Rollouts,
+        advantages,
+        infos: list[dict],
+        cluster_stats: dict,
+        update: UpdateStats,
+        timer: StepTimer,
+    ) -> dict:
         """The step's ``log.jsonl`` row (``summarize_step``) from every process's values."""
         from accelerate.utils import gather_object
 
-        local = dict(rewards=rollouts.rewards, reward_failed=rollouts.reward_failed,
-                     math_fallbacks=rollouts.math_fallbacks, advantages=advantages.cpu().numpy(),
-                     n_tokens=rollouts.batch.completion_mask.sum(-1).cpu().numpy(), infos=infos,
-                     cluster_stats=cluster_stats, loss=update.loss, kl=update.kl[0],
-                     clip_frac=update.clip_frac[-1], grad_norm=update.grad_norm[0], lr=update.lr,
-                     gradvar=update.gradvar,
-                     seconds={**timer.seconds, "total": timer.total()})
+        local = dict(
+            rewards=rollouts.rewards,
+            reward_failed=rollouts.reward_failed,
+            math_fallbacks=rollouts.math_fallbacks,
+            advantages=advantages.cpu().numpy(),
+            n_tokens=rollouts.batch.completion_mask.sum(-1).cpu().numpy(),
+            infos=infos,
+            cluster_stats=cluster_stats,
+            loss=update.loss,
+            kl=update.kl[0],
+            clip_frac=update.clip_frac[-1],
+            grad_norm=update.grad_norm[0],
+            lr=update.lr,
+            gradvar=update.gradvar,
+            seconds={**timer.seconds, "total": timer.total()},
+        )
         parts = gather_object([local]) if self.accelerator.num_processes > 1 else [local]
         return summarize_step(step, parts, self.config.group_size)
 
     # ------------------------------------------------------------------ run
     def _prepare_output(self, folder: RunFolder) -> None:
         self.start_step, self.resumed_from = folder.prepare(
-            resume=self.config.resume, overwrite=self.config.overwrite, config_hash=self.config.config_hash(),
-            load_latest=lambda: ckpt.load_latest_usable(self.out, model=self.policy, optimizer=self.optimizer,
-                                                        scheduler=self.scheduler, config=self.config))
+            resume=self.config.resume,
+            overwrite=self.config.overwrite,
+            config_hash=self.config.config_hash(),
+            load_latest=lambda: ckpt.load_latest_usable(
+                self.out, model=self.policy, optimizer=self.optimizer, scheduler=self.scheduler, config=self.config
+            ),
+        )
 
     def _log(self, row: dict, frame: pd.DataFrame) -> None:
         from accelerate.utils import gather_object
@@ -388,8 +459,10 @@ class GRPOTrainer:
         if cfg.save_rollouts:  # the step's whole frame, in query order, whatever the process count
             frames = gather_object([frame]) if acc.num_processes > 1 else [frame]
             if acc.is_main_process:
-                write_frame(validate_rollouts(pd.concat(frames, ignore_index=True)),
-                            self.out / "rollouts" / f"step_{row['step']:06d}.parquet")
+                write_frame(
+                    validate_rollouts(pd.concat(frames, ignore_index=True)),
+                    self.out / "rollouts" / f"step_{row['step']:06d}.parquet",
+                )
         if not acc.is_main_process or row["step"] % cfg.log_every:
             return
         with open(self.out / "log.jsonl", "a", encoding="utf-8") as fh:
@@ -415,14 +488,28 @@ class GRPOTrainer:
 
             self._reporter = Reporter(cfg.report_to, self.out, cfg.to_dict(), self.out.name)
         if acc.is_main_process:
-            write_run_info(self.out, {
-                "config": cfg.to_dict(), "config_hash": cfg.config_hash(), "group_modulator": self.group_modulator.describe(),
-                "device": str(acc.device), "num_processes": acc.num_processes, "resumed_from": self.resumed_from,
-                "start_step": self.start_step, "report_to": list(cfg.report_to or ())})  # validate made it a list
+            write_run_info(
+                self.out,
+                {
+                    "config": cfg.to_dict(),
+                    "config_hash": cfg.config_hash(),
+                    "group_modulator": self.group_modulator.describe(),
+                    "device": str(acc.device),
+                    "num_processes": acc.num_processes,
+                    "resumed_from": self.resumed_from,
+                    "start_step": self.start_step,
+                    "report_to": list(cfg.report_to or ()),
+                },
+            )  # validate made it a list
         tqdm = require("tqdm").tqdm
         rows = []
-        bar = tqdm(range(self.start_step, cfg.steps + 1), disable=not (cfg.progress and acc.is_main_process),
-                   desc=f"gcpo {cfg.modulator}", initial=self.start_step - 1, total=cfg.steps)
+        bar = tqdm(
+            range(self.start_step, cfg.steps + 1),
+            disable=not (cfg.progress and acc.is_main_process),
+            desc=f"gcpo {cfg.modulator}",
+            initial=self.start_step - 1,
+            total=cfg.steps,
+        )
         for step in bar:
             row, frame = self.train_step(step)
             ckpt.check_finite_weights(self.policy, step)  # a diverged step stops here, never saved
@@ -435,9 +522,15 @@ class GRPOTrainer:
             if (cfg.checkpoint_every and step % cfg.checkpoint_every == 0) or step == cfg.steps:
                 acc.wait_for_everyone()
                 if acc.is_main_process:
-                    ckpt.save_checkpoint(self.out, step, model=self.policy, optimizer=self.optimizer,
-                                         scheduler=self.scheduler, config=cfg,
-                                         data_position=step * cfg.queries_per_step)
+                    ckpt.save_checkpoint(
+                        self.out,
+                        step,
+                        model=self.policy,
+                        optimizer=self.optimizer,
+                        scheduler=self.scheduler,
+                        config=cfg,
+                        data_position=step * cfg.queries_per_step,
+                    )
                     ckpt.prune_checkpoints(self.out, cfg.save_total_limit)
         if self._reporter is not None:
             self._reporter.close()
@@ -447,7 +540,16 @@ class GRPOTrainer:
         """Greedy evaluation of the current policy on eval_split (``eval/<tag>.json``)."""
         from .evaluate import evaluate
 
-        queries = self._eval_queries if self._eval_queries is not None else load_split(self.config, self.config.eval_split)
-        return evaluate(self.policy, self.config.dataset, queries=queries, n=self.config.eval_n,
-                        tokenizer=self.tokenizer, config=self.config,
-                        output=self.out / "eval" / f"{tag}.json", progress=False)
+        queries = (
+            self._eval_queries if self._eval_queries is not None else load_split(self.config, self.config.eval_split)
+        )
+        return evaluate(
+            self.policy,
+            self.config.dataset,
+            queries=queries,
+            n=self.config.eval_n,
+            tokenizer=self.tokenizer,
+            config=self.config,
+            output=self.out / "eval" / f"{tag}.json",
+            progress=False,
+        )

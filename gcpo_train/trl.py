@@ -30,6 +30,7 @@ by cluster frequency instead of weighting the advantage). Under TRL, ``se`` is t
 Speed (``share_prompt``, on by default): each group's prompt runs once in TRL's log-prob passes
 (``gcpo_train.trl_shared_prompt``); the same numbers as TRL's pass, with named fallbacks.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -53,7 +54,7 @@ TRL_MODULATORS = ("none", "se", "kle", "care", "cd", "bot", "rd", "cd_rd", "bot_
 REFUSED = {
     "eg_spo": "it gates each rollout by its token entropy (a per-rollout weight, not a group weight)",
     "r2vpo": "it weights each rollout by the variance of its policy ratio against the reference "
-             "policy, which TRL has not computed when the advantages are made",
+    "policy, which TRL has not computed when the advantages are made",
     "empo": "it replaces the reward by the cluster frequency instead of weighting the advantage",
 }
 
@@ -63,26 +64,94 @@ def check_trl_modulator(name: str) -> None:
     if name not in MODULATORS:
         raise ValueError(f"unknown modulator {name!r}; choices: {', '.join(sorted(MODULATORS))}")
     if name not in TRL_MODULATORS:
-        raise ValueError(f"modulator {name!r} cannot run inside TRL's GRPOTrainer: {REFUSED[name]}. "
-                         f"Use gcpo_train's own loop (gcpo train --backend gcpo) or one of {', '.join(TRL_MODULATORS)}")
+        raise ValueError(
+            f"modulator {name!r} cannot run inside TRL's GRPOTrainer: {REFUSED[name]}. "
+            f"Use gcpo_train's own loop (gcpo train --backend gcpo) or one of {', '.join(TRL_MODULATORS)}"
+        )
 
 
 @dataclass
 class GCPOConfig(GRPOConfig):
     """``trl.GRPOConfig`` plus the GCPO fields (paper Section 3.4, Appendix E)."""
 
-    modulator: str = field(default="bot_rd", metadata={"help": "Advantage modulator from gcpo_analysis.measures."
-                           "modulators: " + ", ".join(TRL_MODULATORS) + " (eg_spo, r2vpo, empo are refused under TRL)."})
-    alpha_base: float = field(default=ALPHA_BASE, metadata={"help": "alpha_base; alpha_G = alpha_base / ln G (Section 3.4). Finite, >= 0."})
-    r_min: float = field(default=R_MIN, metadata={"help": "Lower end of the reward range (RD normalisation). Rewards outside [r_min, r_max] are refused."})
-    r_max: float = field(default=R_MAX, metadata={"help": "Upper end of the reward range (the paper's rewards live on [0, 2]; set 1.0 for 0/1 rewards)."})
-    judge: str = field(default="embedding", metadata={"help": "Clustering judge for SE/BoT/CARE: 'embedding' (offline MiniLM similarity), 'lexical', 'math', 'nli' or 'nli:<model>' (the paper: roberta-large-mnli)."})
-    embedder: str | None = field(default=None, metadata={"help": "sentence-transformers name or path for the answer embeddings (None = the packaged all-MiniLM-L6-v2)."})
-    nli_threshold: float = field(default=NLI_THRESHOLD, metadata={"help": "Entailment threshold of the greedy clustering (Appendix E)."})
-    use_full_completion: bool = field(default=True, metadata={"help": "Embed and cluster the full completion (True, the paper's choice for math) or the extracted QA answer (False)."})
-    modulator_params: dict | None = field(default=None, metadata={"help": "Extra keyword arguments passed to modulate() verbatim (e.g. {'q_alpha': 0.6})."})
-    share_prompt: bool = field(default=True, metadata={"help": "Run each group's prompt once in TRL's log-prob passes (training forward and backward, old-policy and reference) and in transformers generation's prefill: the G rows that share a prompt get its keys/values repeated and only their completions run. Same numbers as TRL's pass up to float rounding. Falls back to TRL's pass, named in an info log and in the metric gcpo/shared_prompt (fraction of passes shared), under gradient checkpointing (TRL's default; the training forward only, set gradient_checkpointing=False to share it too), DeepSpeed ZeRO-3, FSDP, multimodal inputs, the MoE aux loss, the entropy bonus, prompt-learning PEFT or a model without a cache."})
-    log_group_measures: bool = field(default=False, metadata={"help": "Also write each step's per-group measures and weights as output_dir/gcpo_groups/step_XXXXXX.parquet (main process)."})
+    modulator: str = field(
+        default="bot_rd",
+        metadata={
+            "help": "Advantage modulator from gcpo_analysis.measures."
+            "modulators: " + ", ".join(TRL_MODULATORS) + " (eg_spo, r2vpo, empo are refused under TRL)."
+        },
+    )
+    alpha_base: float = field(
+        default=ALPHA_BASE, metadata={"help": "alpha_base; alpha_G = alpha_base / ln G (Section 3.4). Finite, >= 0."}
+    )
+    r_min: float = field(
+        default=R_MIN,
+        metadata={
+            "help": "Lower end of the reward range (RD normalisation). Rewards outside [r_min, r_max] are refused."
+        },
+    )
+    r_max: float = field(
+        default=R_MAX,
+        metadata={
+            "help": "Upper end of the reward range (the paper's rewards live on [0, 2]; set 1.0 for 0/1 rewards)."
+        },
+    )
+    judge: str = field(
+        default="embedding",
+        metadata={
+            "help": (
+                "Clustering judge for SE/BoT/CARE: 'embedding' (offline MiniLM similarity), 'lexical', 'math', "
+                "'nli' or 'nli:<model>' (the paper: roberta-large-mnli)."
+            )
+        },
+    )
+    embedder: str | None = field(
+        default=None,
+        metadata={
+            "help": (
+                "sentence-transformers name or path for the answer embeddings (None = the packaged all-MiniLM-L6-v2)."
+            )
+        },
+    )
+    nli_threshold: float = field(
+        default=NLI_THRESHOLD, metadata={"help": "Entailment threshold of the greedy clustering (Appendix E)."}
+    )
+    use_full_completion: bool = field(
+        default=True,
+        metadata={
+            "help": (
+                "Embed and cluster the full completion (True, the paper's choice for math) or the extracted QA "
+                "answer (False)."
+            )
+        },
+    )
+    modulator_params: dict | None = field(
+        default=None,
+        metadata={"help": "Extra keyword arguments passed to modulate() verbatim (e.g. {'q_alpha': 0.6})."},
+    )
+    share_prompt: bool = field(
+        default=True,
+        metadata={
+            "help": (
+                "Run each group's prompt once in TRL's log-prob passes (training forward and backward, old-policy"
+                " and reference) and in transformers generation's prefill: the G rows that share a prompt get its"
+                " keys/values repeated and only their completions run. Same numbers as TRL's pass up to float "
+                "rounding. Falls back to TRL's pass, named in an info log and in the metric gcpo/shared_prompt "
+                "(fraction of passes shared), under gradient checkpointing (TRL's default; the training forward "
+                "only, set gradient_checkpointing=False to share it too), DeepSpeed ZeRO-3, FSDP, multimodal "
+                "inputs, the MoE aux loss, the entropy bonus, prompt-learning PEFT or a model without a cache."
+            )
+        },
+    )
+    log_group_measures: bool = field(
+        default=False,
+        metadata={
+            "help": (
+                "Also write each step's per-group measures and weights as "
+                "output_dir/gcpo_groups/step_XXXXXX.parquet (main process)."
+            )
+        },
+    )
 
     def __post_init__(self):
         super().__post_init__()
@@ -112,8 +181,9 @@ class GCPOConfig(GRPOConfig):
             setattr(self, name, float(value))
         for name in ("use_full_completion", "log_group_measures"):
             if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r} "
-                                 f"({type(getattr(self, name)).__name__})")
+                raise ValueError(
+                    f"{name} must be true or false, got {getattr(self, name)!r} ({type(getattr(self, name)).__name__})"
+                )
         for name, optional in (("modulator", False), ("judge", False), ("embedder", True)):
             value = getattr(self, name)
             if not (isinstance(value, str) or (optional and value is None)):
@@ -126,8 +196,11 @@ def completion_text(completion) -> str:
         return completion
     if isinstance(completion, list) and completion and isinstance(completion[-1], dict):
         content = completion[-1].get("content", "")
-        return content if isinstance(content, str) else " ".join(
-            part.get("text", "") for part in content if isinstance(part, dict))
+        return (
+            content
+            if isinstance(content, str)
+            else " ".join(part.get("text", "") for part in content if isinstance(part, dict))
+        )
     return str(completion)
 
 
@@ -135,10 +208,21 @@ def modulation_settings(config: GCPOConfig) -> SimpleNamespace:
     """What ``gcpo_train.modulation.GroupModulator`` reads from a training config, from a GCPOConfig
     (the per-rollout modulators' knobs are fixed: those modulators are refused under TRL)."""
     return SimpleNamespace(
-        modulator=config.modulator, embedder=config.embedder, judge=config.judge,
-        nli_threshold=config.nli_threshold, alpha_base=config.alpha_base, r_min=config.r_min,
-        r_max=config.r_max, eps=EPS, q_hawkeye_alpha=config.alpha_base, eg_spo_alpha=1.0,
-        r2vpo_lambda=1.0, empo_low=0.0, empo_high=0.5, modulator_params=config.modulator_params)
+        modulator=config.modulator,
+        embedder=config.embedder,
+        judge=config.judge,
+        nli_threshold=config.nli_threshold,
+        alpha_base=config.alpha_base,
+        r_min=config.r_min,
+        r_max=config.r_max,
+        eps=EPS,
+        q_hawkeye_alpha=config.alpha_base,
+        eg_spo_alpha=1.0,
+        r2vpo_lambda=1.0,
+        empo_low=0.0,
+        empo_high=0.5,
+        modulator_params=config.modulator_params,
+    )
 
 
 class GCPOTrainer(SharedPromptMixin, GRPOTrainer):
@@ -179,7 +263,9 @@ class GCPOTrainer(SharedPromptMixin, GRPOTrainer):
         weights, rows = self.group_weights(texts, rewards, G)
         self._metrics[mode]["gcpo/time_weights"].append(time.perf_counter() - t0)  # the measurement overhead
         local = slice(self.accelerator.process_index * len(inputs), (self.accelerator.process_index + 1) * len(inputs))
-        w = torch.as_tensor(np.repeat(weights, G)[local], dtype=out["advantages"].dtype, device=out["advantages"].device)
+        w = torch.as_tensor(
+            np.repeat(weights, G)[local], dtype=out["advantages"].dtype, device=out["advantages"].device
+        )
         out["advantages"] = out["advantages"] * (w if out["advantages"].dim() == 1 else w[:, None])
         self.gcpo_last = dict(texts=texts, rewards=rewards, weights=weights, rows=rows, local=local)
         self._log_gcpo(mode, weights, rows)
@@ -188,8 +274,15 @@ class GCPOTrainer(SharedPromptMixin, GRPOTrainer):
     def group_weights(self, texts: list[str], rewards: np.ndarray, G: int) -> tuple[np.ndarray, list[dict]]:
         """omega(q) of every group of the gathered batch (``group_weights``)."""
         a = self.args
-        return group_weights(texts, rewards, G, group_modulator=self.group_modulator, modulator=a.modulator, r_min=a.r_min,
-                             use_full_completion=a.use_full_completion)
+        return group_weights(
+            texts,
+            rewards,
+            G,
+            group_modulator=self.group_modulator,
+            modulator=a.modulator,
+            r_min=a.r_min,
+            use_full_completion=a.use_full_completion,
+        )
 
     def _log_gcpo(self, mode: str, weights: np.ndarray, rows: list[dict]) -> None:
         self._metrics[mode]["gcpo/weight_mean"].append(float(np.mean(weights)))
@@ -202,13 +295,24 @@ class GCPOTrainer(SharedPromptMixin, GRPOTrainer):
 
             from gcpo_analysis.frames import write_frame
 
-            frame = pd.DataFrame(rows).assign(group=np.arange(len(weights)), weight=weights,
-                                              step=self.state.global_step, mode=mode)
-            write_frame(frame, Path(self.args.output_dir) / "gcpo_groups" / f"{mode}_step_{self.state.global_step:06d}.parquet")
+            frame = pd.DataFrame(rows).assign(
+                group=np.arange(len(weights)), weight=weights, step=self.state.global_step, mode=mode
+            )
+            write_frame(
+                frame, Path(self.args.output_dir) / "gcpo_groups" / f"{mode}_step_{self.state.global_step:06d}.parquet"
+            )
 
 
-def group_weights(texts: list[str], rewards, G: int, *, group_modulator, modulator: str, r_min: float = R_MIN,
-                  use_full_completion: bool = True) -> tuple[np.ndarray, list[dict]]:
+def group_weights(
+    texts: list[str],
+    rewards,
+    G: int,
+    *,
+    group_modulator,
+    modulator: str,
+    r_min: float = R_MIN,
+    use_full_completion: bool = True,
+) -> tuple[np.ndarray, list[dict]]:
     """omega(q) of every group of a gathered generation batch — consecutive blocks of G, TRL's
     layout — and each group's measures (``modulate``'s info). A pure function of the texts and
     rewards: every process computes the same weights from the same gathered batch."""
@@ -219,8 +323,8 @@ def group_weights(texts: list[str], rewards, G: int, *, group_modulator, modulat
     if n * G != len(texts):
         raise ValueError(f"{len(texts)} completions do not split into groups of {G}")
     r = np.nan_to_num(np.asarray(rewards, float), nan=r_min)  # unscorable: TRL zeroes their advantage
-    r_groups = [r[k * G:(k + 1) * G] for k in range(n)]
-    t_groups = [list(texts[k * G:(k + 1) * G]) for k in range(n)]
+    r_groups = [r[k * G : (k + 1) * G] for k in range(n)]
+    t_groups = [list(texts[k * G : (k + 1) * G]) for k in range(n)]
     qa_answers = [[extract_qa_answer(t) for t in g] for g in t_groups]
     shown = t_groups if use_full_completion else qa_answers
     # the math judge clusters final answers (answer equivalence), never whole derivations

@@ -7,6 +7,7 @@ as gcpo's own loop loads it (packaged GGUF, hub name or path) and LoRA goes thro
 ``peft_config``. Multi-GPU runs use ``accelerate launch --config_file configs/accelerate/...``
 (see the README). What has no TRL counterpart is refused with the field named.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -21,18 +22,44 @@ def gcpo_config_from(cfg: TrainConfig, plain_trl: bool = False, **overrides):
 
     loss_type = {"sequence": "grpo", "token": "bnpo"}[cfg.loss_aggregation]
     kwargs: dict[str, Any] = dict(
-        output_dir=cfg.output_dir, seed=cfg.seed, max_steps=cfg.steps, learning_rate=cfg.learning_rate,
-        weight_decay=cfg.weight_decay, warmup_steps=cfg.warmup_steps, max_grad_norm=cfg.max_grad_norm or 1e9,
-        lr_scheduler_type=cfg.lr_schedule, beta=cfg.beta, epsilon=cfg.clip_epsilon, num_iterations=cfg.num_iterations,
-        loss_type=loss_type, scale_rewards="group", num_generations=cfg.group_size,
-        per_device_train_batch_size=cfg.queries_per_step * cfg.group_size, max_completion_length=cfg.max_new_tokens,
-        temperature=cfg.temperature, top_p=cfg.top_p, top_k=0, logging_steps=cfg.log_every,
-        save_steps=cfg.checkpoint_every or cfg.steps, save_total_limit=cfg.save_total_limit, use_cpu=cfg.device == "cpu",
-        bf16=cfg.dtype == "bfloat16", fp16=cfg.dtype == "float16", gradient_checkpointing=cfg.gradient_checkpointing,
+        output_dir=cfg.output_dir,
+        seed=cfg.seed,
+        max_steps=cfg.steps,
+        learning_rate=cfg.learning_rate,
+        weight_decay=cfg.weight_decay,
+        warmup_steps=cfg.warmup_steps,
+        max_grad_norm=cfg.max_grad_norm or 1e9,
+        lr_scheduler_type=cfg.lr_schedule,
+        beta=cfg.beta,
+        epsilon=cfg.clip_epsilon,
+        num_iterations=cfg.num_iterations,
+        loss_type=loss_type,
+        scale_rewards="group",
+        num_generations=cfg.group_size,
+        per_device_train_batch_size=cfg.queries_per_step * cfg.group_size,
+        max_completion_length=cfg.max_new_tokens,
+        temperature=cfg.temperature,
+        top_p=cfg.top_p,
+        top_k=0,
+        logging_steps=cfg.log_every,
+        save_steps=cfg.checkpoint_every or cfg.steps,
+        save_total_limit=cfg.save_total_limit,
+        use_cpu=cfg.device == "cpu",
+        bf16=cfg.dtype == "bfloat16",
+        fp16=cfg.dtype == "float16",
+        gradient_checkpointing=cfg.gradient_checkpointing,
         report_to=list(cfg.report_to or ()),  # validate made it a list
-        modulator=cfg.modulator, alpha_base=cfg.alpha_base, r_min=cfg.r_min, r_max=cfg.r_max, judge=cfg.judge,
-        embedder=cfg.embedder, nli_threshold=cfg.nli_threshold, use_full_completion=cfg.full_completion,
-        modulator_params=cfg.modulator_params, disable_tqdm=not cfg.progress, share_prompt=cfg.share_prompt,
+        modulator=cfg.modulator,
+        alpha_base=cfg.alpha_base,
+        r_min=cfg.r_min,
+        r_max=cfg.r_max,
+        judge=cfg.judge,
+        embedder=cfg.embedder,
+        nli_threshold=cfg.nli_threshold,
+        use_full_completion=cfg.full_completion,
+        modulator_params=cfg.modulator_params,
+        disable_tqdm=not cfg.progress,
+        share_prompt=cfg.share_prompt,
     )
     kwargs.update(overrides)
     if plain_trl:
@@ -54,11 +81,13 @@ def prompts_dataset(cfg: TrainConfig, tokenizer):
     if cfg.n_train:
         queries = queries.iloc[: cfg.n_train]
     rows = queries.to_dict("records")
-    return Dataset.from_dict({
-        "prompt": [build_prompt(r, tokenizer, max_context_tokens=cfg.max_context_tokens) for r in rows],
-        "references": [list(r["references"]) for r in rows],
-        "task": [r["task"] for r in rows],
-    })
+    return Dataset.from_dict(
+        {
+            "prompt": [build_prompt(r, tokenizer, max_context_tokens=cfg.max_context_tokens) for r in rows],
+            "references": [list(r["references"]) for r in rows],
+            "task": [r["task"] for r in rows],
+        }
+    )
 
 
 def task_reward_fn(completions, references, task, **_):
@@ -88,8 +117,9 @@ def build_trl_trainer(cfg: TrainConfig, *, embedder=None, judge=None, plain_trl:
         raise ValueError(f"build_trl_trainer needs backend: trl, got {cfg.backend!r}")
     refuse_unsupported(cfg)
     model, tokenizer = load_model_and_tokenizer(cfg.model, cfg.dtype)
-    if getattr(getattr(model, "hf_quantizer", None), "quantization_config", None) is not None and \
-            str(model.hf_quantizer.quantization_config.quant_method).lower().endswith("gguf"):
+    if getattr(getattr(model, "hf_quantizer", None), "quantization_config", None) is not None and str(
+        model.hf_quantizer.quantization_config.quant_method
+    ).lower().endswith("gguf"):
         # transformers dequantises GGUF weights into ordinary float tensors on load; only the
         # marker stays behind, and HF's Trainer refuses any marked model. The weights train fine.
         model.hf_quantizer = None
@@ -98,14 +128,26 @@ def build_trl_trainer(cfg: TrainConfig, *, embedder=None, judge=None, plain_trl:
     if cfg.use_lora:
         from peft import LoraConfig
 
-        peft_config = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
-                                 target_modules=cfg.lora_target_modules or "all-linear", task_type="CAUSAL_LM")
+        peft_config = LoraConfig(
+            r=cfg.lora_r,
+            lora_alpha=cfg.lora_alpha,
+            lora_dropout=cfg.lora_dropout,
+            target_modules=cfg.lora_target_modules or "all-linear",
+            task_type="CAUSAL_LM",
+        )
     elif cfg.beta > 0 and (cfg.model == "packaged" or cfg.model.startswith("tiny:")):
-        raise ValueError("full fine-tuning with beta > 0 under --backend trl needs a model TRL can reload as "
-                         "its reference (a hub name or a local folder), not 'packaged'/'tiny:'; use LoRA or beta: 0")
+        raise ValueError(
+            "full fine-tuning with beta > 0 under --backend trl needs a model TRL can reload as "
+            "its reference (a hub name or a local folder), not 'packaged'/'tiny:'; use LoRA or beta: 0"
+        )
     args = gcpo_config_from(cfg, plain_trl=plain_trl, **overrides)
-    common = dict(model=model, reward_funcs=task_reward_fn, train_dataset=prompts_dataset(cfg, tokenizer),
-                  processing_class=tokenizer, peft_config=peft_config)
+    common = dict(
+        model=model,
+        reward_funcs=task_reward_fn,
+        train_dataset=prompts_dataset(cfg, tokenizer),
+        processing_class=tokenizer,
+        peft_config=peft_config,
+    )
     if plain_trl:
         import trl
 

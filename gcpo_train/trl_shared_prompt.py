@@ -31,6 +31,7 @@ or FSDP (sharded parameters, not tested here); a model whose forward takes no
 ``past_key_values``; a prompt-learning PEFT adapter; multimodal inputs; TRL's MoE aux loss;
 TRL's entropy bonus (it needs gradients through the entropy).
 """
+
 from __future__ import annotations
 
 import inspect
@@ -42,10 +43,26 @@ import torch
 logger = logging.getLogger(__name__)
 
 # TRL 1.16's GRPOTrainer._get_per_token_logps_and_entropies, parameter names in order
-HOOK_PARAMETERS = ("self", "model", "input_ids", "attention_mask", "logits_to_keep", "batch_size", "compute_entropy",
-                   "compute_aux_loss", "pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask",
-                   "spatial_shapes", "num_tiles", "image_sizes", "token_type_ids", "mm_token_type_ids",
-                   "image_position_ids")
+HOOK_PARAMETERS = (
+    "self",
+    "model",
+    "input_ids",
+    "attention_mask",
+    "logits_to_keep",
+    "batch_size",
+    "compute_entropy",
+    "compute_aux_loss",
+    "pixel_values",
+    "image_grid_thw",
+    "num_images",
+    "pixel_attention_mask",
+    "spatial_shapes",
+    "num_tiles",
+    "image_sizes",
+    "token_type_ids",
+    "mm_token_type_ids",
+    "image_position_ids",
+)
 
 
 def hook_matches(cls) -> bool:
@@ -62,8 +79,10 @@ def static_fallback(trainer, base_cls, generation: bool = False) -> str | None:
     if not getattr(args, "share_prompt", False):
         return "share_prompt=False"
     if not hook_matches(base_cls):
-        return ("TRL's _get_per_token_logps_and_entropies has another signature than TRL 1.16's "
-                f"(got {tuple(inspect.signature(base_cls._get_per_token_logps_and_entropies).parameters)})")
+        return (
+            "TRL's _get_per_token_logps_and_entropies has another signature than TRL 1.16's "
+            f"(got {tuple(inspect.signature(base_cls._get_per_token_logps_and_entropies).parameters)})"
+        )
     if getattr(trainer, "is_fsdp_enabled", False):
         return "FSDP (sharded parameters; the shared-prompt pass is not tested under FSDP)"
     plugin = getattr(getattr(trainer.accelerator, "state", None), "deepspeed_plugin", None)
@@ -88,7 +107,9 @@ def active_dropout(model) -> bool:
     return any(isinstance(m, torch.nn.modules.dropout._DropoutNd) and m.p > 0 and m.training for m in model.modules())
 
 
-def call_fallback(compute_aux_loss: bool, extra: dict, checkpointing: bool = False, dropout: bool = False) -> str | None:
+def call_fallback(
+    compute_aux_loss: bool, extra: dict, checkpointing: bool = False, dropout: bool = False
+) -> str | None:
     """Why this call keeps TRL's pass (None: it can share). ``checkpointing``: the model
     recomputes activations in this (gradient-carrying) forward, which then keeps no cache; TRL
     switches checkpointing off for its no-gradient old-policy and reference passes, which share.
@@ -115,8 +136,17 @@ def prompt_groups(prompt_ids, prompt_mask) -> list[list[int]]:
     return list(groups.values())
 
 
-def shared_prompt_logps(model, input_ids, attention_mask, logits_to_keep: int, batch_size=None, *,
-                        compute_entropy=False, temperature=1.0, prompt_model=None):
+def shared_prompt_logps(
+    model,
+    input_ids,
+    attention_mask,
+    logits_to_keep: int,
+    batch_size=None,
+    *,
+    compute_entropy=False,
+    temperature=1.0,
+    prompt_model=None,
+):
     """TRL's per-token log-probs (and entropies) of [prompt | completion] rows, each distinct
     prompt of a chunk run once (``loss.group_logprobs_and_entropy``). Returns (logps, entropies
     or None), both (B, logits_to_keep), zero where the completion mask is 0 (as TRL's)."""
@@ -126,15 +156,24 @@ def shared_prompt_logps(model, input_ids, attention_mask, logits_to_keep: int, b
     batch_size = batch_size or input_ids.size(0)
     logps, entropies = [], []
     for start in range(0, input_ids.size(0), batch_size):
-        ids, att = input_ids[start:start + batch_size], attention_mask[start:start + batch_size]
+        ids, att = input_ids[start : start + batch_size], attention_mask[start : start + batch_size]
         p_ids, p_mask, c_ids, c_mask = ids[:, :-T], att[:, :-T], ids[:, -T:], att[:, -T:]
         parts, order = [], []
         for rows in prompt_groups(p_ids, p_mask):
             r = torch.as_tensor(rows, device=ids.device)
             first = rows[0]
-            parts.append(group_logprobs_and_entropy(
-                model, p_ids[first:first + 1], c_ids[r], c_mask[r], temperature, compute_entropy,
-                prompt_model, prompt_mask=p_mask[first:first + 1]))
+            parts.append(
+                group_logprobs_and_entropy(
+                    model,
+                    p_ids[first : first + 1],
+                    c_ids[r],
+                    c_mask[r],
+                    temperature,
+                    compute_entropy,
+                    prompt_model,
+                    prompt_mask=p_mask[first : first + 1],
+                )
+            )
             order.extend(rows)
         inverse = torch.argsort(torch.as_tensor(order, device=ids.device))
         mask = c_mask.to(torch.float32)
@@ -166,15 +205,23 @@ def shared_prefill_generate(model, generate):
     from .policy import run_prompt_once
 
     def wrapped(*args, input_ids=None, attention_mask=None, **kwargs):
-        plan = None if (args or attention_mask is None or "past_key_values" in kwargs) else prefill_plan(
-            input_ids, attention_mask)
+        plan = (
+            None
+            if (args or attention_mask is None or "past_key_values" in kwargs)
+            else prefill_plan(input_ids, attention_mask)
+        )
         if plan is None:
             return generate(*args, input_ids=input_ids, attention_mask=attention_mask, **kwargs)
         firsts, index = plan
         positions = (attention_mask.long().cumsum(-1) - 1).masked_fill(attention_mask == 0, 0)  # generate's rule
         with torch.no_grad():
-            cache = run_prompt_once(model, input_ids[firsts, :-1], 1, attention_mask=attention_mask[firsts, :-1],
-                                    position_ids=positions[firsts, :-1]).past_key_values
+            cache = run_prompt_once(
+                model,
+                input_ids[firsts, :-1],
+                1,
+                attention_mask=attention_mask[firsts, :-1],
+                position_ids=positions[firsts, :-1],
+            ).past_key_values
         cache.batch_select_indices(index)
         return generate(input_ids=input_ids, attention_mask=attention_mask, past_key_values=cache, **kwargs)
 
@@ -215,15 +262,21 @@ class SharedPromptMixin:
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs):
         from trl import GRPOTrainer
 
-        reason = static_fallback(self, GRPOTrainer, generation=True) or generation_fallback(self, images, multimodal_fields)
+        reason = static_fallback(self, GRPOTrainer, generation=True) or generation_fallback(
+            self, images, multimodal_fields
+        )
         self._gcpo_note_fallback(reason, "gcpo/shared_prefill", "generation prefill")
         if reason is not None:
-            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs)
+            return super()._generate_single_turn(
+                prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs
+            )
         # TRL generates with accelerator.unwrap_model(model_wrapped): wrap that object's generate for this call
         target = self.accelerator.unwrap_model(self.model_wrapped)
         target.generate = shared_prefill_generate(target, target.generate)
         try:
-            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs)
+            return super()._generate_single_turn(
+                prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs
+            )
         finally:
             del target.generate
 
@@ -234,25 +287,56 @@ class SharedPromptMixin:
             self._gcpo_static = static_fallback(self, GRPOTrainer)
         return self._gcpo_static
 
-    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
-                                           compute_entropy=False, compute_aux_loss=False, *args, **kwargs):
+    def _get_per_token_logps_and_entropies(
+        self,
+        model,
+        input_ids,
+        attention_mask,
+        logits_to_keep,
+        batch_size=None,
+        compute_entropy=False,
+        compute_aux_loss=False,
+        *args,
+        **kwargs,
+    ):
         reason = self._gcpo_static_fallback()
         if reason is None:
             inner_model = self.accelerator.unwrap_model(model)
-            flag = "is_activation_checkpointing" if hasattr(inner_model, "is_activation_checkpointing") \
-                else "is_gradient_checkpointing"  # renamed in transformers 5
+            flag = (
+                "is_activation_checkpointing"
+                if hasattr(inner_model, "is_activation_checkpointing")
+                else "is_gradient_checkpointing"
+            )  # renamed in transformers 5
             checkpointing = torch.is_grad_enabled() and bool(getattr(inner_model, flag, False))
-            reason = ("positional multimodal arguments" if args
-                      else call_fallback(compute_aux_loss, kwargs, checkpointing, active_dropout(inner_model)))
+            reason = (
+                "positional multimodal arguments"
+                if args
+                else call_fallback(compute_aux_loss, kwargs, checkpointing, active_dropout(inner_model))
+            )
         self._gcpo_note_fallback(reason)
         if reason is not None:
-            return super()._get_per_token_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep,
-                                                              batch_size, compute_entropy, compute_aux_loss,
-                                                              *args, **kwargs)
+            return super()._get_per_token_logps_and_entropies(
+                model,
+                input_ids,
+                attention_mask,
+                logits_to_keep,
+                batch_size,
+                compute_entropy,
+                compute_aux_loss,
+                *args,
+                **kwargs,
+            )
         # under DDP the prompt runs on the wrapped module, so that DDP sees one forward per backward
         inner = self.accelerator.unwrap_model(model, keep_torch_compile=False) if hasattr(model, "module") else None
         with self.accelerator.autocast():
-            logps, entropies = shared_prompt_logps(model, input_ids, attention_mask, logits_to_keep, batch_size,
-                                                   compute_entropy=compute_entropy, temperature=self.temperature,
-                                                   prompt_model=inner)
+            logps, entropies = shared_prompt_logps(
+                model,
+                input_ids,
+                attention_mask,
+                logits_to_keep,
+                batch_size,
+                compute_entropy=compute_entropy,
+                temperature=self.temperature,
+                prompt_model=inner,
+            )
         return logps, entropies, None

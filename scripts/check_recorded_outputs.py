@@ -30,6 +30,7 @@ The command logs and timings go to ``_produce/`` inside the output folder; ``com
 A failing command is recorded there (produce.json, "failed"), the other steps still run, and
 ``produce`` exits 1.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,10 +50,16 @@ LOG_DIR = "_produce"
 # JSON keys compared as "ignored" (their values are not recorded numbers of the method):
 IGNORED_KEYS = {
     # wall clock: when and how long a step ran
-    "started": "wall-clock date", "finished": "wall-clock date", "at": "wall-clock date", "date": "wall-clock date",
-    "seconds": "run time", "timings_s": "run time per stage", "tokens_per_s": "throughput (time)",
+    "started": "wall-clock date",
+    "finished": "wall-clock date",
+    "at": "wall-clock date",
+    "date": "wall-clock date",
+    "seconds": "run time",
+    "timings_s": "run time per stage",
+    "tokens_per_s": "throughput (time)",
     # installed versions: the two checkouts report their own package version
-    "versions": "library versions", "version": "package version",
+    "versions": "library versions",
+    "version": "package version",
 }
 # paths of inputs and outputs (relative and equal here, but absolute in some writers): ignored when
 # both values are strings or null, so a key of this name holding numbers is still compared
@@ -85,8 +92,9 @@ def _gcpo(out: Path, name: str, *args: str) -> float | None:
     log = out / LOG_DIR / f"{name}.log"
     t0 = time.perf_counter()
     with open(log, "w") as fh:
-        proc = subprocess.run([sys.executable, "-m", "gcpo_analysis", *args], cwd=out, env=_env(),
-                              stdout=fh, stderr=subprocess.STDOUT)
+        proc = subprocess.run(
+            [sys.executable, "-m", "gcpo_analysis", *args], cwd=out, env=_env(), stdout=fh, stderr=subprocess.STDOUT
+        )
     if proc.returncode != 0:
         FAILED[name] = f"`gcpo {' '.join(args)}` exited {proc.returncode}: " + log.read_text()[-1500:]
         print(f"[produce] FAILED {FAILED[name]}", file=sys.stderr, flush=True)
@@ -101,14 +109,36 @@ def _score(repo: Path, out: Path) -> dict:
     default = str(repo / "figures/default_study/rollouts.parquet")
     math_rollouts = str(repo / "figures/cpu_math/rollouts.parquet")
     return {
-        "score_default_study": _gcpo(out, "score_default_study", "score", default, "-o", "score/default_study.parquet",
-                                     "--csv"),
-        "score_default_study_all": _gcpo(out, "score_default_study_all", "score", default, "-o",
-                                         "score/default_study_all.parquet", "--measures", "all"),
+        "score_default_study": _gcpo(
+            out, "score_default_study", "score", default, "-o", "score/default_study.parquet", "--csv"
+        ),
+        "score_default_study_all": _gcpo(
+            out,
+            "score_default_study_all",
+            "score",
+            default,
+            "-o",
+            "score/default_study_all.parquet",
+            "--measures",
+            "all",
+        ),
         # the study scores math with the judge on extracted answers and the full completions embedded
-        "score_cpu_math": _gcpo(out, "score_cpu_math", "score", math_rollouts, "-o", "score/cpu_math.parquet", "--csv",
-                                "--judge", card["judge"], "--measures", card["measures"], "--nli-threshold", nli,
-                                "--full-completion"),
+        "score_cpu_math": _gcpo(
+            out,
+            "score_cpu_math",
+            "score",
+            math_rollouts,
+            "-o",
+            "score/cpu_math.parquet",
+            "--csv",
+            "--judge",
+            card["judge"],
+            "--measures",
+            card["measures"],
+            "--nli-threshold",
+            nli,
+            "--full-completion",
+        ),
     }
 
 
@@ -131,23 +161,59 @@ def _study(repo: Path, out: Path) -> dict:
         shutil.copytree(repo / "figures" / name, out / "study" / name)
         took[f"restat_{name}"] = _gcpo(out, f"restat_{name}", "study", "--restat", f"study/{name}")
     _rebuild_training_run(repo, out / "study" / "train_gradvar_run")
-    took["from_training"] = _gcpo(out, "from_training", "study", "--from-training", "study/train_gradvar_run",
-                                  "--output", "study/train_gradvar")
+    took["from_training"] = _gcpo(
+        out, "from_training", "study", "--from-training", "study/train_gradvar_run", "--output", "study/train_gradvar"
+    )
     return took
 
 
-TRAIN_FLAGS = ("--model", "tiny:llama", "--dataset", "narrativeqa", "--data_path", "train/nqa.jsonl",
-               "--split_from_single", "--train_frac", "0.5", "--modulator", "bot_rd", "--judge", "lexical",
-               "--group_size", "3", "--queries_per_step", "2", "--max_new_tokens", "12", "--max_context_tokens", "16",
-               "--seed", "0", "--device", "cpu", "--progress", "false", "--checkpoint_every", "0",
-               "--save_rollouts", "true")
+TRAIN_FLAGS = (
+    "--model",
+    "tiny:llama",
+    "--dataset",
+    "narrativeqa",
+    "--data_path",
+    "train/nqa.jsonl",
+    "--split_from_single",
+    "--train_frac",
+    "0.5",
+    "--modulator",
+    "bot_rd",
+    "--judge",
+    "lexical",
+    "--group_size",
+    "3",
+    "--queries_per_step",
+    "2",
+    "--max_new_tokens",
+    "12",
+    "--max_context_tokens",
+    "16",
+    "--seed",
+    "0",
+    "--device",
+    "cpu",
+    "--progress",
+    "false",
+    "--checkpoint_every",
+    "0",
+    "--save_rollouts",
+    "true",
+)
 
 
 # what a training run records (the rest of its folder is optimizer/RNG state, locks and copies of the tokenizer)
-TRAIN_KEEP = ("log.jsonl", "run.json", "rollouts/*.parquet", "checkpoints/*/state.json",
-              "checkpoints/*/adapter/adapter_model.safetensors", "checkpoints/*/adapter/adapter_config.json",
-              "checkpoint-*/trainer_state.json", "checkpoint-*/adapter_model.safetensors",
-              "checkpoint-*/adapter_config.json")
+TRAIN_KEEP = (
+    "log.jsonl",
+    "run.json",
+    "rollouts/*.parquet",
+    "checkpoints/*/state.json",
+    "checkpoints/*/adapter/adapter_model.safetensors",
+    "checkpoints/*/adapter/adapter_config.json",
+    "checkpoint-*/trainer_state.json",
+    "checkpoint-*/adapter_model.safetensors",
+    "checkpoint-*/adapter_config.json",
+)
 
 
 def _prune_run(run: Path) -> None:
@@ -163,20 +229,41 @@ def _train(repo: Path, out: Path) -> dict:
     (out / "train").mkdir()
     # answers spread over the tiny tokenizer's vocabulary, so that the random policy's completions
     # overlap them now and then: rewards vary within a group and the steps have a gradient
-    words = ("he she it they his her man woman king queen city house ship war love death father mother son "
-             "daughter friend one two three four five six seven eight nine ten yes no answer question").split()
+    words = (
+        "he she it they his her man woman king queen city house ship war love death father mother son "
+        "daughter friend one two three four five six seven eight nine ten yes no answer question"
+    ).split()
     passage = "the {} had a son . the ship was in the city ."
-    recs = [{"id": f"d{i}", "question": f"who is the {w} ?", "passage": passage.format(w),
-             "answer": [" ".join(words[i:] + words[:i])]} for i, w in enumerate(words[:12])]
+    recs = [
+        {
+            "id": f"d{i}",
+            "question": f"who is the {w} ?",
+            "passage": passage.format(w),
+            "answer": [" ".join(words[i:] + words[:i])],
+        }
+        for i, w in enumerate(words[:12])
+    ]
     (out / "train" / "nqa.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     took = {
         "train_gcpo": _gcpo(out, "train_gcpo", "train", *TRAIN_FLAGS, "--steps", "3", "--output_dir", "train/gcpo_run"),
         # per-group gradient variance needs each rollout's own forward pass (no shared prompt)
-        "train_gcpo_gradvar": _gcpo(out, "train_gcpo_gradvar", "train", *TRAIN_FLAGS, "--steps", "2",
-                                    "--share_prompt", "false", "--track_gradvar", "true",
-                                    "--output_dir", "train/gcpo_gradvar_run"),
-        "train_trl": _gcpo(out, "train_trl", "train", *TRAIN_FLAGS, "--steps", "2", "--backend", "trl",
-                           "--output_dir", "train/trl_run"),
+        "train_gcpo_gradvar": _gcpo(
+            out,
+            "train_gcpo_gradvar",
+            "train",
+            *TRAIN_FLAGS,
+            "--steps",
+            "2",
+            "--share_prompt",
+            "false",
+            "--track_gradvar",
+            "true",
+            "--output_dir",
+            "train/gcpo_gradvar_run",
+        ),
+        "train_trl": _gcpo(
+            out, "train_trl", "train", *TRAIN_FLAGS, "--steps", "2", "--backend", "trl", "--output_dir", "train/trl_run"
+        ),
     }
     for run in ("gcpo_run", "gcpo_gradvar_run", "trl_run"):
         if (out / "train" / run).exists():
@@ -190,20 +277,28 @@ def _proofs(repo: Path, out: Path) -> dict:
 
 
 def _code_under_test(repo: Path) -> dict:
-    where = subprocess.run([sys.executable, "-c", "import gcpo_analysis; print(gcpo_analysis.__file__)"],
-                           env=_env(), capture_output=True, text=True, cwd=repo, check=True).stdout.strip()
+    where = subprocess.run(
+        [sys.executable, "-c", "import gcpo_analysis; print(gcpo_analysis.__file__)"],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        cwd=repo,
+        check=True,
+    ).stdout.strip()
     git = ["git", "-C", str(repo)]
     head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"],
-                           capture_output=True, text=True).stdout
+    dirty = subprocess.run(
+        [*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
+    ).stdout
     return {"gcpo_analysis": where, "repo": str(repo), "commit": head, "dirty": bool(dirty.strip())}
 
 
 def produce(out: Path, repo: Path, steps) -> dict:
     code = _code_under_test(repo)
     if not Path(code["gcpo_analysis"]).resolve().is_relative_to(repo.resolve()):
-        raise SystemExit(f"gcpo_analysis is imported from {code['gcpo_analysis']}, not from {repo}: "
-                         f"set PYTHONPATH={repo}")
+        raise SystemExit(
+            f"gcpo_analysis is imported from {code['gcpo_analysis']}, not from {repo}: set PYTHONPATH={repo}"
+        )
     if out.exists() and any(out.iterdir()):
         raise SystemExit(f"{out} is not empty; choose a new folder")
     (out / LOG_DIR).mkdir(parents=True, exist_ok=True)
@@ -305,9 +400,13 @@ def tensors_diff(a: Path, b: Path) -> str | None:
     ta, tb = load_file(str(a)), load_file(str(b))
     if set(ta) != set(tb):
         return f"tensors only in A {sorted(set(ta) - set(tb))[:3]}, only in B {sorted(set(tb) - set(ta))[:3]}"
-    parts = [f"{k}: shape {ta[k].shape} vs {tb[k].shape}" if ta[k].shape != tb[k].shape else
-             f"{k}: max|diff| {np.max(np.abs(ta[k].astype(float) - tb[k].astype(float))):.3g}"
-             for k in sorted(ta) if ta[k].shape != tb[k].shape or not np.array_equal(ta[k], tb[k])]
+    parts = [
+        f"{k}: shape {ta[k].shape} vs {tb[k].shape}"
+        if ta[k].shape != tb[k].shape
+        else f"{k}: max|diff| {np.max(np.abs(ta[k].astype(float) - tb[k].astype(float))):.3g}"
+        for k in sorted(ta)
+        if ta[k].shape != tb[k].shape or not np.array_equal(ta[k], tb[k])
+    ]
     return None if not parts else f"{len(parts)} of {len(ta)} tensors differ; " + "; ".join(parts[:3])
 
 
@@ -344,8 +443,11 @@ def _text_diff(a: Path, b: Path) -> str:
 
 
 def _files(root: Path) -> set[str]:
-    return {p.relative_to(root).as_posix() for p in root.rglob("*")
-            if p.is_file() and p.relative_to(root).parts[0] != LOG_DIR}
+    return {
+        p.relative_to(root).as_posix()
+        for p in root.rglob("*")
+        if p.is_file() and p.relative_to(root).parts[0] != LOG_DIR
+    }
 
 
 def compare(dir_a: Path, dir_b: Path) -> list[tuple[str, str, str]]:
@@ -368,8 +470,14 @@ def print_table(rows) -> None:
         print(f"{rel:<{width}}  {status:<9}  {detail}")
     counts = {s: sum(r[1] == s for r in rows) for s in ("identical", "differs", "missing", "skipped")}
     print("; ".join(f"{n} {s}" for s, n in counts.items()))
-    print("ignored JSON keys: " + ", ".join(sorted(IGNORED_KEYS)) + ", " + ", ".join(f"/{p}/" for p in IGNORED_PATTERNS)
-          + "; path keys when string-valued: " + ", ".join(sorted(PATH_KEYS)))
+    print(
+        "ignored JSON keys: "
+        + ", ".join(sorted(IGNORED_KEYS))
+        + ", "
+        + ", ".join(f"/{p}/" for p in IGNORED_PATTERNS)
+        + "; path keys when string-valued: "
+        + ", ".join(sorted(PATH_KEYS))
+    )
     print("ignored keys whose values differed here: " + (", ".join(sorted(IGNORED_SEEN)) or "none"))
 
 
@@ -378,8 +486,12 @@ def main(argv=None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("produce", help="write the recorded outputs of the checkout on PYTHONPATH into --out")
     p.add_argument("--out", required=True, type=Path, help="a new (or empty) folder")
-    p.add_argument("--repo", type=Path, default=Path.cwd(),
-                   help="the checkout whose figures/ are the inputs and whose code is tested (default: cwd)")
+    p.add_argument(
+        "--repo",
+        type=Path,
+        default=Path.cwd(),
+        help="the checkout whose figures/ are the inputs and whose code is tested (default: cwd)",
+    )
     p.add_argument("--steps", default=",".join(STEPS), help=f"comma-separated subset of {','.join(STEPS)}")
     c = sub.add_parser("compare", help="compare two produced folders exactly; exit 1 if anything differs")
     c.add_argument("dir_a", type=Path)

@@ -11,6 +11,7 @@ completion (as the measures do).
 
     PYTHONPATH=$PWD python scripts/lipschitz_confounds.py figures/default_study
 """
+
 import json
 import sys
 from pathlib import Path
@@ -19,9 +20,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from gcpo_analysis.study.collect import grams_by_query
-from gcpo_analysis.stats.lipschitz import embedding_distances, gradient_distances
 from gcpo_analysis.measures.embed import make_embedder
+from gcpo_analysis.stats.lipschitz import embedding_distances, gradient_distances
+from gcpo_analysis.study.collect import grams_by_query
 from gcpo_analysis.vocab import MATH_DATASETS
 
 
@@ -53,18 +54,34 @@ def main(folder: Path) -> pd.DataFrame:
         words = [set(t.lower().split()) for t in g[col]]
         dj = np.array([1 - len(words[a] & words[b]) / max(len(words[a] | words[b]), 1) for a, b in zip(i, j)])
         norms = np.diag(K[q])[i] + np.diag(K[q])[j]
-        rows.append(dict(query_id=q, rho_g_e=_rho(dg, de), rho_g_length=_rho(dg, dn), rho_e_length=_rho(de, dn),
-                         rho_g_jaccard=_rho(dg, dj), rho_e_jaccard=_rho(de, dj),
-                         partial_given_length=_partial(dg, de, dn), partial_given_jaccard=_partial(dg, de, dj),
-                         partial_given_norms=_partial(dg, de, norms)))
+        rows.append(
+            dict(
+                query_id=q,
+                rho_g_e=_rho(dg, de),
+                rho_g_length=_rho(dg, dn),
+                rho_e_length=_rho(de, dn),
+                rho_g_jaccard=_rho(dg, dj),
+                rho_e_jaccard=_rho(de, dj),
+                partial_given_length=_partial(dg, de, dn),
+                partial_given_jaccard=_partial(dg, de, dj),
+                partial_given_norms=_partial(dg, de, norms),
+            )
+        )
     f = pd.DataFrame(rows)
     rng = np.random.default_rng(0)
     out = []
     for c in f.columns[1:]:
         v = f[c].dropna().to_numpy()
         boot = [v[rng.integers(0, len(v), len(v))].mean() for _ in range(2000)]
-        out.append(dict(statistic=c, mean=v.mean(), ci_low=np.quantile(boot, 0.025), ci_high=np.quantile(boot, 0.975),
-                        n_groups=len(v)))
+        out.append(
+            dict(
+                statistic=c,
+                mean=v.mean(),
+                ci_low=np.quantile(boot, 0.025),
+                ci_high=np.quantile(boot, 0.975),
+                n_groups=len(v),
+            )
+        )
     return pd.DataFrame(out)
 
 

@@ -19,6 +19,7 @@ mean||g||^2 from the new K against the committed groups frame. The checks are wr
 
 Resumable: finished queries are kept in ``--work`` (default runs/recompute_grams/<study name>).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,10 +32,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gcpo_analysis.study.collect import _safe, gram_frame
 from gcpo_analysis.frames import read_frame, write_frame
 from gcpo_analysis.gradvar import gradient_variance, group_gradient_gram, sequence_logprobs
 from gcpo_analysis.measures.advantages import grpo_advantages
+from gcpo_analysis.study.collect import _safe, gram_frame
 
 LOGPROB_TOL = 1e-2  # nats over a whole sequence: float error between generate's cache and one forward
 
@@ -52,8 +53,14 @@ def rebuild_queries(cfg, tokenizer, query_ids):
     from gcpo_analysis.data import load_queries
     from gcpo_analysis.prompts import build_prompt
 
-    q = load_queries(cfg.dataset, path=cfg.data_path, split=cfg.split, n=cfg.n_queries, seed=cfg.seed,
-                     max_int_answer=cfg.max_int_answer)
+    q = load_queries(
+        cfg.dataset,
+        path=cfg.data_path,
+        split=cfg.split,
+        n=cfg.n_queries,
+        seed=cfg.seed,
+        max_int_answer=cfg.max_int_answer,
+    )
     q = q.set_index("query_id", drop=False)
     missing = [x for x in query_ids if x not in q.index]
     if missing:
@@ -87,8 +94,8 @@ def group_batch(torch, prompt_ids, comps, pad_id):
     am = torch.zeros((G, P + N), dtype=torch.long)
     for i, c in enumerate(comps):
         ids[i, :P] = torch.tensor(prompt_ids)
-        ids[i, P:P + len(c)] = torch.tensor(c)
-        am[i, :P + len(c)] = 1
+        ids[i, P : P + len(c)] = torch.tensor(c)
+        am[i, : P + len(c)] = 1
     cm = am.clone()
     cm[:, :P] = 0
     return ids, am, cm
@@ -101,8 +108,17 @@ def recompute_query(model, tokenizer, torch, prompt, part, max_new):
     for row in part.itertuples():
         ids, eos, note = completion_tokens(tokenizer, row.completion, int(row.n_tokens), max_new)
         comps.append(ids)
-        checks.append(dict(query_id=row.query_id, rollout_id=int(row.rollout_id), n_committed=int(row.n_tokens),
-                           n_retokenised=len(ids), eos=eos, note=note, logprob_committed=float(row.logprob)))
+        checks.append(
+            dict(
+                query_id=row.query_id,
+                rollout_id=int(row.rollout_id),
+                n_committed=int(row.n_tokens),
+                n_retokenised=len(ids),
+                eos=eos,
+                note=note,
+                logprob_committed=float(row.logprob),
+            )
+        )
     ids, am, cm = group_batch(torch, prompt_ids, comps, tokenizer.pad_token_id)
     with torch.no_grad():
         lp = sequence_logprobs(model, ids, am, cm).double().cpu().numpy()
@@ -146,14 +162,22 @@ def main(argv=None) -> int:
             K, chk = recompute_query(model, tokenizer, torch, prompts[qid], part, cfg.max_new_tokens)
             rewards = part.sort_values("rollout_id")["reward"].to_numpy(float)
             g = groups.loc[qid]
-            row = dict(query_id=qid, grad_var=gradient_variance(K, grpo_advantages(rewards)),
-                       grad_norm2_mean=float(np.mean(np.diag(K))), grad_var_committed=float(g["grad_var"]),
-                       grad_norm2_mean_committed=float(g["grad_norm2_mean"]), seconds=time.perf_counter() - t0)
+            row = dict(
+                query_id=qid,
+                grad_var=gradient_variance(K, grpo_advantages(rewards)),
+                grad_norm2_mean=float(np.mean(np.diag(K))),
+                grad_var_committed=float(g["grad_var"]),
+                grad_norm2_mean_committed=float(g["grad_norm2_mean"]),
+                seconds=time.perf_counter() - t0,
+            )
             write_frame(gram_frame(qid, K), stem.with_suffix(".gram.parquet"))
             write_frame(chk, stem.with_suffix(".check.parquet"))
             write_frame(pd.DataFrame([row]), stem.with_suffix(".group.parquet"))
-            print(f"[{k + 1}/{len(order)}] {qid}: {row['seconds']:.1f} s, "
-                  f"{int(chk['tokens_match'].sum())}/{len(chk)} rollouts match", flush=True)
+            print(
+                f"[{k + 1}/{len(order)}] {qid}: {row['seconds']:.1f} s, "
+                f"{int(chk['tokens_match'].sum())}/{len(chk)} rollouts match",
+                flush=True,
+            )
         grams.append(pd.read_parquet(stem.with_suffix(".gram.parquet")))
         checks.append(pd.read_parquet(stem.with_suffix(".check.parquet")))
         group_rows.append(pd.read_parquet(stem.with_suffix(".group.parquet")))
@@ -162,19 +186,24 @@ def main(argv=None) -> int:
     for c in ("grad_var", "grad_norm2_mean"):
         ref = grp[f"{c}_committed"]
         grp[f"{c}_rel_diff"] = np.where(ref != 0, (grp[c] - ref).abs() / ref.abs().where(ref != 0, 1), grp[c].abs())
-    grp["rollouts_matching"] = chk.groupby("query_id", sort=False)["tokens_match"].sum().reindex(grp["query_id"]).to_numpy()
+    grp["rollouts_matching"] = (
+        chk.groupby("query_id", sort=False)["tokens_match"].sum().reindex(grp["query_id"]).to_numpy()
+    )
     if args.limit is None:
         write_frame(pd.concat(grams, ignore_index=True), folder / "grams.parquet")
         (folder / "tables").mkdir(exist_ok=True)
         chk.to_csv(folder / "tables" / "gram_recompute_rollouts.csv", index=False)
         grp.to_csv(folder / "tables" / "gram_recompute_groups.csv", index=False)
     summary = {
-        "queries": len(grp), "rollouts": len(chk),
+        "queries": len(grp),
+        "rollouts": len(chk),
         "rollouts_matching": int(chk["tokens_match"].sum()),
         "rollouts_length_mismatch": int((chk["n_retokenised"] != chk["n_committed"]).sum()),
         "rollouts_logprob_off": int((chk["logprob_abs_diff"] >= LOGPROB_TOL).sum()),
         "max_logprob_abs_diff_matching": float(chk.loc[chk["tokens_match"], "logprob_abs_diff"].max()),
-        "groups_all_matching": int((grp["rollouts_matching"] == chk.groupby("query_id").size().reindex(grp["query_id"]).to_numpy()).sum()),
+        "groups_all_matching": int(
+            (grp["rollouts_matching"] == chk.groupby("query_id").size().reindex(grp["query_id"]).to_numpy()).sum()
+        ),
         "grad_norm2_mean_rel_diff_median": float(grp["grad_norm2_mean_rel_diff"].median()),
         "grad_norm2_mean_rel_diff_max": float(grp["grad_norm2_mean_rel_diff"].max()),
         "grad_var_rel_diff_median": float(grp["grad_var_rel_diff"].median()),

@@ -11,6 +11,7 @@ executes ``notebooks/02_gap_proofs.ipynb`` with ``FIGURES_DIR=figures`` (the sim
 seeded, about a minute on 2 cores). After a re-analysis (``gcpo study --from-rollouts``) copy its
 ``tables/`` into the study folder first, or point ``--study`` at the re-analysis folder.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,14 +50,19 @@ def redraw_simulated(figures_dir: Path) -> None:
     notebook = ROOT / "notebooks" / "02_gap_proofs.ipynb"
     nb = nbformat.read(notebook, as_version=4)
     os.environ["FIGURES_DIR"] = str(figures_dir.resolve())
-    nbclient.NotebookClient(nb, kernel_name="python3", timeout=900,
-                            resources={"metadata": {"path": str(notebook.parent)}}).execute()
+    nbclient.NotebookClient(
+        nb, kernel_name="python3", timeout=900, resources={"metadata": {"path": str(notebook.parent)}}
+    ).execute()
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--study", action="append", type=Path,
-                   help="study folder holding tables/gap_study.json (repeatable; default: figures/default_study)")
+    p.add_argument(
+        "--study",
+        action="append",
+        type=Path,
+        help="study folder holding tables/gap_study.json (repeatable; default: figures/default_study)",
+    )
     p.add_argument("--no-simulated", action="store_true", help="skip notebook 02's simulated figures")
     args = p.parse_args(argv)
     studies = args.study or [ROOT / "figures" / "default_study"]
@@ -69,7 +75,9 @@ def main(argv=None) -> int:
                 print(f"[redraw] copied {name} to figures/")
     if not args.no_simulated:
         redraw_simulated(ROOT / "figures")
-        print("[redraw] wrote figures/{fig1_gap_study_simulated,correlation_heatmap_simulated,simulation_gaps}.{png,svg}")
+        print(
+            "[redraw] wrote figures/{fig1_gap_study_simulated,correlation_heatmap_simulated,simulation_gaps}.{png,svg}"
+        )
     return 0
 
 

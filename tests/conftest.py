@@ -3,6 +3,7 @@
 Test modules and helper scripts import the class by name (``from conftest import HashEmbedder``;
 pytest puts this folder on ``sys.path``); fixtures need no import.
 """
+
 import zlib
 
 import numpy as np

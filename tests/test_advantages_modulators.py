@@ -1,4 +1,5 @@
 """GRPO/GCPO advantages and every modulator against hand computations."""
+
 import math
 
 import numpy as np
@@ -150,8 +151,12 @@ def test_modulator_errors_name_the_problem():
 
 def test_seed_grpo_length_normalises_likelihood_weights():
     # two rollouts per cluster; sums differ a lot, means per token are equal -> SE = ln 2
-    g = GroupRollouts(rewards=np.array([0.0, 1.0, 2.0, 1.0]), clusters=np.array([0, 0, 1, 1]),
-                      logprobs=np.array([-2.0, -2.0, -40.0, -40.0]), n_tokens=np.array([2, 2, 40, 40]))
+    g = GroupRollouts(
+        rewards=np.array([0.0, 1.0, 2.0, 1.0]),
+        clusters=np.array([0, 0, 1, 1]),
+        logprobs=np.array([-2.0, -2.0, -40.0, -40.0]),
+        n_tokens=np.array([2, 2, 40, 40]),
+    )
     _, info = modulate("se", g)
     assert info["se"] == pytest.approx(math.log(2))
     g.n_tokens = None  # raw sums: cluster 1 has e^-38 of the mass -> SE ~ 0

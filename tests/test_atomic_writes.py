@@ -1,6 +1,7 @@
 """Every output goes through gcpo_analysis.frames' atomic writers (write_frame, write_text,
 write_json, write_figure): a temporary file renamed into place, so a crash never leaves half a
 file. This test reads the source of both packages for any other way to write a file."""
+
 import re
 from pathlib import Path
 
@@ -9,8 +10,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 # .to_csv() / .to_csv(index=False) return the text (then written by write_text); a first
 # positional argument is a path
-WRITES = re.compile(r"\.write_text\(|\.write_bytes\(|\.to_csv\((?!\)|\w+=)|\.to_parquet\(|savefig\(|os\.replace\("
-                    r"|\.replace\(tmp|open\([^)]*[\"'][wax]")
+WRITES = re.compile(
+    r"\.write_text\(|\.write_bytes\(|\.to_csv\((?!\)|\w+=)|\.to_parquet\(|savefig\(|os\.replace\("
+    r"|\.replace\(tmp|open\([^)]*[\"'][wax]"
+)
 # (file, what the line holds): the writes that are atomic another way, each with its reason
 ALLOWED = {
     # a checkpoint / an exported model is written into a temporary folder that os.replace moves
@@ -43,10 +46,12 @@ def _writes():
 
 def test_every_output_goes_through_the_atomic_writers():
     found = list(_writes())
-    unexplained = [(rel, k, line) for rel, k, line in found
-                   if not any(rel == f and what in line for f, what in ALLOWED)]
+    unexplained = [
+        (rel, k, line) for rel, k, line in found if not any(rel == f and what in line for f, what in ALLOWED)
+    ]
     assert not unexplained, "write through gcpo_analysis.frames.write_* instead:\n" + "\n".join(
-        f"{rel}:{k}: {line}" for rel, k, line in unexplained)
+        f"{rel}:{k}: {line}" for rel, k, line in unexplained
+    )
     # the allow-list names lines that exist (a stale entry would hide nothing and mislead)
     for f, what in ALLOWED:
         assert any(rel == f and what in line for rel, _, line in found), (f, what)

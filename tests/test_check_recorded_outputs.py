@@ -1,4 +1,5 @@
 """scripts/check_recorded_outputs.py's `compare` on tiny synthetic folders (no model runs)."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -42,8 +43,14 @@ def _status(rows):
 def test_identical_folders_compare_identical(check, tmp_path):
     a, b = _folder(tmp_path / "a"), _folder(tmp_path / "b")
     rows = check.compare(a, b)
-    assert _status(rows) == {"card.json": "identical", "figure.png": "skipped", "groups.parquet": "identical",
-                             "log.jsonl": "identical", "summary.md": "identical", "table.csv": "identical"}
+    assert _status(rows) == {
+        "card.json": "identical",
+        "figure.png": "skipped",
+        "groups.parquet": "identical",
+        "log.jsonl": "identical",
+        "summary.md": "identical",
+        "table.csv": "identical",
+    }
     assert check.main(["compare", str(a), str(b)]) == 0
 
 
@@ -73,8 +80,12 @@ def test_timing_keys_are_ignored_but_not_their_neighbours(check, tmp_path):
     # a path key is ignored only while it holds a path; a number under the same name is compared
     assert check.json_diffs({"run": "/x/a", "tokens_per_s": 3.0}, {"run": "/y/b", "tokens_per_s": 4.0}) == []
     assert check.json_diffs({"run": 1.0}, {"run": 2.0}) == [".run: 1.0 vs 2.0 (|diff| 1)"]
-    assert check.json_diffs({"gcpo/time_weights": 1, "step_time": 2, "loss": 3},
-                            {"gcpo/time_weights": 5, "step_time": 6, "loss": 3}) == []
+    assert (
+        check.json_diffs(
+            {"gcpo/time_weights": 1, "step_time": 2, "loss": 3}, {"gcpo/time_weights": 5, "step_time": 6, "loss": 3}
+        )
+        == []
+    )
 
 
 def test_json_nan_equals_nan_and_sets_compare_unordered(check):

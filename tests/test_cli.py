@@ -1,4 +1,5 @@
 """One command-line style: every --help renders, both flag spellings work, typos get close matches."""
+
 import pytest
 
 from gcpo_analysis.cli import build_parser, main
@@ -23,6 +24,7 @@ def test_version_has_one_source(capsys):
     """`gcpo --version`, gcpo_analysis.__version__ and the installed metadata agree, and
     pyproject.toml reads the version from the package instead of repeating it."""
     import importlib.metadata
+
     tomllib = pytest.importorskip("tomllib")
     from pathlib import Path
 
@@ -46,8 +48,9 @@ def test_both_spellings_everywhere(flag):
     assert parser.parse_args(["score", "x.jsonl", "-o", "y.parquet", spelled, "0.3"]).alpha_base == 0.3
 
 
-@pytest.mark.parametrize("command, typo, suggestion", [(["train"], "--group-sise", "--group-size"),
-                                                       (["study"], "--n-querys", "--n-queries")])
+@pytest.mark.parametrize(
+    "command, typo, suggestion", [(["train"], "--group-sise", "--group-size"), (["study"], "--n-querys", "--n-queries")]
+)
 def test_a_typo_gets_close_matches(command, typo, suggestion, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(command + [typo, "3"])
@@ -62,8 +65,11 @@ def test_score_reads_a_trl_style_frame_without_renaming(tmp_path):
     import pandas as pd
 
     src = tmp_path / "trl.jsonl"
-    rows = [{"prompt": f"q{q}", "completion": c, "reward": r}
-            for q in range(3) for c, r in (("the king", 1.0), ("a city", 0.0), ("the king", 1.0), ("war", 0.0))]
+    rows = [
+        {"prompt": f"q{q}", "completion": c, "reward": r}
+        for q in range(3)
+        for c, r in (("the king", 1.0), ("a city", 0.0), ("the king", 1.0), ("war", 0.0))
+    ]
     src.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "g.parquet"
     with pytest.warns(UserWarning, match="--r-max"):
@@ -90,8 +96,20 @@ def test_plot_train_draws_the_curves_of_a_log(tmp_path, capsys):
 
     run = tmp_path / "run"
     run.mkdir()
-    rows = [{"step": s, "reward_mean": 0.1 * s, "frac_zero_std": 0.5, "kl": 0.01 * s, "loss": 0.2, "w_bot": 0.9,
-             "w_rd": 1.1, "time_generate": 1.0, "time_step": 2.0} for s in (1, 2, 3)]
+    rows = [
+        {
+            "step": s,
+            "reward_mean": 0.1 * s,
+            "frac_zero_std": 0.5,
+            "kl": 0.01 * s,
+            "loss": 0.2,
+            "w_bot": 0.9,
+            "w_rd": 1.1,
+            "time_generate": 1.0,
+            "time_step": 2.0,
+        }
+        for s in (1, 2, 3)
+    ]
     (run / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"step": 4, "rew')
     with pytest.warns(UserWarning, match="partial last line"):
         assert main(["plot-train", str(run)]) == 0
@@ -112,7 +130,8 @@ def test_library_progress_is_logged_not_printed(capsys, caplog):
             pass
     assert capsys.readouterr().out == ""
     assert [(r.name, r.levelno, r.getMessage()) for r in caplog.records] == [
-        ("gcpo_analysis.study.run", logging.INFO, "collect ...")]
+        ("gcpo_analysis.study.run", logging.INFO, "collect ...")
+    ]
 
     logger = logging.getLogger("gcpo_analysis")
     old_level = logger.level

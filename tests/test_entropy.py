@@ -1,4 +1,5 @@
 """Entropy-family measures against hand-worked values, naive loops and brute-force matrix functions."""
+
 import math
 
 import numpy as np
@@ -26,7 +27,8 @@ def test_se_hand_worked():
     # [0,0,0,1]: C = (3/4, 1/4); 0.75 ln(4/3) + 0.25 ln 4 = 0.215762 + 0.346574
     assert semantic_entropy([0, 0, 0, 1]) == pytest.approx(0.5623351446188083, abs=1e-12)
     assert semantic_entropy(["paris", "paris", "london", "rome"]) == pytest.approx(
-        -(0.5 * math.log(0.5) + 2 * 0.25 * math.log(0.25)), abs=1e-12)
+        -(0.5 * math.log(0.5) + 2 * 0.25 * math.log(0.25)), abs=1e-12
+    )
     assert semantic_entropy([7]) == 0.0
 
 
@@ -47,7 +49,8 @@ def test_likelihood_weighted_se_matches_naive_loop():
         labels = rng.integers(0, 4, size=G)
         logprobs = -rng.exponential(30.0, size=G) - rng.choice([0.0, 900.0], size=G)  # some ~ -1000
         assert semantic_entropy(labels, logprobs) == pytest.approx(
-            _naive_weighted_se(labels.tolist(), logprobs.tolist()), abs=1e-10)
+            _naive_weighted_se(labels.tolist(), logprobs.tolist()), abs=1e-10
+        )
 
 
 def test_weighted_se_hand_worked_and_equal_weights():
@@ -76,8 +79,9 @@ def test_se_batch_equals_single():
     c = rng.integers(0, 5, size=(40, 8))
     lp = -rng.exponential(5.0, size=(40, 8))
     np.testing.assert_allclose(semantic_entropy_batch(c), [semantic_entropy(r) for r in c], atol=1e-12)
-    np.testing.assert_allclose(semantic_entropy_batch(c, lp), [semantic_entropy(r, lp_i) for r, lp_i in zip(c, lp)],
-                               atol=1e-12)
+    np.testing.assert_allclose(
+        semantic_entropy_batch(c, lp), [semantic_entropy(r, lp_i) for r, lp_i in zip(c, lp)], atol=1e-12
+    )
 
 
 labels_st = st.lists(st.integers(0, 5), min_size=1, max_size=12)

@@ -1,9 +1,10 @@
 """The install story: pyproject.toml declares ranges whose lower bounds are the versions CI
 tests; scripts/constraints.txt pins the whole environment; environment.yml (conda) follows it."""
+
 import re
-import tomllib
 from pathlib import Path
 
+import tomllib
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,9 +40,13 @@ def test_pyproject_declares_tested_lower_bounds_not_pins():
     assert len(reqs) >= 22
     for req in reqs:
         m = re.fullmatch(r"\s*([A-Za-z0-9_.\-]+)\s*>=\s*([^\s,;]+)\s*", req)
-        assert m, f"pyproject.toml: {req!r} is not a plain lower bound (no exact pins, no upper bounds without a known break)"
+        assert m, (
+            f"pyproject.toml: {req!r} is not a plain lower bound (no exact pins, no upper bounds without a known break)"
+        )
         name = _name(req)
-        assert pins.get(name) == m.group(2), f"{name}: lower bound {m.group(2)} is not the tested version {pins.get(name)}"
+        assert pins.get(name) == m.group(2), (
+            f"{name}: lower bound {m.group(2)} is not the tested version {pins.get(name)}"
+        )
 
 
 def test_extras_for_trl_and_tensorboard():
@@ -61,7 +66,10 @@ def test_environment_yml_follows_the_constraints():
 
 def test_setup_installs_with_the_constraints():
     setup = (ROOT / "scripts/setup.sh").read_text()
-    assert "-c scripts/constraints.txt" in setup and "scripts/constraints.txt" in setup.split("stamp_src=")[1].splitlines()[0]
+    assert (
+        "-c scripts/constraints.txt" in setup
+        and "scripts/constraints.txt" in setup.split("stamp_src=")[1].splitlines()[0]
+    )
 
 
 def test_assets_are_pinned():

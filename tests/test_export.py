@@ -1,5 +1,6 @@
 """``gcpo export``: a trained tiny policy, merged and written as a standalone model folder, gives
 the trained policy's logits when loaded with from_pretrained alone."""
+
 import json
 import os
 import warnings
@@ -11,12 +12,12 @@ pytest.importorskip("peft")
 pytest.importorskip("accelerate")
 
 import transformers  # noqa: E402
+from test_hostile import _Exploit  # noqa: E402
+from test_train_trainer import make  # noqa: E402
 
 from gcpo_analysis.cli import main  # noqa: E402
 from gcpo_train.checkpoint import UnreadableCheckpoint, load_trained  # noqa: E402
 from gcpo_train.export import PROVENANCE, export_checkpoint  # noqa: E402
-from test_hostile import _Exploit  # noqa: E402
-from test_train_trainer import make  # noqa: E402
 
 TOL = 1e-5
 

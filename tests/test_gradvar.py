@@ -1,4 +1,5 @@
 """group_gradient_gram (one forward + one backward) against G separate backward passes."""
+
 import os
 
 import numpy as np
@@ -36,7 +37,7 @@ def _batch(G=4, T=12, vocab=128, left=True, seed=0, token_range=None):
         if left:
             am[i, : T - n] = 0
             ids[i, : T - n] = 0
-            cm[i, T - n + 3:] = 1
+            cm[i, T - n + 3 :] = 1
         else:
             am[i, n:] = 0
             ids[i, n:] = 0
@@ -110,8 +111,9 @@ def test_padding_side_does_not_change_gram():
 def test_lora_params():
     peft = pytest.importorskip("peft")
     base = tiny_causal_lm("llama")
-    cfg = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"],
-                          lora_dropout=0.0, init_lora_weights=False)
+    cfg = peft.LoraConfig(
+        r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"], lora_dropout=0.0, init_lora_weights=False
+    )
     model = peft.get_peft_model(base, cfg)
     model.eval()
     ids, am, cm = _batch()
@@ -212,8 +214,7 @@ def test_smollm2_tied_gram():
     am[1, :3] = 0
     cm = torch.zeros_like(ids)
     cm[:, 10:] = 1
-    params = [model.get_input_embeddings().weight, *model.model.layers[0].parameters(),
-              *model.model.norm.parameters()]
+    params = [model.get_input_embeddings().weight, *model.model.layers[0].parameters(), *model.model.norm.parameters()]
     K = group_gradient_gram(model, ids, am, cm, params=params)
     assert _rel(K, naive_gram(model, ids, am, cm, params=params)) <= RTOL
 

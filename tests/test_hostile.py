@@ -1,6 +1,7 @@
 """Hostile input (issue "Trust"): no code execution, no silent overwrite, no silently wrong
 number. Each test asserts the exact behaviour: the error text, the file left untouched. Model
 answers (no hang, nothing executed) are in test_hostile_answers.py."""
+
 import math
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from gcpo_analysis.measures import (
 )
 from gcpo_analysis.stats import gap_study
 
+
 # ----------------------------------------------------------------------------- checkpoints
 class _Exploit:
     def __init__(self, marker):
@@ -40,8 +42,9 @@ def _trained_run(tmp_path, steps=2, **kw):
 
 
 def test_a_crafted_optimizer_pt_is_refused_and_never_runs(tmp_path):
-    from gcpo_train.checkpoint import UnreadableCheckpoint
     from test_train_trainer import make
+
+    from gcpo_train.checkpoint import UnreadableCheckpoint
 
     torch, run = _trained_run(tmp_path, steps=1)
     marker = tmp_path / "code-ran"
@@ -109,12 +112,20 @@ def test_train_config_reads_scientific_notation_and_refuses_wrong_types(tmp_path
     yml.write_text("learning_rate: 1e-4\nbeta: 2e-3\n")  # YAML 1.1 reads both as strings
     cfg = load_config(yml, {"weight_decay": "1E-2"})
     assert (cfg.learning_rate, cfg.beta, cfg.weight_decay) == (1e-4, 2e-3, 1e-2)
-    for kw, msg in [({"steps": "3"}, "steps must be an integer"), ({"use_lora": "no"}, "use_lora must be true or false"),
-                    ({"group_size": 2.5}, "group_size must be an integer"), ({"beta": -0.1}, "beta must be"),
-                    ({"eps": 0}, "eps must be"), ({"top_p": 0}, "top_p must be"), ({"top_p": 1.2}, "top_p must be"),
-                    ({"train_frac": 1.0}, "train_frac must be"), ({"dtype": "fp8"}, "dtype must be one of"),
-                    ({"alpha_base": -5}, "alpha_base must be"), ({"alpha_base": float("nan")}, "alpha_base must be"),
-                    ({"learning_rate": "fast"}, "learning_rate must be a number")]:
+    for kw, msg in [
+        ({"steps": "3"}, "steps must be an integer"),
+        ({"use_lora": "no"}, "use_lora must be true or false"),
+        ({"group_size": 2.5}, "group_size must be an integer"),
+        ({"beta": -0.1}, "beta must be"),
+        ({"eps": 0}, "eps must be"),
+        ({"top_p": 0}, "top_p must be"),
+        ({"top_p": 1.2}, "top_p must be"),
+        ({"train_frac": 1.0}, "train_frac must be"),
+        ({"dtype": "fp8"}, "dtype must be one of"),
+        ({"alpha_base": -5}, "alpha_base must be"),
+        ({"alpha_base": float("nan")}, "alpha_base must be"),
+        ({"learning_rate": "fast"}, "learning_rate must be a number"),
+    ]:
         with pytest.raises(ValueError, match=msg):
             TrainConfig(**kw)
     (tmp_path / "afile").write_text("x")
@@ -124,10 +135,9 @@ def test_train_config_reads_scientific_notation_and_refuses_wrong_types(tmp_path
 
 def test_train_cli_flag_in_scientific_notation(tmp_path):
     pytest.importorskip("torch")
-    from gcpo_train.cli import config_from_args
     import argparse
 
-    from gcpo_train.cli import add_train_parser
+    from gcpo_train.cli import add_train_parser, config_from_args
 
     parser = argparse.ArgumentParser()
     add_train_parser(parser.add_subparsers())
@@ -138,9 +148,15 @@ def test_train_cli_flag_in_scientific_notation(tmp_path):
 # ----------------------------------------------------------------------------- data loss, OS errors
 @pytest.fixture()
 def rollouts_file(tmp_path):
-    df = pd.DataFrame({"query_id": np.repeat([0, 1, 2], 3), "rollout_id": np.tile([0, 1, 2], 3),
-                       "completion": list("abcabcabc"), "answer": list("abcaacbbb"),
-                       "reward": [0, 1, 2, 1, 1, 1, 0, 0, 2.0]})
+    df = pd.DataFrame(
+        {
+            "query_id": np.repeat([0, 1, 2], 3),
+            "rollout_id": np.tile([0, 1, 2], 3),
+            "completion": list("abcabcabc"),
+            "answer": list("abcaacbbb"),
+            "reward": [0, 1, 2, 1, 1, 1, 0, 0, 2.0],
+        }
+    )
     path = tmp_path / "r.parquet"
     write_frame(df, path)
     return path
@@ -173,8 +189,21 @@ def test_alpha_base_must_be_finite_and_non_negative(rollouts_file, capsys):
     for bad in (-3, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="alpha_base must be a finite number >= 0"):
             gcpo_advantages(r, e, geometry="cd", alpha_base=bad)
-    assert main(["score", str(rollouts_file), "-o", str(rollouts_file.with_name("g.parquet")),
-                 "--measures", "rd", "--alpha-base", "-5"]) == 2
+    assert (
+        main(
+            [
+                "score",
+                str(rollouts_file),
+                "-o",
+                str(rollouts_file.with_name("g.parquet")),
+                "--measures",
+                "rd",
+                "--alpha-base",
+                "-5",
+            ]
+        )
+        == 2
+    )
     assert "alpha_base" in capsys.readouterr().err
     assert not rollouts_file.with_name("g.parquet").exists()
 
@@ -206,19 +235,33 @@ def test_huge_and_tiny_embeddings_are_rescaled_not_refused():
 
 
 def _frame(**cols):
-    base = {"query_id": np.repeat([0, 1], 2), "rollout_id": np.tile([0, 1], 2),
-            "completion": ["a"] * 4, "answer": ["a"] * 4, "reward": [0.0, 1.0, 1.0, 2.0]}
+    base = {
+        "query_id": np.repeat([0, 1], 2),
+        "rollout_id": np.tile([0, 1], 2),
+        "completion": ["a"] * 4,
+        "answer": ["a"] * 4,
+        "reward": [0.0, 1.0, 1.0, 2.0],
+    }
     base.update(cols)
     return pd.DataFrame(base)
 
 
-@pytest.mark.parametrize("cols, msg", [
-    ({"query_id": [0, None, 1, 1]}, "'query_id' is null at row 1"),
-    ({"query_id": pd.Series([1, "1", 2, 2], dtype=object)}, "'query_id' mixes types: 1 \\(number\\) at row 0 and '1' \\(text\\) at row 1"),
-    ({"rollout_id": pd.Series([0, "0", 0, 1], dtype=object)}, "'rollout_id' mixes types"),
-    ({"reward": pd.Series([0.0, "1.5", 1.0, 2.0], dtype=object)}, "'reward' must be numeric, got '1.5' \\(str\\) at row 1"),
-    ({"reward": [True, False, True, True]}, "'reward' must be numeric, got True \\(bool\\) at row 0"),
-])
+@pytest.mark.parametrize(
+    "cols, msg",
+    [
+        ({"query_id": [0, None, 1, 1]}, "'query_id' is null at row 1"),
+        (
+            {"query_id": pd.Series([1, "1", 2, 2], dtype=object)},
+            "'query_id' mixes types: 1 \\(number\\) at row 0 and '1' \\(text\\) at row 1",
+        ),
+        ({"rollout_id": pd.Series([0, "0", 0, 1], dtype=object)}, "'rollout_id' mixes types"),
+        (
+            {"reward": pd.Series([0.0, "1.5", 1.0, 2.0], dtype=object)},
+            "'reward' must be numeric, got '1.5' \\(str\\) at row 1",
+        ),
+        ({"reward": [True, False, True, True]}, "'reward' must be numeric, got True \\(bool\\) at row 0"),
+    ],
+)
 def test_bad_ids_and_rewards_name_the_row(cols, msg):
     with pytest.raises(FrameError, match=msg):
         validate_rollouts(_frame(**cols))
@@ -227,9 +270,16 @@ def test_bad_ids_and_rewards_name_the_row(cols, msg):
 def _groups(n=30, seed=0):
     rng = np.random.default_rng(seed)
     v = rng.gamma(2.0, size=n)
-    return pd.DataFrame({"query_id": np.arange(n), "G": 8, "grad_var": v,
-                         "cd": v + rng.normal(size=n), "bot": v + rng.normal(size=n),
-                         "success_rate": rng.uniform(size=n)})
+    return pd.DataFrame(
+        {
+            "query_id": np.arange(n),
+            "G": 8,
+            "grad_var": v,
+            "cd": v + rng.normal(size=n),
+            "bot": v + rng.normal(size=n),
+            "success_rate": rng.uniform(size=n),
+        }
+    )
 
 
 def test_gap_study_refuses_what_would_shift_its_numbers():

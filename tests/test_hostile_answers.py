@@ -1,14 +1,15 @@
 """Hostile model answers (issue "Trust"): the math reward, the math judge and answer extraction
 never execute anything and never hang. Each test asserts the time bound the issue sets for any
 completion up to 64 KB (2 s), the reward, and the fallback reason counted."""
+
 import time
 
 import pandas as pd
 import pytest
+from conftest import HashEmbedder as _HashEmbedder
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import HashEmbedder as _HashEmbedder
 from gcpo_analysis import rewards
 
 ANSWER_BUDGET_S = 2.0  # the issue's bound for any completion up to 64 KB
@@ -42,7 +43,12 @@ HOSTILE_ANSWERS = {
     "code": (r"\boxed{__import__('os').system('true')}", "1", 0.0, None),
     "polynomial power against a reordering": (r"\boxed{(a+b+c+d+e+f)^{64}}", "(f+e+d+c+b+a)^{64}", 2.0, None),
     # equal; math-verify proves it within the budget (before it, a counted "cost" fallback, reward 0)
-    "polynomial power that needs expanding": (r"\boxed{(2a+2b+2c+2d+2e+2f)^{64}}", "2^{64}(a+b+c+d+e+f)^{64}", 2.0, None),
+    "polynomial power that needs expanding": (
+        r"\boxed{(2a+2b+2c+2d+2e+2f)^{64}}",
+        "2^{64}(a+b+c+d+e+f)^{64}",
+        2.0,
+        None,
+    ),
     "square root of a 7,000-bit integer": ("\\boxed{\\sqrt{" + str(2**7000 + 1) + "}}", "1", 0.0, "length"),
     "square root of 2^7000 + 1": (r"\boxed{\sqrt{2^{7000}+1}}", "1", 0.0, "cost"),
     "cube root of 7^2500 + 3": (r"\boxed{\sqrt[3]{7^{2500}+3}}", "1", 0.0, "cost"),
@@ -101,8 +107,11 @@ def test_code_never_reaches_eval_and_float_literals_meet_the_exponent_guard():
     assert rewards.math_equiv("1e3", "1000") and rewards.math_equiv("2.5e-1", r"\frac14")
 
 
-@given(st.lists(st.sampled_from(["<think>", "</think>", "<THINK>", "</Think>", "a", "\n", "<", ">"]),
-                max_size=40).map("".join))
+@given(
+    st.lists(st.sampled_from(["<think>", "</think>", "<THINK>", "</Think>", "a", "\n", "<", ">"]), max_size=40).map(
+        "".join
+    )
+)
 def test_strip_think_is_the_regex_rule(text):
     import re
 
@@ -154,11 +163,20 @@ def test_equivalences_that_need_sympy_go_through_the_worker(monkeypatch, warm_gr
 
     calls = []
     real_call = sympy_worker.WORKER.call
-    monkeypatch.setattr(sympy_worker.WORKER, "call", lambda request, timeout: calls.append(request) or real_call(request, timeout))
-    for a, b, same in [(r"2\sqrt{2}", r"\sqrt{8}", True), (r"\frac{\sqrt{3}}{3}", r"\frac{1}{\sqrt{3}}", True),
-                       ("x^2+2x+1", "(x+1)^2", True), (r"\frac{1}{2 n+2}", r"\frac{1}{2(n+1)}", True),
-                       (r"e^{i\pi}", "-1", True), ("2^{1009}", "2^{1009}+1", False), (r"\pi", "3.1416", False),
-                       ("(a+b)^{3}", "a^3+3a^2b+3ab^2+b^3", True), ("(a+b)^{3}", "a^3+b^3", False)]:
+    monkeypatch.setattr(
+        sympy_worker.WORKER, "call", lambda request, timeout: calls.append(request) or real_call(request, timeout)
+    )
+    for a, b, same in [
+        (r"2\sqrt{2}", r"\sqrt{8}", True),
+        (r"\frac{\sqrt{3}}{3}", r"\frac{1}{\sqrt{3}}", True),
+        ("x^2+2x+1", "(x+1)^2", True),
+        (r"\frac{1}{2 n+2}", r"\frac{1}{2(n+1)}", True),
+        (r"e^{i\pi}", "-1", True),
+        ("2^{1009}", "2^{1009}+1", False),
+        (r"\pi", "3.1416", False),
+        ("(a+b)^{3}", "a^3+3a^2b+3ab^2+b^3", True),
+        ("(a+b)^{3}", "a^3+b^3", False),
+    ]:
         assert rewards.math_equiv(a, b) is same, (a, b)
     # math-verify first ("verify"), our sympy comparison where it is silent or reads e as a variable
     assert len([c for c in calls if c[0] == "verify"]) == 9 and all(c[0] in ("verify", "equiv") for c in calls)
@@ -190,8 +208,10 @@ def test_importing_rewards_starts_no_process_and_imports_no_sympy():
     import subprocess
     import sys
 
-    code = ("import sys; import gcpo_analysis.rewards; from gcpo_analysis.rewards.math import sympy_worker; "
-            "assert sympy_worker.WORKER.pid() is None and 'sympy' not in sys.modules; print('ok')")
+    code = (
+        "import sys; import gcpo_analysis.rewards; from gcpo_analysis.rewards.math import sympy_worker; "
+        "assert sympy_worker.WORKER.pid() is None and 'sympy' not in sys.modules; print('ok')"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.stdout.strip() == "ok", proc.stderr
 
@@ -200,9 +220,15 @@ def test_fallbacks_are_counted_and_reach_score_groups_metadata():
     from gcpo_analysis.measures import score_groups
 
     long = "1+" * 150 + "1"
-    rollouts = pd.DataFrame({"query_id": [0] * 3, "rollout_id": [0, 1, 2],
-                             "completion": ["a", "b", "c"], "answer": [long, long + "+1", "2"],
-                             "reward": [0.0, 2.0, 0.0]})
+    rollouts = pd.DataFrame(
+        {
+            "query_id": [0] * 3,
+            "rollout_id": [0, 1, 2],
+            "completion": ["a", "b", "c"],
+            "answer": [long, long + "+1", "2"],
+            "reward": [0.0, 2.0, 0.0],
+        }
+    )
     with pytest.warns(UserWarning, match="fell back to string"):
         groups = score_groups(rollouts, ["cd", "rd", "se"], judge="math", embedder=_HashEmbedder())
     assert groups.attrs["gcpo"]["math_fallbacks"].get("length", 0) >= 1
@@ -214,12 +240,66 @@ def test_extraction_is_linear_not_quadratic():
     assert rewards.extract_boxed(r"\boxed 7 and more") == "7"
 
 
-LATEX_TOKENS = ["\\boxed{", "\\fbox{", "{", "}", "^", "^{", "\\frac", "\\sqrt", "\\sqrt[", "]", "!",
-                "9999", "99", "2", "0", "(", ")", "x", "y", "\\pi", "e", "i", ",", "=", "\\left(",
-                "\\right)", ".", "-", "+", "*", "/", "\\cdot", "\\infty", "\\text{", "$", "\\\\",
-                "__import__", "os.system('touch /tmp/x')", "lambda", ":", "'", '"', "%",
-                "1e999999999", "9.9E99999", ".n(", "99999999)", ".evalf(", "x.expand()", "E", "j", "0x1F",
-                "<think>", "</think>", "(a+b+c+d+e+f)", "^{64}", "^{9999}", "9" * 60]
+LATEX_TOKENS = [
+    "\\boxed{",
+    "\\fbox{",
+    "{",
+    "}",
+    "^",
+    "^{",
+    "\\frac",
+    "\\sqrt",
+    "\\sqrt[",
+    "]",
+    "!",
+    "9999",
+    "99",
+    "2",
+    "0",
+    "(",
+    ")",
+    "x",
+    "y",
+    "\\pi",
+    "e",
+    "i",
+    ",",
+    "=",
+    "\\left(",
+    "\\right)",
+    ".",
+    "-",
+    "+",
+    "*",
+    "/",
+    "\\cdot",
+    "\\infty",
+    "\\text{",
+    "$",
+    "\\\\",
+    "__import__",
+    "os.system('touch /tmp/x')",
+    "lambda",
+    ":",
+    "'",
+    '"',
+    "%",
+    "1e999999999",
+    "9.9E99999",
+    ".n(",
+    "99999999)",
+    ".evalf(",
+    "x.expand()",
+    "E",
+    "j",
+    "0x1F",
+    "<think>",
+    "</think>",
+    "(a+b+c+d+e+f)",
+    "^{64}",
+    "^{9999}",
+    "9" * 60,
+]
 REFERENCES = ["1", "\\frac{1}{2}", "x^2", "(1, 2)", "9999^{9999}", "(f+e+d+c+b+a)^{64}"]
 
 
@@ -235,19 +315,25 @@ ANSWER = st.one_of(
     st.lists(st.sampled_from([2, 9, 99, 9999, 10**6, "x", "1.5e9"]), min_size=2, max_size=7).map(_tower),
     st.tuples(st.integers(1, 10**6), st.integers(1, 4)).map(lambda t: f"{t[0]}{'!' * t[1]}"),
     st.integers(1, 70_000).map(lambda n: "9" * n),
-    st.tuples(st.sampled_from(["\\frac{1}{", "\\sqrt{", "{", "(", "\\sqrt[3]{"]), st.integers(1, 3000),
-              st.integers(-2, 2)).map(lambda t: t[0] * t[1] + "7" + "}" * max(0, t[1] + t[2])),
-    st.tuples(st.sampled_from(["1", "9.99", ".5"]), st.integers(-10**10, 10**10)).map(lambda t: f"{t[0]}e{t[1]}"),
-    st.tuples(st.lists(st.sampled_from("abcdefxyz"), min_size=1, max_size=8, unique=True),
-              st.integers(0, 80)).map(lambda t: f"({'+'.join(t[0])})^{{{t[1]}}}"),
+    st.tuples(
+        st.sampled_from(["\\frac{1}{", "\\sqrt{", "{", "(", "\\sqrt[3]{"]), st.integers(1, 3000), st.integers(-2, 2)
+    ).map(lambda t: t[0] * t[1] + "7" + "}" * max(0, t[1] + t[2])),
+    st.tuples(st.sampled_from(["1", "9.99", ".5"]), st.integers(-(10**10), 10**10)).map(lambda t: f"{t[0]}e{t[1]}"),
+    st.tuples(st.lists(st.sampled_from("abcdefxyz"), min_size=1, max_size=8, unique=True), st.integers(0, 80)).map(
+        lambda t: f"({'+'.join(t[0])})^{{{t[1]}}}"
+    ),
     st.tuples(st.integers(1, 7000), st.integers(0, 99)).map(lambda t: f"\\sqrt{{2^{{{t[0]}}}+{t[1]}}}"),
-    st.tuples(st.sampled_from(["<think>", "</think>", "<think><think>x</think>"]), st.integers(1, 9000),
-              st.booleans()).map(lambda t: t[0] * t[1] + ("\\boxed{1}" if t[2] else "")),
+    st.tuples(
+        st.sampled_from(["<think>", "</think>", "<think><think>x</think>"]), st.integers(1, 9000), st.booleans()
+    ).map(lambda t: t[0] * t[1] + ("\\boxed{1}" if t[2] else "")),
 )
 
 
-@settings(max_examples=1000, deadline=int(ANSWER_BUDGET_S * 1000),
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=1000,
+    deadline=int(ANSWER_BUDGET_S * 1000),
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(ANSWER, st.booleans(), st.sampled_from(REFERENCES))
 def test_fuzz_math_reward_terminates_in_range(answer, boxed, reference):
     completion = f"\\boxed{{{answer}}}" if boxed else answer
@@ -263,7 +349,9 @@ def test_fuzz_math_reward_terminates_in_range(answer, boxed, reference):
 
 def test_parse_expr_never_sees_code(tmp_path):
     marker = tmp_path / "pwned"
-    for payload in (f"__import__('pathlib').Path('{marker}').touch()",
-                    f"\\boxed{{__import__('os').system('touch {marker}')}}"):
+    for payload in (
+        f"__import__('pathlib').Path('{marker}').touch()",
+        f"\\boxed{{__import__('os').system('touch {marker}')}}",
+    ):
         assert rewards.task_reward("math", payload, ["1"]) == 0.0
     assert not marker.exists()

@@ -1,6 +1,7 @@
 """Hostile input, round two (issue 20): one test per probe, each with its input and the outcome
 class (refused with a message matching X; a correct number; a file left byte for byte), and a
 2 s bound where it matters. Every probe here failed on the code before the issue (a57d336)."""
+
 import json
 import math
 import os
@@ -14,8 +15,9 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 
-from gcpo_train.config import TrainConfig, load_config  # noqa: E402
 from test_train_trainer import make  # noqa: E402
+
+from gcpo_train.config import TrainConfig, load_config  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -26,8 +28,11 @@ def _run(tmp_path, steps=2, **kw):
 
 
 def _snapshot(folder: Path) -> dict:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
-            and not p.name.startswith(".gcpo")}
+    return {
+        str(p.relative_to(folder)): p.read_bytes()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and not p.name.startswith(".gcpo")
+    }
 
 
 def _cli(argv, capsys):
@@ -52,12 +57,30 @@ def test_eval_output_over_its_input_is_refused_and_the_file_kept(tmp_path, capsy
     run = _run(tmp_path, steps=1)
     ckpt = run / "checkpoints" / "step_000001"
     data = tmp_path / "nqa.jsonl"
-    data.write_text(json.dumps({"id": "d0", "question": "who is the king ?", "passage": "the king had a son .",
-                                "answer": ["the king"]}) + "\n")
+    data.write_text(
+        json.dumps(
+            {"id": "d0", "question": "who is the king ?", "passage": "the king had a son .", "answer": ["the king"]}
+        )
+        + "\n"
+    )
     victim = data if target == "data file" else ckpt / "state.json"
     before = victim.read_bytes()
-    rc, err = _cli(["eval", str(ckpt), "--data_path", str(data), "--split", "train", "--n", "1",
-                    "--output", str(victim), "--no-progress"], capsys)
+    rc, err = _cli(
+        [
+            "eval",
+            str(ckpt),
+            "--data_path",
+            str(data),
+            "--split",
+            "train",
+            "--n",
+            "1",
+            "--output",
+            str(victim),
+            "--no-progress",
+        ],
+        capsys,
+    )
     assert rc == 2 and "--output" in err and len(err.splitlines()) == 1
     assert victim.read_bytes() == before
 
@@ -107,16 +130,30 @@ def test_a_failed_start_leaves_the_folder_as_found(tmp_path):
 
     run = _run(tmp_path, steps=1)
     before = _snapshot(run)
-    cfg = TrainConfig(model="tiny:llama", modulator="none", group_size=4, queries_per_step=2, steps=2,
-                      max_new_tokens=4, output_dir=str(run), progress=False, device="cpu", judge="lexical",
-                      overwrite=True)
+    cfg = TrainConfig(
+        model="tiny:llama",
+        modulator="none",
+        group_size=4,
+        queries_per_step=2,
+        steps=2,
+        max_new_tokens=4,
+        output_dir=str(run),
+        progress=False,
+        device="cpu",
+        judge="lexical",
+        overwrite=True,
+    )
     with pytest.raises(RuntimeError, match="prompt template bug"):
         GRPOTrainer(cfg, queries=queries(), reward_fn=word_reward, prompt_fn=broken_prompt).train()
     assert _snapshot(run) == before  # the replaced run is back, nothing of the failed one is left
     fresh = tmp_path / "fresh"
     with pytest.raises(RuntimeError):
-        GRPOTrainer(TrainConfig(**{**cfg.to_dict(), "output_dir": str(fresh), "overwrite": False}),
-                    queries=queries(), reward_fn=word_reward, prompt_fn=broken_prompt).train()
+        GRPOTrainer(
+            TrainConfig(**{**cfg.to_dict(), "output_dir": str(fresh), "overwrite": False}),
+            queries=queries(),
+            reward_fn=word_reward,
+            prompt_fn=broken_prompt,
+        ).train()
     assert not fresh.exists()
     make(tmp_path, "fresh", steps=1).train()  # the corrected rerun needs no --overwrite
 
@@ -135,19 +172,56 @@ def test_resume_after_a_kill_before_the_first_checkpoint_restarts(tmp_path):
 
 # ----------------------------------------------------------------------------- 2. one run per folder
 def _train_argv(data, out, steps, *extra):
-    return [sys.executable, "-m", "gcpo_train", "train", "--model", "tiny:llama", "--dataset", "narrativeqa",
-            "--data_path", str(data), "--split_from_single", "--train_frac", "0.5", "--modulator", "none",
-            "--group_size", "2", "--queries_per_step", "1", "--steps", str(steps), "--max_new_tokens", "3",
-            "--max_context_tokens", "8", "--output_dir", str(out), "--progress", "false", "--device", "cpu",
-            "--checkpoint_every", "0", "--judge", "lexical", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "gcpo_train",
+        "train",
+        "--model",
+        "tiny:llama",
+        "--dataset",
+        "narrativeqa",
+        "--data_path",
+        str(data),
+        "--split_from_single",
+        "--train_frac",
+        "0.5",
+        "--modulator",
+        "none",
+        "--group_size",
+        "2",
+        "--queries_per_step",
+        "1",
+        "--steps",
+        str(steps),
+        "--max_new_tokens",
+        "3",
+        "--max_context_tokens",
+        "8",
+        "--output_dir",
+        str(out),
+        "--progress",
+        "false",
+        "--device",
+        "cpu",
+        "--checkpoint_every",
+        "0",
+        "--judge",
+        "lexical",
+        *extra,
+    ]
 
 
 def test_a_second_run_in_a_busy_folder_is_refused_naming_the_pid(tmp_path):
     import signal
 
     data = tmp_path / "nqa.jsonl"
-    data.write_text("".join(json.dumps({"id": f"d{i}", "question": f"who is {w} ?", "passage": f"the {w} .",
-                                        "answer": [w]}) + "\n" for i, w in enumerate("abcdef")))
+    data.write_text(
+        "".join(
+            json.dumps({"id": f"d{i}", "question": f"who is {w} ?", "passage": f"the {w} .", "answer": [w]}) + "\n"
+            for i, w in enumerate("abcdef")
+        )
+    )
     out = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     first = subprocess.Popen(_train_argv(data, out, 100000), env=env, stderr=subprocess.DEVNULL)
@@ -156,7 +230,9 @@ def test_a_second_run_in_a_busy_folder_is_refused_naming_the_pid(tmp_path):
         while not (out / "log.jsonl").exists() and first.poll() is None and time.time() < deadline:
             time.sleep(0.2)
         for extra in (["--overwrite"], ["--resume"]):
-            second = subprocess.run(_train_argv(data, out, 100000, *extra), env=env, capture_output=True, text=True, timeout=120)
+            second = subprocess.run(
+                _train_argv(data, out, 100000, *extra), env=env, capture_output=True, text=True, timeout=120
+            )
             lines = [x for x in second.stderr.splitlines() if "error:" in x]
             assert second.returncode == 2 and len(lines) == 1, second.stderr
             assert f"PID {first.pid}" in lines[0] and "in use" in lines[0]
@@ -175,8 +251,18 @@ def test_trl_backend_follows_the_run_folder_rules(tmp_path):
     pytest.importorskip("trl")
     folder = _run(tmp_path, steps=1)
     before = _snapshot(folder)
-    cfg = TrainConfig(model="tiny:llama", backend="trl", modulator="none", output_dir=str(folder), steps=1,
-                      group_size=2, queries_per_step=1, device="cpu", save_total_limit=2, judge="lexical")
+    cfg = TrainConfig(
+        model="tiny:llama",
+        backend="trl",
+        modulator="none",
+        output_dir=str(folder),
+        steps=1,
+        group_size=2,
+        queries_per_step=1,
+        device="cpu",
+        save_total_limit=2,
+        judge="lexical",
+    )
     with pytest.raises(ValueError, match="already holds a run"):
         run(cfg)
     assert _snapshot(folder) == before
@@ -227,11 +313,32 @@ def test_export_of_an_all_nan_checkpoint_is_refused(tmp_path, capsys):
 def test_eval_n_below_one_is_refused(tmp_path, capsys):
     run = _run(tmp_path, steps=1)
     data = tmp_path / "nqa.jsonl"
-    data.write_text("".join(json.dumps({"id": f"d{i}", "question": "who is the king ?", "passage": "the king .",
-                                        "answer": ["the king"]}) + "\n" for i in range(3)))
+    data.write_text(
+        "".join(
+            json.dumps(
+                {"id": f"d{i}", "question": "who is the king ?", "passage": "the king .", "answer": ["the king"]}
+            )
+            + "\n"
+            for i in range(3)
+        )
+    )
     out = tmp_path / "eval.json"
-    rc, err = _cli(["eval", str(run / "checkpoints" / "step_000001"), "--data_path", str(data), "--split", "train",
-                    "--n", "-2", "--output", str(out), "--no-progress"], capsys)
+    rc, err = _cli(
+        [
+            "eval",
+            str(run / "checkpoints" / "step_000001"),
+            "--data_path",
+            str(data),
+            "--split",
+            "train",
+            "--n",
+            "-2",
+            "--output",
+            str(out),
+            "--no-progress",
+        ],
+        capsys,
+    )
     assert rc == 2 and "--n" in err and ">= 1" in err and not out.exists()
 
 

@@ -1,6 +1,7 @@
 """Hostile input, round two (issue 20), frames and numbers: columns that are what they claim,
 numbers that are refused, bounded work, one line per error. One test per probe; each failed on
 the code before the issue (a57d336)."""
+
 import json
 import time
 import warnings
@@ -22,8 +23,16 @@ def _cli(argv, capsys):
 
 def _rollouts(completions, **extra):
     n = len(completions)
-    return pd.DataFrame({"query_id": ["q0"] * n, "rollout_id": range(n), "completion": completions,
-                         "answer": completions, "reward": [1.0] * n, **extra})
+    return pd.DataFrame(
+        {
+            "query_id": ["q0"] * n,
+            "rollout_id": range(n),
+            "completion": completions,
+            "answer": completions,
+            "reward": [1.0] * n,
+            **extra,
+        }
+    )
 
 
 # ----------------------------------------------------------------------------- 4. columns
@@ -37,11 +46,35 @@ def test_conversational_completions_are_read_as_their_last_assistant_content():
 def test_conversational_completions_score_as_distinct_answers(tmp_path, capsys):
     said = ["Paris", "London", "Paris", "Rome"]
     path = tmp_path / "trl.jsonl"
-    path.write_text("".join(json.dumps({"prompt": [{"role": "user", "content": "capital of France?"}],
-                                        "completion": [{"role": "assistant", "content": w}], "reward": r}) + "\n"
-                            for w, r in zip(said, [2.0, 0.0, 2.0, 0.0])))
-    rc, err = _cli(["score", str(path), "-o", str(tmp_path / "g.parquet"), "--query-col", "prompt",
-                    "--measures", "se", "--judge", "lexical", "--full-completion"], capsys)
+    path.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "prompt": [{"role": "user", "content": "capital of France?"}],
+                    "completion": [{"role": "assistant", "content": w}],
+                    "reward": r,
+                }
+            )
+            + "\n"
+            for w, r in zip(said, [2.0, 0.0, 2.0, 0.0])
+        )
+    )
+    rc, err = _cli(
+        [
+            "score",
+            str(path),
+            "-o",
+            str(tmp_path / "g.parquet"),
+            "--query-col",
+            "prompt",
+            "--measures",
+            "se",
+            "--judge",
+            "lexical",
+            "--full-completion",
+        ],
+        capsys,
+    )
     assert rc == 0, err
     groups = pd.read_parquet(tmp_path / "g.parquet")
     p = np.array([2, 1, 1]) / 4  # three clusters: Paris x2, London, Rome
@@ -73,22 +106,43 @@ def test_a_jsonl_line_that_is_an_array_is_one_line(tmp_path, capsys):
 
 def test_reward_col_beside_an_existing_reward_column(tmp_path, capsys):
     path = tmp_path / "r.jsonl"
-    rows = [{"query_id": "q", "completion": w, "answer": w, "reward": 0.0, "score": s}
-            for w, s in zip("abcd", [2.0, 0.0, 2.0, 0.0])]
+    rows = [
+        {"query_id": "q", "completion": w, "answer": w, "reward": 0.0, "score": s}
+        for w, s in zip("abcd", [2.0, 0.0, 2.0, 0.0])
+    ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     with pytest.warns(UserWarning, match="replaced by the mapped"):
-        rc, err = _cli(["score", str(path), "-o", str(tmp_path / "g.parquet"), "--reward-col", "score",
-                        "--measures", "rd"], capsys)
+        rc, err = _cli(
+            ["score", str(path), "-o", str(tmp_path / "g.parquet"), "--reward-col", "score", "--measures", "rd"], capsys
+        )
     assert rc == 0, err
     assert pd.read_parquet(tmp_path / "g.parquet")["mean_reward"].iloc[0] == pytest.approx(1.0)
 
 
 def test_one_column_for_completion_and_answer(tmp_path, capsys):
     path = tmp_path / "r.jsonl"
-    path.write_text("".join(json.dumps({"query_id": "q", "text": w, "reward": r}) + "\n"
-                            for w, r in zip("abab", [2.0, 0.0, 2.0, 0.0])))
-    rc, err = _cli(["score", str(path), "-o", str(tmp_path / "g.parquet"), "--completion-col", "text",
-                    "--answer-col", "text", "--measures", "se", "--judge", "lexical"], capsys)
+    path.write_text(
+        "".join(
+            json.dumps({"query_id": "q", "text": w, "reward": r}) + "\n" for w, r in zip("abab", [2.0, 0.0, 2.0, 0.0])
+        )
+    )
+    rc, err = _cli(
+        [
+            "score",
+            str(path),
+            "-o",
+            str(tmp_path / "g.parquet"),
+            "--completion-col",
+            "text",
+            "--answer-col",
+            "text",
+            "--measures",
+            "se",
+            "--judge",
+            "lexical",
+        ],
+        capsys,
+    )
     assert rc == 0, err
     assert pd.read_parquet(tmp_path / "g.parquet")["se"].iloc[0] == pytest.approx(np.log(2))
 
@@ -125,8 +179,14 @@ def test_a_study_part_with_fewer_rollouts_than_g_is_refused(tmp_path):
     tok = tiny_tokenizer()
     tok.pad_token = tok.pad_token or tok.eos_token
     model = tiny_causal_lm("llama", vocab_size=len(tok)).eval()
-    queries = pd.DataFrame({"query_id": ["a", "b"], "prompt": ["who is the king ?", "the city"],
-                            "references": [["the king"], ["city"]], "task": "qa_f1"})
+    queries = pd.DataFrame(
+        {
+            "query_id": ["a", "b"],
+            "prompt": ["who is the king ?", "the city"],
+            "references": [["the king"], ["city"]],
+            "task": "qa_f1",
+        }
+    )
     kw = dict(G=3, max_new_tokens=3, grad_var=False, out_dir=tmp_path, progress=False)
     torch.manual_seed(0)
     collect_rollouts(model, tok, queries, **kw)
@@ -170,9 +230,15 @@ def test_a_degenerate_top_split_reports_rho_and_says_why_it_skips(tmp_path):
 
     rng = np.random.default_rng(0)
     n = 40
-    frame = pd.DataFrame({"query_id": [f"q{i}" for i in range(n)], "G": 8,
-                          "grad_var": np.r_[np.zeros(36), rng.random(4) + 1], "cd": rng.random(n),
-                          "rd": rng.random(n)})
+    frame = pd.DataFrame(
+        {
+            "query_id": [f"q{i}" for i in range(n)],
+            "G": 8,
+            "grad_var": np.r_[np.zeros(36), rng.random(4) + 1],
+            "cd": rng.random(n),
+            "rd": rng.random(n),
+        }
+    )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         res = gap_study(frame, measures=["cd", "rd"], reference="rd", n_boot=50)

@@ -1,5 +1,6 @@
 """The import graph of gcpo_analysis and gcpo_train has no circle, counting module-level and
 function-level imports alike (a lazy import inside a function still ties two modules)."""
+
 import ast
 from pathlib import Path
 
@@ -45,7 +46,7 @@ def _cycle(graph):
         stack.append(n)
         for m in sorted(graph[n]):
             if state.get(m) == "open":
-                return stack[stack.index(m):] + [m]
+                return stack[stack.index(m) :] + [m]
             if m not in state:
                 found = visit(m)
                 if found:

@@ -1,4 +1,5 @@
 """gcpo_analysis.measures works with numpy/scipy/pandas alone; heavy parts say what to install."""
+
 import subprocess
 import sys
 import textwrap
@@ -14,8 +15,9 @@ def _run(code: str) -> subprocess.CompletedProcess:
                     raise ImportError(f"No module named {name!r} (blocked by the test)")
         sys.meta_path.insert(0, Block())
     """)
-    return subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(code)],
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", prelude + textwrap.dedent(code)], capture_output=True, text=True, timeout=120
+    )
 
 
 def test_measures_import_and_compute_without_torch():

@@ -1,4 +1,5 @@
 """Judges (NLI on a tiny random model, lexical, math, embedding) and the MiniLM embedder."""
+
 import warnings
 
 import numpy as np
@@ -26,9 +27,16 @@ def _tiny_nli(id2label, seed=0):
     tok = tiny_tokenizer()  # pads on the left; the judge must still pad on the right
     torch.manual_seed(seed)
     cfg = transformers.BertConfig(
-        vocab_size=len(tok), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-        intermediate_size=32, max_position_embeddings=64, pad_token_id=tok.pad_token_id,
-        num_labels=len(id2label), id2label=id2label, label2id={v: k for k, v in id2label.items()},
+        vocab_size=len(tok),
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=64,
+        pad_token_id=tok.pad_token_id,
+        num_labels=len(id2label),
+        id2label=id2label,
+        label2id={v: k for k, v in id2label.items()},
         initializer_range=0.5,  # spread the random logits so probabilities differ from 1/3
     )
     return transformers.BertForSequenceClassification(cfg).eval(), tok
@@ -43,10 +51,13 @@ def _reference_probs(model, tok, index):
     return np.array(out)
 
 
-@pytest.mark.parametrize("id2label,index", [
-    ({0: "contradiction", 1: "neutral", 2: "entailment"}, 2),
-    ({0: "ENTAILMENT", 1: "NEUTRAL", 2: "CONTRADICTION"}, 0),
-])
+@pytest.mark.parametrize(
+    "id2label,index",
+    [
+        ({0: "contradiction", 1: "neutral", 2: "entailment"}, 2),
+        ({0: "ENTAILMENT", 1: "NEUTRAL", 2: "CONTRADICTION"}, 0),
+    ],
+)
 def test_nli_judge_named_label_and_batching(id2label, index):
     model, tok = _tiny_nli(id2label)
     judge = NLIJudge((model, tok), batch_size=2)
@@ -93,8 +104,10 @@ def test_make_judge_resolution():
 
 def test_lexical_judge_squad_f1():
     j = LexicalJudge()
-    p = j.entailment(["The cat sat.", "cat sat on mat", "An apple!", "Paris", ""],
-                     ["cat sat on mat", "The cat sat.", "apple", "London", ""])
+    p = j.entailment(
+        ["The cat sat.", "cat sat on mat", "An apple!", "Paris", ""],
+        ["cat sat on mat", "The cat sat.", "apple", "London", ""],
+    )
     # tokens {cat, sat} vs {cat, sat, on, mat}: F1 = 2*2/(2+4); articles and punctuation dropped
     np.testing.assert_allclose(p, [2 / 3, 2 / 3, 1.0, 0.0, 1.0])
     with pytest.raises(ValueError, match="2 premises but 1"):
@@ -146,8 +159,9 @@ def test_dedup_and_groups(embedder):
 
 def test_embedding_judge_threshold(embedder):
     j = EmbeddingJudge(embedder)
-    p = j.entailment(["Paris", "1865", "the ship sank", "Paris"],
-                     ["the city of Paris", "in 1865", "the war ended", "London"])
+    p = j.entailment(
+        ["Paris", "1865", "the ship sank", "Paris"], ["the city of Paris", "in 1865", "the war ended", "London"]
+    )
     assert (p[:2] >= 0.35).all() and (p[2:] < 0.35).all()
     before = embedder.n_encoded
     sym = j.entailment(["the city of Paris", "in 1865"], ["Paris", "1865"])
@@ -200,12 +214,24 @@ def test_the_math_judge_clusters_final_answers_while_full_completions_are_embedd
     from gcpo_analysis.measures import score_groups
     from gcpo_analysis.measures.prepare import prepare_groups
 
-    completions = ["3 + 6 = 9. The answer is \\boxed{9}.", "Nine apples in all, so \\boxed{9}",
-                   "7 + 2 = 10. The answer is \\boxed{10}.", "I think it is \\boxed{9.0}"]
-    rollouts = pd.DataFrame({"query_id": 0, "rollout_id": range(4), "completion": completions,
-                             "answer": ["9", "9", "10", "9.0"], "reward": [2.0, 2.0, 0.0, 2.0]})
-    groups = score_groups(rollouts, ["se", "bot", "cd"], judge="math", embedder=hash_embedder,
-                          use_full_completion=True, progress=False)
+    completions = [
+        "3 + 6 = 9. The answer is \\boxed{9}.",
+        "Nine apples in all, so \\boxed{9}",
+        "7 + 2 = 10. The answer is \\boxed{10}.",
+        "I think it is \\boxed{9.0}",
+    ]
+    rollouts = pd.DataFrame(
+        {
+            "query_id": 0,
+            "rollout_id": range(4),
+            "completion": completions,
+            "answer": ["9", "9", "10", "9.0"],
+            "reward": [2.0, 2.0, 0.0, 2.0],
+        }
+    )
+    groups = score_groups(
+        rollouts, ["se", "bot", "cd"], judge="math", embedder=hash_embedder, use_full_completion=True, progress=False
+    )
     assert groups.loc[0, "n_clusters"] == 2  # {9, 9, 9.0} and {10}; derivations alone: 4 singletons
     assert np.isclose(groups.loc[0, "se"], -(0.75 * np.log(0.75) + 0.25 * np.log(0.25)))
     assert groups.attrs["gcpo"]["judge"]["clusters"] == "extracted answers"

@@ -1,6 +1,7 @@
 """The Lipschitz measurement (gcpo_analysis.stats.lipschitz): distances against brute force, the
 statistics against independent computations, the simulator's planted settings, edge cases,
 and the study-folder writer."""
+
 import json
 
 import numpy as np
@@ -9,7 +10,6 @@ import pytest
 from conftest import HashEmbedder
 from scipy import stats
 
-from gcpo_analysis.study.collect import gram_frame
 from gcpo_analysis.stats.lipschitz import (
     embedding_distances,
     gradient_distances,
@@ -18,6 +18,7 @@ from gcpo_analysis.stats.lipschitz import (
     lipschitz_pairs,
     summarise,
 )
+from gcpo_analysis.study.collect import gram_frame
 from gcpo_analysis.study.lipschitz import lipschitz_study, write_lipschitz
 from gcpo_analysis.theory.simulate import simulate_study
 
@@ -57,8 +58,9 @@ def _groups(n=5, G=6, seed=0):
 
 def test_statistics_against_independent_computation():
     groups = _groups()
-    pairs, per_group = lipschitz_pairs({q: v[0] for q, v in groups.items()}, {q: v[1] for q, v in groups.items()},
-                                       {q: v[2] for q, v in groups.items()})
+    pairs, per_group = lipschitz_pairs(
+        {q: v[0] for q, v in groups.items()}, {q: v[1] for q, v in groups.items()}, {q: v[2] for q, v in groups.items()}
+    )
     summary = summarise(pairs, per_group, n_boot=50).set_index("statistic")
     rows, rhos, ratios_same, ratios_diff, directions = [], [], [], [], []
     for _q, (_, e, lab, g) in groups.items():
@@ -97,8 +99,9 @@ def _sim_summary(lipschitz, shuffle=False, seed=3):
         rng = np.random.default_rng(0)
         E = np.stack([e[rng.permutation(len(e))] for e in E])
     ids = [f"q{k}" for k in range(len(E))]
-    pairs, per_group = lipschitz_pairs({q: g @ g.T for q, g in zip(ids, grads)}, dict(zip(ids, E)),
-                                       dict(zip(ids, arr["labels"])))
+    pairs, per_group = lipschitz_pairs(
+        {q: g @ g.T for q, g in zip(ids, grads)}, dict(zip(ids, E)), dict(zip(ids, arr["labels"]))
+    )
     return summarise(pairs, per_group, n_boot=100).set_index("statistic")
 
 
@@ -127,8 +130,11 @@ def test_edge_cases_are_excluded_and_counted():
         "singletons": (K, e, [0, 1, 2, 3]),
         "fine": (K, e, [0, 0, 1, 1]),
     }
-    pairs, pg = lipschitz_pairs({q: c[0] for q, c in cases.items()}, {q: c[1] for q, c in cases.items()},
-                                {q: np.array(c[2]) for q, c in cases.items()})
+    pairs, pg = lipschitz_pairs(
+        {q: c[0] for q, c in cases.items()},
+        {q: c[1] for q, c in cases.items()},
+        {q: np.array(c[2]) for q, c in cases.items()},
+    )
     pg = pg.set_index("query_id")
     assert pg.loc["one", "reason"] == "G = 1: fewer than 3 pairs" and pg.loc["one", "n_pairs"] == 0
     assert pg.loc["two", "reason"].startswith("G = 2")
@@ -166,8 +172,15 @@ def _study_frames(G=6, n=4, seed=0):
         g = rng.normal(size=(G, 7))
         for i in range(G):
             a = words[rng.integers(0, len(words))]
-            rows.append(dict(query_id=f"q{k}", rollout_id=i, completion=f"The answer is {a}.", answer=a,
-                             reward=float(rng.integers(0, 3))))
+            rows.append(
+                dict(
+                    query_id=f"q{k}",
+                    rollout_id=i,
+                    completion=f"The answer is {a}.",
+                    answer=a,
+                    reward=float(rng.integers(0, 3)),
+                )
+            )
         grams.append(gram_frame(f"q{k}", g @ g.T))
     return pd.DataFrame(rows), pd.concat(grams, ignore_index=True)
 
@@ -190,12 +203,17 @@ def test_study_adapter_uses_the_measures_embeddings_and_checks_ids():
     full, _ = lipschitz_study(rollouts, grams, embedder=HashEmbedder(), use_full_completion=True, n_boot=5)
     assert full.loc[0, "n_pairs"] == 15
     # the math judge clusters the answers while the completions are embedded (as score_groups)
-    by_answer, s_answer = lipschitz_study(rollouts, grams, embedder=HashEmbedder(), use_full_completion=True,
-                                          judge="math", n_boot=5)
+    by_answer, s_answer = lipschitz_study(
+        rollouts, grams, embedder=HashEmbedder(), use_full_completion=True, judge="math", n_boot=5
+    )
     expect_k = rollouts.groupby("query_id")["answer"].nunique()
-    assert by_answer.set_index("query_id")["n_clusters"].equals(expect_k.rename("n_clusters").astype(by_answer["n_clusters"].dtype))
+    assert by_answer.set_index("query_id")["n_clusters"].equals(
+        expect_k.rename("n_clusters").astype(by_answer["n_clusters"].dtype)
+    )
     np.testing.assert_allclose(by_answer["rho"], full["rho"])  # same embeddings: rho unchanged
-    assert s_answer.attrs["lipschitz"]["cluster_text"] == "answer" and s_answer.attrs["lipschitz"]["text"] == "completion"
+    assert (
+        s_answer.attrs["lipschitz"]["cluster_text"] == "answer" and s_answer.attrs["lipschitz"]["text"] == "completion"
+    )
     with pytest.raises(ValueError, match="without a Gram matrix"):
         lipschitz_study(rollouts, grams[grams.query_id != "q2"], embedder=HashEmbedder())
     bad = rollouts.copy()
@@ -208,27 +226,42 @@ def test_write_lipschitz_from_a_study_folder(tmp_path):
     rollouts, grams = _study_frames(n=6)
     rollouts.to_parquet(tmp_path / "rollouts.parquet")
     grams.to_parquet(tmp_path / "grams.parquet")
-    (tmp_path / "run_card.json").write_text(json.dumps({"settings": {
-        "dataset": "narrativeqa", "judge": "embedding", "embedder": None, "threshold": 0.35}}))
+    (tmp_path / "run_card.json").write_text(
+        json.dumps({"settings": {"dataset": "narrativeqa", "judge": "embedding", "embedder": None, "threshold": 0.35}})
+    )
     per_group, summary = write_lipschitz(tmp_path, embedder=HashEmbedder(), n_boot=20)
-    for f in ("tables/lipschitz.md", "tables/lipschitz.csv", "tables/lipschitz_groups.csv",
-              "tables/lipschitz_meta.json", "figures/lipschitz.png", "figures/lipschitz.svg"):
+    for f in (
+        "tables/lipschitz.md",
+        "tables/lipschitz.csv",
+        "tables/lipschitz_groups.csv",
+        "tables/lipschitz_meta.json",
+        "figures/lipschitz.png",
+        "figures/lipschitz.svg",
+    ):
         assert (tmp_path / f).stat().st_size > 0, f
     back = pd.read_csv(tmp_path / "tables" / "lipschitz.csv")
     np.testing.assert_allclose(back["estimate"], summary["estimate"])
     assert json.loads((tmp_path / "tables" / "lipschitz_meta.json").read_text())["nli_threshold"] == 0.35
     sub, _ = write_lipschitz(tmp_path, embedder=HashEmbedder(), n_boot=5, queries=["q0", "q2", "q3"], name="sub")
     assert list(sub["query_id"]) == ["q0", "q2", "q3"] and (tmp_path / "tables" / "sub.md").exists()
-    pd.testing.assert_frame_equal(sub.reset_index(drop=True),
-                                  per_group[per_group.query_id.isin(["q0", "q2", "q3"])].reset_index(drop=True))
+    pd.testing.assert_frame_equal(
+        sub.reset_index(drop=True), per_group[per_group.query_id.isin(["q0", "q2", "q3"])].reset_index(drop=True)
+    )
     (tmp_path / "run_card.json").unlink()  # a study that has not written its card: settings given
-    again, _ = write_lipschitz(tmp_path, embedder=HashEmbedder(), n_boot=5, name="again",
-                               settings={"dataset": "narrativeqa", "judge": "embedding", "nli_threshold": 0.35})
+    again, _ = write_lipschitz(
+        tmp_path,
+        embedder=HashEmbedder(),
+        n_boot=5,
+        name="again",
+        settings={"dataset": "narrativeqa", "judge": "embedding", "nli_threshold": 0.35},
+    )
     pd.testing.assert_frame_equal(again, per_group)
     with pytest.raises(FileNotFoundError, match="run_card"):
         write_lipschitz(tmp_path, embedder=HashEmbedder())
     with pytest.raises(ValueError, match="'q9'"):
-        write_lipschitz(tmp_path, embedder=HashEmbedder(), queries=["q0", "q9"], settings={"dataset": "x", "judge": "embedding"})
+        write_lipschitz(
+            tmp_path, embedder=HashEmbedder(), queries=["q0", "q9"], settings={"dataset": "x", "judge": "embedding"}
+        )
     (tmp_path / "grams.parquet").unlink()
     with pytest.raises(FileNotFoundError, match="recompute_grams"):
         write_lipschitz(tmp_path, embedder=HashEmbedder(), settings={"dataset": "x", "judge": "embedding"})

@@ -2,6 +2,7 @@
 known by construction (tests/data/make_math_corpus.py: MATH500's answers against rewritings and
 changes of value, plus sets, intervals, matrices, repeating decimals, binomials, factorials,
 logs, units, empty sets, order and spacing). Before math-verify (a57d336) 331/370 were right."""
+
 import json
 from pathlib import Path
 
@@ -41,12 +42,19 @@ def test_every_verdict_of_the_corpus_is_right():
     assert math_fallbacks() == {}  # every verdict is a comparison, none a guard's string fallback
 
 
-@pytest.mark.parametrize("answer, reference, equal", [
-    (r"\begin{pmatrix} 12 \\ 3 \end{pmatrix}", r"\begin{pmatrix} 1 \\ 23 \end{pmatrix}", False),
-    ("0.36", r"0.\overline{36}", False), (r"\{1,2\}", r"\{2,1\}", True), (r"x \in [1, 2]", "[1,2]", True),
-    (r"\log_2 8", "3", True), (r"\binom{5}{2}", "10", True), ("5!", "120", True),
-    (r"\emptyset", r"\varnothing", True),
-])
+@pytest.mark.parametrize(
+    "answer, reference, equal",
+    [
+        (r"\begin{pmatrix} 12 \\ 3 \end{pmatrix}", r"\begin{pmatrix} 1 \\ 23 \end{pmatrix}", False),
+        ("0.36", r"0.\overline{36}", False),
+        (r"\{1,2\}", r"\{2,1\}", True),
+        (r"x \in [1, 2]", "[1,2]", True),
+        (r"\log_2 8", "3", True),
+        (r"\binom{5}{2}", "10", True),
+        ("5!", "120", True),
+        (r"\emptyset", r"\varnothing", True),
+    ],
+)
 def test_the_issues_examples(answer, reference, equal):
     """The issue's probes: wrong answers that scored 2, right ones that scored 0."""
     pytest.importorskip("math_verify")

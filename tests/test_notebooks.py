@@ -1,5 +1,6 @@
 """The figures a reviewer reads (legends, reference lines, human titles, the V = 0 decomposition)
 and notebook 01 on a fresh clone: no study run yet -> the shipped figures/default_study, said so."""
+
 from __future__ import annotations
 
 import os
@@ -14,9 +15,9 @@ import pandas as pd
 import pytest
 
 from gcpo_analysis import plots
+from gcpo_analysis.stats import gap_study
 from gcpo_analysis.stats.decomposition import DECOMPOSITION_COLUMNS
 from gcpo_analysis.theory.simulate import entropy_filter_effect, simulate_study
-from gcpo_analysis.stats import gap_study
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "figures" / "default_study"
@@ -42,10 +43,23 @@ def _hand_frame():
     rows = []
     for i, m in enumerate(("se", "cd", "bot", "rd")):
         d = np.nan if m == "bot" else -0.1 * i
-        rows.append(dict(measure=m, n_pos=27, n_zero=12, auc_pos=0.4 + 0.1 * i, auc_pos_ci_low=0.3 + 0.1 * i,
-                         auc_pos_ci_high=0.6 + 0.1 * i, rho_pos=0.2 - 0.1 * i, rho_pos_p=0.3,
-                         rho_pos_ci_low=-0.1 - 0.1 * i, rho_pos_ci_high=0.5 - 0.1 * i, delta_rho_pos=d,
-                         delta_rho_pos_ci_low=d - 0.2, delta_rho_pos_ci_high=d + 0.2))
+        rows.append(
+            dict(
+                measure=m,
+                n_pos=27,
+                n_zero=12,
+                auc_pos=0.4 + 0.1 * i,
+                auc_pos_ci_low=0.3 + 0.1 * i,
+                auc_pos_ci_high=0.6 + 0.1 * i,
+                rho_pos=0.2 - 0.1 * i,
+                rho_pos_p=0.3,
+                rho_pos_ci_low=-0.1 - 0.1 * i,
+                rho_pos_ci_high=0.5 - 0.1 * i,
+                delta_rho_pos=d,
+                delta_rho_pos_ci_low=d - 0.2,
+                delta_rho_pos_ci_high=d + 0.2,
+            )
+        )
     return pd.DataFrame(rows, columns=DECOMPOSITION_COLUMNS)
 
 
@@ -147,7 +161,9 @@ def test_entropy_filter_bootstrap_matches_a_loop():
     for subset, values in rel.items():
         assert out.loc[subset, "rel_grad_var_ci_low"] == pytest.approx(np.nanquantile(values, 0.025))
         assert out.loc[subset, "rel_grad_var_ci_high"] == pytest.approx(np.nanquantile(values, 0.975))
-        assert out.loc[subset, "rel_grad_var"] == pytest.approx(out.loc[subset, "mean_grad_var"] / out.loc["all", "mean_grad_var"])
+        assert out.loc[subset, "rel_grad_var"] == pytest.approx(
+            out.loc[subset, "mean_grad_var"] / out.loc["all", "mean_grad_var"]
+        )
     assert out.loc["all", "rel_grad_var_ci_low"] == out.loc["all", "rel_grad_var_ci_high"] == 1.0
 
 
@@ -167,8 +183,9 @@ def test_notebook_01_falls_back_to_the_shipped_study_and_shows_figures_inline(tm
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     nb = nbformat.read(tmp_path / "notebooks" / "01_gap_study.ipynb", as_version=4)
     assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), "stored with outputs"
-    nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
-                            resources={"metadata": {"path": str(tmp_path / "notebooks")}}).execute()
+    nbclient.NotebookClient(
+        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path / "notebooks")}}
+    ).execute()
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     notes = [o["data"]["text/markdown"] for o in outputs if "text/markdown" in o.get("data", {})]
     assert any("showing the shipped run ../figures/default_study" in n for n in notes), notes

@@ -1,4 +1,5 @@
 """gcpo_analysis.plots and notebooks/02_gap_proofs.ipynb (executed headlessly)."""
+
 from __future__ import annotations
 
 import warnings
@@ -10,8 +11,8 @@ import pandas as pd
 import pytest
 
 from gcpo_analysis import plots
-from gcpo_analysis.theory.simulate import entropy_filter_effect, simulate_study
 from gcpo_analysis.stats import gap_study
+from gcpo_analysis.theory.simulate import entropy_filter_effect, simulate_study
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "02_gap_proofs.ipynb"
 
@@ -42,8 +43,9 @@ def test_figure1_and_heatmap_write_png_and_svg(study, tmp_path):
 
 def test_ablation_and_simulation_plots(study, tmp_path):
     res, groups = study
-    frame = pd.DataFrame({"alpha": [0.2, 0.4, 0.6] * 4, "f1": np.linspace(0.3, 0.5, 12),
-                          "method": ["GCPO"] * 6 + ["SE"] * 6})
+    frame = pd.DataFrame(
+        {"alpha": [0.2, 0.4, 0.6] * 4, "f1": np.linspace(0.3, 0.5, 12), "method": ["GCPO"] * 6 + ["SE"] * 6}
+    )
     assert isinstance(plots.ablation_plot(frame, path=tmp_path / "abl"), matplotlib.figure.Figure)
     with pytest.raises(ValueError, match="'acc'"):
         plots.ablation_plot(frame, y="acc")
@@ -61,8 +63,9 @@ def test_notebook_runs_and_writes_figures(tmp_path, monkeypatch):
     assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), "stored with outputs"
     monkeypatch.setenv("FIGURES_DIR", str(tmp_path))
     monkeypatch.setenv("GCPO_N_BOOT", "200")
-    nbclient.NotebookClient(nb, kernel_name="python3", timeout=300,
-                            resources={"metadata": {"path": str(NOTEBOOK.parent)}}).execute()
+    nbclient.NotebookClient(
+        nb, kernel_name="python3", timeout=300, resources={"metadata": {"path": str(NOTEBOOK.parent)}}
+    ).execute()
     for stem in ("fig1_gap_study_simulated", "correlation_heatmap_simulated", "simulation_gaps"):
         assert all(f.exists() for f in _written(tmp_path / stem)), stem
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]

@@ -1,20 +1,24 @@
 """prepare_groups: the one measurement batch builder of score_groups, gcpo_train and the TRL
 adapter, checked against a group-by-group construction; and the embedding judge's sharing of the
 embedder, decided one way for every caller."""
+
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from conftest import HashEmbedder
 
 from gcpo_analysis.measures.clustering import greedy_nli_clusters
 from gcpo_analysis.measures.judges import LexicalJudge
 from gcpo_analysis.measures.prepare import judge_shares_embedder, measurement_tools, prepare_groups
 from gcpo_analysis.measures.score import score_groups
 from gcpo_analysis.vocab import CLUSTERS, EMBEDDINGS
-from conftest import HashEmbedder
 
-TEXTS = [["the king", "a king", "the city", "the king"], ["war", "the war ended", "love"],
-         ["he", "he", "he", "she", "his father"]]
+TEXTS = [
+    ["the king", "a king", "the city", "the king"],
+    ["war", "the war ended", "love"],
+    ["he", "he", "he", "she", "his father"],
+]
 REWARDS = [[0.0, 2.0, 1.0, 0.5], [1, 1, 0], [0.0, 0.5, 1.0, 1.5, 2.0]]
 ANSWERS = [[t.split()[-1] for t in g] for g in TEXTS]
 ENTROPY = [np.linspace(0.1, 1.0, len(g)) for g in TEXTS]
@@ -34,24 +38,39 @@ def _naive(needs, threshold, dtype=None):
     out = []
     for k, texts in enumerate(TEXTS):
         e = HashEmbedder().encode(texts)
-        out.append(dict(
-            rewards=np.array(REWARDS[k], dtype=np.float64),
-            embeddings=(e if dtype is None else e.astype(dtype)) if EMBEDDINGS in needs else None,
-            clusters=greedy_nli_clusters(texts, LexicalJudge(), threshold=threshold) if CLUSTERS in needs else None,
-            logprobs=LOGPROBS[k] if "logprobs" in needs else None,
-            n_tokens=LENGTHS[k] if "logprobs" in needs else None,
-            token_entropy=ENTROPY[k] if "token_entropy" in needs else None,
-            ratio_var=None, answers=ANSWERS[k]))
+        out.append(
+            dict(
+                rewards=np.array(REWARDS[k], dtype=np.float64),
+                embeddings=(e if dtype is None else e.astype(dtype)) if EMBEDDINGS in needs else None,
+                clusters=greedy_nli_clusters(texts, LexicalJudge(), threshold=threshold) if CLUSTERS in needs else None,
+                logprobs=LOGPROBS[k] if "logprobs" in needs else None,
+                n_tokens=LENGTHS[k] if "logprobs" in needs else None,
+                token_entropy=ENTROPY[k] if "token_entropy" in needs else None,
+                ratio_var=None,
+                answers=ANSWERS[k],
+            )
+        )
     return out
 
 
-@pytest.mark.parametrize("needs", [set(), {EMBEDDINGS}, {CLUSTERS}, {EMBEDDINGS, CLUSTERS, "logprobs"},
-                                   {CLUSTERS, "token_entropy"}])
+@pytest.mark.parametrize(
+    "needs", [set(), {EMBEDDINGS}, {CLUSTERS}, {EMBEDDINGS, CLUSTERS, "logprobs"}, {CLUSTERS, "token_entropy"}]
+)
 @pytest.mark.parametrize("threshold, dtype", [(0.35, None), (0.8, np.float64)])
 def test_prepare_groups_equals_the_group_by_group_construction(needs, threshold, dtype):
-    groups, stats = prepare_groups(TEXTS, REWARDS, needs, embedder=HashEmbedder(), judge="lexical",
-                                   nli_threshold=threshold, embedding_dtype=dtype, answers=ANSWERS,
-                                   token_entropy=ENTROPY, logprobs=LOGPROBS, n_tokens=LENGTHS)
+    groups, stats = prepare_groups(
+        TEXTS,
+        REWARDS,
+        needs,
+        embedder=HashEmbedder(),
+        judge="lexical",
+        nli_threshold=threshold,
+        embedding_dtype=dtype,
+        answers=ANSWERS,
+        token_entropy=ENTROPY,
+        logprobs=LOGPROBS,
+        n_tokens=LENGTHS,
+    )
     assert len(groups) == len(TEXTS) and (stats != {}) == (CLUSTERS in needs)
     for group, want in zip(groups, _naive(needs, threshold, dtype)):
         for field, value in want.items():
@@ -76,11 +95,25 @@ def test_nothing_is_built_or_computed_that_needs_do_not_name():
         def describe(self):
             return {}
 
-    groups, stats = prepare_groups(TEXTS, REWARDS, {"ratio_var"}, embedder=embedder, judge=NoJudge(),
-                                   token_entropy=ENTROPY, logprobs=LOGPROBS, n_tokens=LENGTHS)
+    groups, stats = prepare_groups(
+        TEXTS,
+        REWARDS,
+        {"ratio_var"},
+        embedder=embedder,
+        judge=NoJudge(),
+        token_entropy=ENTROPY,
+        logprobs=LOGPROBS,
+        n_tokens=LENGTHS,
+    )
     assert embedder.calls == 0 and stats == {}
-    assert all(g.embeddings is None and g.clusters is None and g.logprobs is None and g.n_tokens is None
-               and g.token_entropy is None for g in groups)
+    assert all(
+        g.embeddings is None
+        and g.clusters is None
+        and g.logprobs is None
+        and g.n_tokens is None
+        and g.token_entropy is None
+        for g in groups
+    )
     assert measurement_tools(set(), "unused-spec", "lexical") == (None, None)
 
 
@@ -93,16 +126,38 @@ def test_an_encode_only_embedder_is_used_as_it_is():
 
 
 # ----------------------------------------------------------------------------- judge sharing
-@pytest.mark.parametrize("spec, shares", [("embedding", True), (" Embedding ", True), ("EMBEDDING", True),
-                                          ("lexical", False), ("nli", False), (LexicalJudge(), False)])
+@pytest.mark.parametrize(
+    "spec, shares",
+    [
+        ("embedding", True),
+        (" Embedding ", True),
+        ("EMBEDDING", True),
+        ("lexical", False),
+        ("nli", False),
+        (LexicalJudge(), False),
+    ],
+)
 def test_judge_shares_embedder(spec, shares):
     assert judge_shares_embedder(spec) is shares
 
 
 def _settings(judge, modulator="bot"):
-    return SimpleNamespace(modulator=modulator, embedder=None, judge=judge, nli_threshold=0.35, alpha_base=0.6,
-                           r_min=0.0, r_max=2.0, eps=1e-6, q_hawkeye_alpha=0.6, eg_spo_alpha=1.0, r2vpo_lambda=1.0,
-                           empo_low=0.0, empo_high=0.5, modulator_params=None)
+    return SimpleNamespace(
+        modulator=modulator,
+        embedder=None,
+        judge=judge,
+        nli_threshold=0.35,
+        alpha_base=0.6,
+        r_min=0.0,
+        r_max=2.0,
+        eps=1e-6,
+        q_hawkeye_alpha=0.6,
+        eg_spo_alpha=1.0,
+        r2vpo_lambda=1.0,
+        empo_low=0.0,
+        empo_high=0.5,
+        modulator_params=None,
+    )
 
 
 @pytest.mark.parametrize("spec", ["embedding", " Embedding "])
@@ -116,10 +171,15 @@ def test_the_embedding_judge_uses_the_measures_embedder_everywhere(spec):
     from gcpo_train.modulation import GroupModulator
     from gcpo_train.trl import group_weights, modulation_settings
 
-    rollouts = pd.DataFrame({"query_id": np.repeat([0, 1, 2], [4, 3, 5]),
-                             "rollout_id": np.concatenate([np.arange(len(g)) for g in TEXTS]),
-                             "completion": sum(TEXTS, []), "answer": sum(TEXTS, []),
-                             "reward": np.concatenate(REWARDS)})
+    rollouts = pd.DataFrame(
+        {
+            "query_id": np.repeat([0, 1, 2], [4, 3, 5]),
+            "rollout_id": np.concatenate([np.arange(len(g)) for g in TEXTS]),
+            "completion": sum(TEXTS, []),
+            "answer": sum(TEXTS, []),
+            "reward": np.concatenate(REWARDS),
+        }
+    )
     for_score = HashEmbedder()
     frame = score_groups(rollouts, "se", embedder=for_score, judge=spec, progress=False)
     assert for_score.calls > 0 and frame.attrs["gcpo"]["judge"]["kind"] == "embedding"
@@ -130,8 +190,13 @@ def test_the_embedding_judge_uses_the_measures_embedder_everywhere(spec):
     assert embedder.calls > 0 and judge.embedder.model is embedder
 
     trl = GroupModulator(modulation_settings(_settings(spec, "care")), embedder=HashEmbedder())
-    group_weights(sum([g[:3] for g in TEXTS], []), np.concatenate([r[:3] for r in REWARDS]), 3,
-                  group_modulator=trl, modulator="care")
+    group_weights(
+        sum([g[:3] for g in TEXTS], []),
+        np.concatenate([r[:3] for r in REWARDS]),
+        3,
+        group_modulator=trl,
+        modulator="care",
+    )
     assert trl.tools()[0].calls > 0
 
 

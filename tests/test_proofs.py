@@ -1,4 +1,5 @@
 """gcpo_analysis.theory.proofs: exact claims hold, approximate ones report a finite gap."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -15,7 +16,16 @@ def table():
 
 
 def test_schema_and_every_claim_present(table):
-    assert list(table.columns) == ["claim", "where", "instances", "worst_violation", "holds", "note", "worst_ratio", "median"]
+    assert list(table.columns) == [
+        "claim",
+        "where",
+        "instances",
+        "worst_violation",
+        "holds",
+        "note",
+        "worst_ratio",
+        "median",
+    ]
     assert len(table) == 15
     assert (table.instances > 0).all()
     assert np.isfinite(table.worst_violation).all()

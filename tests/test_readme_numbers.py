@@ -1,5 +1,6 @@
 """The numbers the README quotes from `gcpo proofs` are the numbers it prints (and the committed
 figures/proofs.json that `gcpo proofs --json` wrote)."""
+
 import json
 import math
 import re
@@ -27,7 +28,9 @@ def _readme_row(marker: str) -> str:
 
 def test_readme_bot_bound_numbers(claims):
     row = _readme_row("App. C BoT bound")
-    worst, median, pct = re.search(r"worst ratio V/\(L²·BoT\) = ([\d.]+), median ([\d.]+).*up to ([\d.]+)%", row).groups()
+    worst, median, pct = re.search(
+        r"worst ratio V/\(L²·BoT\) = ([\d.]+), median ([\d.]+).*up to ([\d.]+)%", row
+    ).groups()
     c = claims["BoT bound V_inter^cluster <~ L^2 BoT"]
     assert float(worst) == round(c.worst_ratio, 3) and float(median) == round(c.median, 3)
     assert float(pct) == round(100 * (c.worst_ratio - 1), 1)

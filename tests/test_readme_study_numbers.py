@@ -3,6 +3,7 @@
 paired Δρ sentence, the retrieval sentence, the V = 0 decomposition table, and every
 gradient-size-control table (in README.md and in the proposed text notes/README_16s.md while it
 is not merged yet). A bold ρ must be exactly one whose Holm-adjusted p is < 0.05."""
+
 import re
 from pathlib import Path
 
@@ -12,8 +13,16 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = {"default": "default_study", "cpu-large": "cpu_large", "cpu-math": "cpu_math"}
-LABELS = {"token entropy": "token_entropy", "SE (discrete)": "se", "SE (likelihood-weighted)": "se_lw",
-          "SE-LW": "se_lw", "KLE": "kle", "CD": "cd", "BoT": "bot", "RD": "rd"}
+LABELS = {
+    "token entropy": "token_entropy",
+    "SE (discrete)": "se",
+    "SE (likelihood-weighted)": "se_lw",
+    "SE-LW": "se_lw",
+    "KLE": "kle",
+    "CD": "cd",
+    "BoT": "bot",
+    "RD": "rd",
+}
 NUM = r"[−-]?\d+\.\d+"
 CELL = re.compile(rf"^(\*\*)?({NUM})(\*\*)? \[({NUM}), ({NUM})\](?: \(({NUM})\))?$")
 
@@ -80,12 +89,20 @@ def test_paired_delta_and_retrieval_sentences(readme):
         assert (_f(d), _f(lo), _f(hi)) == (round(t.delta, 2), round(t.ci_low, 2), round(t.ci_high, 2)), name
     auc = _table("cpu-large", "retrieval").set_index("measure")["auc"]
     rb = _table("cpu-large", "retrieval_bootstrap").set_index(["metric", "measure"])
-    m = re.search(rf"AUC ({NUM}) vs ({NUM}), paired ΔAUC ({NUM}) \[({NUM}), ({NUM})\]; ΔP@10% ({NUM}) "
-                  rf"\[({NUM}), ({NUM})\]", text)
+    m = re.search(
+        rf"AUC ({NUM}) vs ({NUM}), paired ΔAUC ({NUM}) \[({NUM}), ({NUM})\]; ΔP@10% ({NUM}) "
+        rf"\[({NUM}), ({NUM})\]",
+        text,
+    )
     got = [_f(x) for x in m.groups()]
     a, p = rb.loc[("auc", "cd")], rb.loc[("precision_at_10", "cd")]
-    assert got[:5] == [round(auc["bot"], 3), round(auc["cd"], 3), round(a.delta, 3), round(a.ci_low, 3),
-                       round(a.ci_high, 3)]
+    assert got[:5] == [
+        round(auc["bot"], 3),
+        round(auc["cd"], 3),
+        round(a.delta, 3),
+        round(a.ci_low, 3),
+        round(a.ci_high, 3),
+    ]
     assert got[5:] == [round(p.delta, 2), round(p.ci_low, 2), round(p.ci_high, 2)]
 
 

@@ -1,4 +1,5 @@
 """Tests for gcpo_analysis.rewards: SQuAD F1/EM, BLEU, HotpotQA rule, extraction, math grading."""
+
 import math
 
 import pytest
@@ -66,7 +67,9 @@ def test_corpus_bleu_matches_sacrebleu_and_ragged_refs():
     direct = sacrebleu.corpus_bleu(preds, [[r[0] for r in refs]]).score
     assert R.corpus_bleu(preds, refs) == pytest.approx(direct)
     ragged = [["the cat sat on a mat", "cat on mat"], "a dog barks at night"]
-    direct2 = sacrebleu.corpus_bleu(preds, [["the cat sat on a mat", "a dog barks at night"], ["cat on mat", None]]).score
+    direct2 = sacrebleu.corpus_bleu(
+        preds, [["the cat sat on a mat", "a dog barks at night"], ["cat on mat", None]]
+    ).score
     assert R.corpus_bleu(preds, ragged) == pytest.approx(direct2)
     with pytest.raises(ValueError, match="predictions"):
         R.corpus_bleu(preds, refs[:1])
@@ -109,7 +112,7 @@ def test_extract_math_answer_fallbacks():
 def test_extract_qa_answer_rule():
     assert R.extract_qa_answer("<think>hmm, Lyon?</think>Answer: Paris.<|im_end|>") == "Paris"
     assert R.extract_qa_answer("Paris\nbecause it is the capital") == "Paris"
-    assert R.extract_qa_answer('\n  **The Eiffel Tower**  \n') == "The Eiffel Tower"
+    assert R.extract_qa_answer("\n  **The Eiffel Tower**  \n") == "The Eiffel Tower"
     assert R.extract_qa_answer('Reasoning... so the answer is "Mark".') == "Mark"
     assert R.extract_qa_answer("Answer: one\nAnswer: two\nmore") == "two"
     assert R.extract_qa_answer("") == ""
@@ -181,8 +184,15 @@ def test_math_equiv_never_evaluates_or_hangs_on_hostile_input():
 
 @pytest.mark.parametrize(
     "raw, norm",
-    [(r"\dfrac12", r"\frac{1}{2}"), (r"\sqrt2", r"\sqrt{2}"), (r"\left(1,2\right)", "(1,2)"),
-     ("x = 5.", "5"), (".25", "0.25"), (r"\text{ Yes }", "Yes"), (r"\frac{a}b", r"\frac{a}{b}")],
+    [
+        (r"\dfrac12", r"\frac{1}{2}"),
+        (r"\sqrt2", r"\sqrt{2}"),
+        (r"\left(1,2\right)", "(1,2)"),
+        ("x = 5.", "5"),
+        (".25", "0.25"),
+        (r"\text{ Yes }", "Yes"),
+        (r"\frac{a}b", r"\frac{a}{b}"),
+    ],
 )
 def test_normalize_math_answer(raw, norm):
     assert R.normalize_math_answer(raw) == norm
@@ -235,7 +245,7 @@ def test_qa_rewards_in_range(task, completion, refs):
 
 
 @settings(max_examples=30, deadline=None)
-@given(num=st.integers(-10**6, 10**6), den=st.integers(1, 50))
+@given(num=st.integers(-(10**6), 10**6), den=st.integers(1, 50))
 def test_math_reward_fraction_property(num, den):
     # a reduced or unreduced fraction equals its decimal only when the decimal is exact
     ref = f"\\frac{{{num}}}{{{den}}}"

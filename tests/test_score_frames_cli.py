@@ -1,4 +1,5 @@
 """score_groups against per-group calls; frame round trips and errors; the `gcpo score` command."""
+
 import json
 import math
 from pathlib import Path
@@ -6,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import HashEmbedder
 
 from gcpo_analysis import frames
 from gcpo_analysis.cli import main
@@ -14,7 +16,6 @@ from gcpo_analysis.measures.clustering import greedy_nli_clusters
 from gcpo_analysis.measures.entropy import kernel_language_entropy, semantic_entropy
 from gcpo_analysis.measures.judges import LexicalJudge
 from gcpo_analysis.measures.score import score_groups
-from conftest import HashEmbedder
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "rollouts_small.jsonl"
 
@@ -51,7 +52,11 @@ def test_score_groups_matches_per_group_functions(rollouts):
         assert row.pe == pytest.approx(-g["logprob"].mean())
         assert row.success_rate == pytest.approx(g["success"].mean())
     meta = groups.attrs["gcpo"]
-    assert meta["judge"]["kind"] == "lexical" and meta["se"].startswith("discrete") and meta["se_lw"].startswith("likelihood")
+    assert (
+        meta["judge"]["kind"] == "lexical"
+        and meta["se"].startswith("discrete")
+        and meta["se_lw"].startswith("likelihood")
+    )
 
 
 def test_group_of_one_scores_zero_with_a_warning():
@@ -118,7 +123,9 @@ def test_cli_score_bad_input_is_one_clear_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "missing required column(s) ['reward']" in err
     assert not (tmp_path / "g.parquet").exists()
-    assert main(["score", str(EXAMPLE), "-o", str(tmp_path / "g.parquet"), "--judge", "oracle", "--measures", "se"]) == 2
+    assert (
+        main(["score", str(EXAMPLE), "-o", str(tmp_path / "g.parquet"), "--judge", "oracle", "--measures", "se"]) == 2
+    )
     assert "unknown judge 'oracle'" in capsys.readouterr().err
 
 

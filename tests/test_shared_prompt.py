@@ -1,6 +1,7 @@
 """The G rollouts of a group share their prompt: gcpo_train runs it once (in generation's prefill
 and in every log-prob pass). Checked against the plain full-sequence computation: same samples,
 same log-probs and entropies, same gradients, same training step."""
+
 import numpy as np
 import pytest
 
@@ -39,7 +40,9 @@ def test_shared_prompt_logprobs_and_gradients_equal_the_full_forward(family, T):
         return logp.detach(), ent, [p.grad.clone() for p in params]
 
     lp_full, ent_full, grad_full = run(lambda: token_logprobs_and_entropy(model, full_ids, full_mask, T, 0.7, True))
-    lp_shared, ent_shared, grad_shared = run(lambda: group_logprobs_and_entropy(model, prompt, completion, mask, 0.7, True))
+    lp_shared, ent_shared, grad_shared = run(
+        lambda: group_logprobs_and_entropy(model, prompt, completion, mask, 0.7, True)
+    )
     valid = mask.bool()
     torch.testing.assert_close(lp_shared[valid], lp_full[valid], rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(ent_shared[valid], ent_full[valid], rtol=1e-5, atol=1e-6)
@@ -74,8 +77,9 @@ def test_training_step_with_and_without_the_shared_prompt(tmp_path):
 
     steps = {}
     for shared in (True, False):
-        trainer = make(tmp_path, f"shared_{shared}", modulator="bot_rd", micro_batch_size=3, steps=1,
-                       share_prompt=shared)
+        trainer = make(
+            tmp_path, f"shared_{shared}", modulator="bot_rd", micro_batch_size=3, steps=1, share_prompt=shared
+        )
         assert trainer.share_prompt == shared  # tiny llama takes a cache
         row, frame = trainer.train_step(1)
         weights = {n: p.detach().clone() for n, p in trainer.policy.named_parameters() if p.requires_grad}

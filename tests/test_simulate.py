@@ -1,4 +1,5 @@
 """gcpo_analysis.theory.simulate: the two gaps appear under the Lipschitz assumption, not without it."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -33,8 +34,9 @@ def test_frames_follow_the_schema_and_values_recompute():
 def test_grad_variance_against_a_loop():
     rng = np.random.default_rng(0)
     A, g = rng.normal(size=(3, 5)), rng.normal(size=(3, 5, 4))
-    loop = [np.mean([np.sum((A[q, i] * g[q, i] - (A[q, :, None] * g[q]).mean(0)) ** 2) for i in range(5)])
-            for q in range(3)]
+    loop = [
+        np.mean([np.sum((A[q, i] * g[q, i] - (A[q, :, None] * g[q]).mean(0)) ** 2) for i in range(5)]) for q in range(3)
+    ]
     assert grad_variance(A, g) == pytest.approx(loop)
 
 

@@ -1,5 +1,6 @@
 """Gradient size, controlled (gcpo_analysis.stats.size_control), Holm's correction in the study's
 tables, the domain-true table names and `gcpo study --restat` on a study folder."""
+
 import json
 import shutil
 import warnings
@@ -34,8 +35,15 @@ def _planted(n=600, seed=0):
     s = rng.lognormal(0, 1, n)
     z = rng.normal(0, 0.7, n)
     V = s * np.exp(z)
-    return pd.DataFrame(dict(query_id=np.arange(n), grad_var=V, grad_norm2_mean=s,
-                             u_size=s * np.exp(rng.normal(0, 0.1, n)), u_signal=z + rng.normal(0, 0.1, n)))
+    return pd.DataFrame(
+        dict(
+            query_id=np.arange(n),
+            grad_var=V,
+            grad_norm2_mean=s,
+            u_size=s * np.exp(rng.normal(0, 0.1, n)),
+            u_signal=z + rng.normal(0, 0.1, n),
+        )
+    )
 
 
 @pytest.mark.parametrize("ties", [False, True])
@@ -102,8 +110,9 @@ def test_zero_or_negative_norm():
     with pytest.raises(ValueError, match="negative at row 5"):
         S.gap_study(df, measures=("u_size",), reference="u_size", trim=0, n_boot=50)
     with pytest.warns(UserWarning, match="gradient-size control is skipped"):
-        res = S.gap_study(_planted(40).drop(columns="grad_norm2_mean"), measures=("u_size",),
-                          reference="u_size", trim=0, n_boot=50)
+        res = S.gap_study(
+            _planted(40).drop(columns="grad_norm2_mean"), measures=("u_size",), reference="u_size", trim=0, n_boot=50
+        )
     assert res.size_control is None
 
 
@@ -145,9 +154,14 @@ def test_every_multi_measure_table_has_holm_next_to_raw():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         res = S.gap_study(df, measures=("token_entropy", "se", "cd", "bot"), n_boot=100)
-    pairs = [(res.spearman, "p", None), (res.success, "p", None), (res.decomposition, "rho_pos_p", None),
-             (res.bootstrap, "p_le_0", None), (res.retrieval_bootstrap, "p_le_0", "metric"),
-             (res.size_control, "p", ["subset", "statistic"])]
+    pairs = [
+        (res.spearman, "p", None),
+        (res.success, "p", None),
+        (res.decomposition, "rho_pos_p", None),
+        (res.bootstrap, "p_le_0", None),
+        (res.retrieval_bootstrap, "p_le_0", "metric"),
+        (res.size_control, "p", ["subset", "statistic"]),
+    ]
     for table, col, by in pairs:
         cols = list(table.columns)
         assert cols[cols.index(col) + 1] == f"{col}_holm"
@@ -168,12 +182,22 @@ def test_paper_tables_written_under_the_domain_name(tmp_path):
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = S.gap_study(_planted(60).assign(success_rate=np.linspace(0, 1, 60)), measures=("u_size", "u_signal"),
-                          reference="u_signal", trim=0, n_boot=20, name="asdiv")
+        res = S.gap_study(
+            _planted(60).assign(success_rate=np.linspace(0, 1, 60)),
+            measures=("u_size", "u_signal"),
+            reference="u_signal",
+            trim=0,
+            n_boot=20,
+            name="asdiv",
+        )
     (tmp_path / "spearman_grad_var.md").write_text("stale")
     _write_paper_tables(res, tmp_path)  # the dataset is the result's name
-    assert {p.name for p in tmp_path.iterdir()} >= {"table4_grad_var.md", "table4_grad_var.csv",
-                                                     "table3_success_rate.csv", "size_control.md"}
+    assert {p.name for p in tmp_path.iterdir()} >= {
+        "table4_grad_var.md",
+        "table4_grad_var.csv",
+        "table3_success_rate.csv",
+        "size_control.md",
+    }
     assert not (tmp_path / "spearman_grad_var.md").exists()
     assert "p (Holm)" in (tmp_path / "table4_grad_var.md").read_text()
 
@@ -210,8 +234,13 @@ def test_restat_rewrites_a_study_folder_from_its_frames(tmp_path, capsys):
         assert (folder / f).exists(), f
     out = json.loads((folder / "run_card.json").read_text())
     assert "restat" in out and "all/partial/cd" in out["size_control"]
-    direct = S.gap_study(pd.read_parquet(folder / "groups.parquet"), n_boot=200, trim=0.02,
-                         measures=blob["settings"]["measures"], name=dataset)
+    direct = S.gap_study(
+        pd.read_parquet(folder / "groups.parquet"),
+        n_boot=200,
+        trim=0.02,
+        measures=blob["settings"]["measures"],
+        name=dataset,
+    )
     saved = pd.read_csv(folder / "tables" / "spearman.csv")
     pd.testing.assert_frame_equal(saved, direct.spearman, check_dtype=False)
     back = S.GapStudyResult.load(folder / "tables")  # the new table round-trips through gap_study.json

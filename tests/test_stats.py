@@ -1,4 +1,5 @@
 """gcpo_analysis.stats: every statistic against a second, independent computation."""
+
 from __future__ import annotations
 
 import warnings
@@ -17,12 +18,18 @@ from gcpo_analysis import stats as S
 def _frame(N=120, seed=0, **extra):
     rng = np.random.default_rng(seed)
     v = rng.gamma(2.0, 1.0, N)
-    df = pd.DataFrame({
-        "query_id": [f"q{i}" for i in range(N)], "G": 8, "grad_var": v,
-        "bot": v + rng.normal(0, 0.5, N), "cd": v + rng.normal(0, 1.0, N),
-        "se": rng.random(N), "token_entropy": np.round(rng.random(N) * 4),  # ties on purpose
-        "success_rate": rng.random(N),
-    })
+    df = pd.DataFrame(
+        {
+            "query_id": [f"q{i}" for i in range(N)],
+            "G": 8,
+            "grad_var": v,
+            "bot": v + rng.normal(0, 0.5, N),
+            "cd": v + rng.normal(0, 1.0, N),
+            "se": rng.random(N),
+            "token_entropy": np.round(rng.random(N) * 4),  # ties on purpose
+            "success_rate": rng.random(N),
+        }
+    )
     for k, val in extra.items():
         df[k] = val
     return df
@@ -115,8 +122,10 @@ def test_paired_bootstrap_equals_loop_and_is_seeded():
     assert list(a.measure) == ["cd", "se"] and (a.reference == "bot").all()
     rho = {m: S.spearman(v, df.grad_var)[0] for m, v in measures.items()}
     assert a.delta.tolist() == pytest.approx([rho["bot"] - rho["cd"], rho["bot"] - rho["se"]], abs=1e-12)
-    pd.testing.assert_frame_equal(S.paired_bootstrap(measures, df.grad_var, n_boot=50, seed=4),
-                                  S.paired_bootstrap(measures, df.grad_var, n_boot=50, seed=4))
+    pd.testing.assert_frame_equal(
+        S.paired_bootstrap(measures, df.grad_var, n_boot=50, seed=4),
+        S.paired_bootstrap(measures, df.grad_var, n_boot=50, seed=4),
+    )
 
 
 def test_paired_bootstrap_ci_coverage_known_difference():
@@ -131,8 +140,9 @@ def test_paired_bootstrap_ci_coverage_known_difference():
     covered = 0
     for _ in range(100):
         s = rng.integers(0, M, 150)
-        res = S.paired_bootstrap({"a": pop[s, 0], "b": pop[s, 1]}, target[s], reference="a",
-                                 n_boot=300, seed=rng, level=0.9)
+        res = S.paired_bootstrap(
+            {"a": pop[s, 0], "b": pop[s, 1]}, target[s], reference="a", n_boot=300, seed=rng, level=0.9
+        )
         covered += res.ci_low[0] <= true_delta <= res.ci_high[0]
     assert 80 <= covered <= 97, covered
 

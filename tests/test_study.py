@@ -1,4 +1,5 @@
 """`gcpo study` end to end on a tiny random model: outputs, resume, --from-rollouts, notebook 01."""
+
 import json
 import os
 from pathlib import Path
@@ -14,8 +15,9 @@ from gcpo_analysis.cli import main  # noqa: E402
 from gcpo_analysis.study import StudyConfig, run_study  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-SETTINGS = dict(n_queries=12, group_size=3, max_new_tokens=4, max_context_tokens=12, judge="lexical",
-                n_boot=300, trim=1, k_folds=3)
+SETTINGS = dict(
+    n_queries=12, group_size=3, max_new_tokens=4, max_context_tokens=12, judge="lexical", n_boot=300, trim=1, k_folds=3
+)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -44,10 +46,20 @@ def study(tiny_model_dir, tmp_path_factory):
 
 def test_study_writes_every_output(study):
     out, groups, result = study
-    for name in ("rollouts.parquet", "groups.parquet", "run_card.json", "summary.md",
-                 "tables/spearman_grad_var.md", "tables/spearman_success_rate.csv", "tables/gap_study.json",
-                 "tables/size_control.csv", "figures/size_control.png",
-                 "figures/figure1.png", "figures/figure1.svg", "figures/correlations.png"):
+    for name in (
+        "rollouts.parquet",
+        "groups.parquet",
+        "run_card.json",
+        "summary.md",
+        "tables/spearman_grad_var.md",
+        "tables/spearman_success_rate.csv",
+        "tables/gap_study.json",
+        "tables/size_control.csv",
+        "figures/size_control.png",
+        "figures/figure1.png",
+        "figures/figure1.svg",
+        "figures/correlations.png",
+    ):
         assert (out / name).exists(), name
     assert len(groups) == 12 and (groups["G"] == 3).all()
     assert (groups["grad_var"] >= 0).all() and groups["grad_var"].notna().all()
@@ -81,8 +93,10 @@ def test_killed_run_resumes_without_recomputing(study, tiny_model_dir, tmp_path,
     pd.testing.assert_frame_equal(
         pd.read_parquet(out / "rollouts.parquet"), pd.read_parquet(out_full / "rollouts.parquet")
     )
-    pd.testing.assert_frame_equal(groups.drop(columns=[c for c in groups if c.startswith("t_")]),
-                                  groups_full.drop(columns=[c for c in groups_full if c.startswith("t_")]))
+    pd.testing.assert_frame_equal(
+        groups.drop(columns=[c for c in groups if c.startswith("t_")]),
+        groups_full.drop(columns=[c for c in groups_full if c.startswith("t_")]),
+    )
 
 
 def test_other_settings_in_the_same_folder_are_refused(study, tiny_model_dir):
@@ -94,8 +108,23 @@ def test_other_settings_in_the_same_folder_are_refused(study, tiny_model_dir):
 
 def test_from_rollouts_reruns_measures_and_statistics(study, tmp_path):
     out, groups, _ = study
-    rc = main(["study", "--from-rollouts", str(out / "rollouts.parquet"), "--output", str(tmp_path / "re"),
-               "--judge", "lexical", "--n-boot", "300", "--trim", "1", "--k-folds", "3"])
+    rc = main(
+        [
+            "study",
+            "--from-rollouts",
+            str(out / "rollouts.parquet"),
+            "--output",
+            str(tmp_path / "re"),
+            "--judge",
+            "lexical",
+            "--n-boot",
+            "300",
+            "--trim",
+            "1",
+            "--k-folds",
+            "3",
+        ]
+    )
     assert rc == 0
     again = pd.read_parquet(tmp_path / "re" / "groups.parquet")
     for col in ("cd", "bot", "se", "rd", "grad_var"):
@@ -116,13 +145,17 @@ def test_notebook_01_regenerates_the_figures(study, tmp_path):
     nbclient = pytest.importorskip("nbclient")
     out, _, _ = study
     nb = nbformat.read(ROOT / "notebooks" / "01_gap_study.ipynb", as_version=4)
-    env = {"STUDY_DIR": str(out), "FIGURES_DIR": str(tmp_path / "figs"),
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    env = {
+        "STUDY_DIR": str(out),
+        "FIGURES_DIR": str(tmp_path / "figs"),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
-        nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
-                                resources={"metadata": {"path": str(ROOT / "notebooks")}}).execute()
+        nbclient.NotebookClient(
+            nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(ROOT / "notebooks")}}
+        ).execute()
     finally:
         for k, v in old.items():
             os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
@@ -133,8 +166,21 @@ def test_notebook_01_regenerates_the_figures(study, tmp_path):
 def test_from_rollouts_default_output_is_a_new_folder_that_keeps_every_column(study):
     out, _, _ = study
     before = (out / "groups.parquet").read_bytes()
-    rc = main(["study", "--from-rollouts", str(out / "rollouts.parquet"), "--judge", "lexical",
-               "--n-boot", "300", "--trim", "1", "--k-folds", "3"])
+    rc = main(
+        [
+            "study",
+            "--from-rollouts",
+            str(out / "rollouts.parquet"),
+            "--judge",
+            "lexical",
+            "--n-boot",
+            "300",
+            "--trim",
+            "1",
+            "--k-folds",
+            "3",
+        ]
+    )
     assert rc == 0
     assert (out / "groups.parquet").read_bytes() == before  # the source run is untouched
     new = out / "reanalysis-1"

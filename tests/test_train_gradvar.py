@@ -1,6 +1,7 @@
 """track_gradvar: V_train of every training group from the training backward's hooks equals a
 naive loop that backpropagates each rollout's term of the step objective alone; tracking
 changes no trained weight; 2 gloo processes give one process's V."""
+
 import json
 
 import numpy as np
@@ -24,10 +25,26 @@ from gcpo_train.trainer import GRPOTrainer  # noqa: E402
 def make(tmp_path, family="llama", float64=True, name="run", **kw):
     import torch
 
-    base = dict(model=f"tiny:{family}", dataset="narrativeqa", modulator="bot_rd", group_size=4,
-                queries_per_step=2, steps=2, max_new_tokens=6, max_context_tokens=16, judge="lexical",
-                output_dir=str(tmp_path / name), checkpoint_every=0, progress=False, learning_rate=5e-3,
-                beta=0.05, device="cpu", micro_batch_size=3, share_prompt=False, track_gradvar=True)
+    base = dict(
+        model=f"tiny:{family}",
+        dataset="narrativeqa",
+        modulator="bot_rd",
+        group_size=4,
+        queries_per_step=2,
+        steps=2,
+        max_new_tokens=6,
+        max_context_tokens=16,
+        judge="lexical",
+        output_dir=str(tmp_path / name),
+        checkpoint_every=0,
+        progress=False,
+        learning_rate=5e-3,
+        beta=0.05,
+        device="cpu",
+        micro_batch_size=3,
+        share_prompt=False,
+        track_gradvar=True,
+    )
     base.update(kw)
     tok = tiny_tokenizer()
     # no dropout (GPT-2's config has 0.1): the naive loop must see the same network as the step
@@ -35,8 +52,14 @@ def make(tmp_path, family="llama", float64=True, name="run", **kw):
     model = tiny_causal_lm(family, vocab_size=len(tok), **nodrop)
     if float64:
         model = model.to(torch.float64)
-    return GRPOTrainer(TrainConfig(**base), model=model, tokenizer=tok, queries=queries(),
-                       reward_fn=word_reward, embedder=HashEmbedder())
+    return GRPOTrainer(
+        TrainConfig(**base),
+        model=model,
+        tokenizer=tok,
+        queries=queries(),
+        reward_fn=word_reward,
+        embedder=HashEmbedder(),
+    )
 
 
 def naive_gradients(tr, batch, advantages, before):
@@ -51,15 +74,31 @@ def naive_gradients(tr, batch, advantages, before):
     for i in range(mask.shape[0]):
         r = slice(i, i + 1)
         with torch.enable_grad():
-            logp, _ = token_logprobs_and_entropy(tr.policy, batch.input_ids[r], batch.attention_mask[r],
-                                                 batch.n_completion, cfg.temperature, False)
+            logp, _ = token_logprobs_and_entropy(
+                tr.policy, batch.input_ids[r], batch.attention_mask[r], batch.n_completion, cfg.temperature, False
+            )
             old = logp.detach() if before.old_logp is None else before.old_logp[r]
-            out = grpo_loss(logp, old, None if before.ref_logp is None else before.ref_logp[r], advantages[r],
-                            mask[r], beta=cfg.beta, clip_epsilon=cfg.clip_epsilon,
-                            aggregation=cfg.loss_aggregation, n_seqs=n_rollouts, n_tokens=n_tokens)
+            out = grpo_loss(
+                logp,
+                old,
+                None if before.ref_logp is None else before.ref_logp[r],
+                advantages[r],
+                mask[r],
+                beta=cfg.beta,
+                clip_epsilon=cfg.clip_epsilon,
+                aggregation=cfg.loss_aggregation,
+                n_seqs=n_rollouts,
+                n_tokens=n_tokens,
+            )
             grads = torch.autograd.grad(out.loss, tr.params, allow_unused=True)
-        rows.append(torch.cat([torch.zeros(p.numel(), dtype=torch.float64) if g is None else g.reshape(-1).double()
-                               for p, g in zip(tr.params, grads)]))
+        rows.append(
+            torch.cat(
+                [
+                    torch.zeros(p.numel(), dtype=torch.float64) if g is None else g.reshape(-1).double()
+                    for p, g in zip(tr.params, grads)
+                ]
+            )
+        )
     return torch.stack(rows)
 
 
@@ -79,12 +118,15 @@ def step_with_naive(tr, step=1):
 
 def naive_v(h, G):
     K = (h @ h.T).numpy()
-    return np.array([gradient_variance(K[k:k + G, k:k + G], np.ones(G)) for k in range(0, len(K), G)]), \
-        np.array([np.trace(K[k:k + G, k:k + G]) / G for k in range(0, len(K), G)])
+    return np.array([gradient_variance(K[k : k + G, k : k + G], np.ones(G)) for k in range(0, len(K), G)]), np.array(
+        [np.trace(K[k : k + G, k : k + G]) / G for k in range(0, len(K), G)]
+    )
 
 
-@pytest.mark.parametrize("family,use_lora,aggregation", [
-    ("llama", True, "sequence"), ("llama", False, "token"), ("gpt2", True, "token"), ("gpt2", False, "sequence")])
+@pytest.mark.parametrize(
+    "family,use_lora,aggregation",
+    [("llama", True, "sequence"), ("llama", False, "token"), ("gpt2", True, "token"), ("gpt2", False, "sequence")],
+)
 def test_v_train_equals_naive_per_rollout_backward(tmp_path, family, use_lora, aggregation):
     """Micro-batches of 3 over groups of 4 (the second group is split 2 + 2 over two chunks,
     the first 3 + 1), β > 0, float64: relative 1e-6. Dropping any one rollout's term from the
@@ -138,6 +180,7 @@ def test_log_and_frame_columns(tmp_path):
     assert row["frac_grad_var_zero"] == pytest.approx((groups["grad_var"] == 0).mean())
     assert row["grad_var_mean"] == pytest.approx(groups["grad_var"].mean())
     from scipy.stats import spearmanr
+
     expected = spearmanr(groups["bot"], groups["grad_var"]).statistic
     assert row["rho_bot_grad_var"] == pytest.approx(expected)
     assert row["time_gradvar"] > 0
@@ -175,8 +218,17 @@ def test_shared_prompt_tracks_the_same_v(tmp_path):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-5, msg=name)
 
 
-TWO = {"gv": dict(modulator="bot_rd", queries_per_step=3, steps=2, micro_batch_size=3, checkpoint_every=1,
-                  track_gradvar=True, share_prompt=False)}
+TWO = {
+    "gv": dict(
+        modulator="bot_rd",
+        queries_per_step=3,
+        steps=2,
+        micro_batch_size=3,
+        checkpoint_every=1,
+        track_gradvar=True,
+        share_prompt=False,
+    )
+}
 
 
 def test_two_processes_give_one_process_v(tmp_path):
@@ -210,9 +262,11 @@ def test_full_mode_gives_the_study_v(tmp_path):
 
     def spy(batch, advantages, before):
         cm = torch.zeros_like(batch.attention_mask)
-        cm[:, -batch.n_completion:] = batch.completion_mask
-        seen["K"] = [naive_gram(tr.policy, batch.input_ids[k:k + 4], batch.attention_mask[k:k + 4], cm[k:k + 4])
-                     for k in (0, 4)]
+        cm[:, -batch.n_completion :] = batch.completion_mask
+        seen["K"] = [
+            naive_gram(tr.policy, batch.input_ids[k : k + 4], batch.attention_mask[k : k + 4], cm[k : k + 4])
+            for k in (0, 4)
+        ]
         return update(batch, advantages, before)
 
     tr._update = spy

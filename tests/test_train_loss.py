@@ -1,4 +1,5 @@
 """gcpo_train.loss against hand-derived gradients and naive loops."""
+
 import numpy as np
 import pytest
 
@@ -38,8 +39,15 @@ def test_kl_gradient_matches_k3_derivative():
     ref = torch.log_softmax(torch.zeros(5, dtype=torch.float64), -1)[y].unsqueeze(1)
     logp = torch.log_softmax(theta, -1)[y].unsqueeze(1)
     beta = 0.3
-    out = grpo_loss(logp, logp.detach(), ref, torch.zeros(len(y), dtype=torch.float64),
-                    torch.ones_like(logp), beta=beta, clip_epsilon=0.2)
+    out = grpo_loss(
+        logp,
+        logp.detach(),
+        ref,
+        torch.zeros(len(y), dtype=torch.float64),
+        torch.ones_like(logp),
+        beta=beta,
+        clip_epsilon=0.2,
+    )
     out.loss.backward()
     p = torch.softmax(theta.detach(), -1).numpy()
     coef = (1.0 - np.exp(ref.numpy()[:, 0] - logp.detach().numpy()[:, 0])) * beta / len(y)
@@ -61,8 +69,9 @@ def test_kl_zero_iff_equal_and_nonnegative():
 def test_clip_blocks_gradient_beyond_trust_region():
     logp = torch.tensor([[0.0, 0.0]], dtype=torch.float64, requires_grad=True)
     old = torch.tensor([[-0.5, 0.0]], dtype=torch.float64)  # ρ = e^0.5 > 1.2 on token 0, 1 on token 1
-    out = grpo_loss(logp, old, None, torch.tensor([1.0], dtype=torch.float64), torch.ones(1, 2),
-                    beta=0.0, clip_epsilon=0.2)
+    out = grpo_loss(
+        logp, old, None, torch.tensor([1.0], dtype=torch.float64), torch.ones(1, 2), beta=0.0, clip_epsilon=0.2
+    )
     out.loss.backward()
     assert logp.grad[0, 0] == 0.0  # clipped: positive advantage, ratio above 1+ε
     assert logp.grad[0, 1] == pytest.approx(-0.5)  # −(1/1)(1/2 tokens)·ρ·A
@@ -98,9 +107,21 @@ def test_aggregation_matches_naive_loop_and_chunking(aggregation):
     naive = np.mean(per_seq) if aggregation == "sequence" else tot / ntok
     assert float(full.loss) == pytest.approx(naive, rel=1e-10)
     # two micro-batches with step-wide normalisers sum to the full loss
-    parts = [grpo_loss(logp[s], old[s], ref[s], adv[s], mask[s], beta=beta, clip_epsilon=eps,
-                       aggregation=aggregation, n_seqs=B, n_tokens=float(mask.sum()))
-             for s in (slice(0, 2), slice(2, 5))]
+    parts = [
+        grpo_loss(
+            logp[s],
+            old[s],
+            ref[s],
+            adv[s],
+            mask[s],
+            beta=beta,
+            clip_epsilon=eps,
+            aggregation=aggregation,
+            n_seqs=B,
+            n_tokens=float(mask.sum()),
+        )
+        for s in (slice(0, 2), slice(2, 5))
+    ]
     assert float(sum(p.loss for p in parts)) == pytest.approx(naive, rel=1e-10)
 
 
@@ -113,8 +134,17 @@ def test_masked_var_matches_numpy():
 
 def test_bad_shapes_are_refused():
     with pytest.raises(ValueError, match="advantages"):
-        grpo_loss(torch.zeros(2, 3), torch.zeros(2, 3), None, torch.zeros(3), torch.ones(2, 3),
-                  beta=0.0, clip_epsilon=0.2)
+        grpo_loss(
+            torch.zeros(2, 3), torch.zeros(2, 3), None, torch.zeros(3), torch.ones(2, 3), beta=0.0, clip_epsilon=0.2
+        )
     with pytest.raises(ValueError, match="loss_aggregation"):
-        grpo_loss(torch.zeros(2, 3), torch.zeros(2, 3), None, torch.zeros(2), torch.ones(2, 3),
-                  beta=0.0, clip_epsilon=0.2, aggregation="mean")
+        grpo_loss(
+            torch.zeros(2, 3),
+            torch.zeros(2, 3),
+            None,
+            torch.zeros(2),
+            torch.ones(2, 3),
+            beta=0.0,
+            clip_epsilon=0.2,
+            aggregation="mean",
+        )

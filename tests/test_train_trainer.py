@@ -1,4 +1,5 @@
 """GRPOTrainer end to end on a tiny random llama (offline, CPU, a few seconds per run)."""
+
 import json
 from pathlib import Path
 
@@ -11,6 +12,7 @@ pytest.importorskip("peft")
 pytest.importorskip("accelerate")
 
 from conftest import HashEmbedder  # noqa: E402
+
 from gcpo_analysis.measures.clustering import batched_greedy_clusters  # noqa: E402
 from gcpo_analysis.measures.judges import make_judge  # noqa: E402
 from gcpo_analysis.measures.modulators import MODULATORS, GroupRollouts, modulate  # noqa: E402
@@ -21,13 +23,25 @@ WORDS = "the king queen city house ship war love father son who what answer".spl
 
 
 def queries(n=6):
-    qs = ["who is the king ?", "what is the city ?", "where is the ship ?", "who did it ?",
-          "what was the war ?", "who is his father ?"]
-    return pd.DataFrame({
-        "query_id": [f"q{i}" for i in range(n)], "dataset": "narrativeqa", "split": "train",
-        "question": qs[:n], "context": "the king had a son . the ship was in the city .",
-        "references": [["the king"], ["the city"], ["the house"], ["he"], ["the war"], ["the man"]][:n],
-        "task": "qa_f1"})
+    qs = [
+        "who is the king ?",
+        "what is the city ?",
+        "where is the ship ?",
+        "who did it ?",
+        "what was the war ?",
+        "who is his father ?",
+    ]
+    return pd.DataFrame(
+        {
+            "query_id": [f"q{i}" for i in range(n)],
+            "dataset": "narrativeqa",
+            "split": "train",
+            "question": qs[:n],
+            "context": "the king had a son . the ship was in the city .",
+            "references": [["the king"], ["the city"], ["the house"], ["he"], ["the war"], ["the man"]][:n],
+            "task": "qa_f1",
+        }
+    )
 
 
 def word_reward(task, completion, references):
@@ -37,13 +51,26 @@ def word_reward(task, completion, references):
 
 
 def make(tmp_path, name="run", **kw):
-    base = dict(model="tiny:llama", dataset="narrativeqa", modulator="none", group_size=4,
-                queries_per_step=2, steps=2, max_new_tokens=6, max_context_tokens=16, judge="lexical",
-                output_dir=str(tmp_path / name), checkpoint_every=0, progress=False,
-                learning_rate=5e-3, beta=0.05, device="cpu", micro_batch_size=8)
+    base = dict(
+        model="tiny:llama",
+        dataset="narrativeqa",
+        modulator="none",
+        group_size=4,
+        queries_per_step=2,
+        steps=2,
+        max_new_tokens=6,
+        max_context_tokens=16,
+        judge="lexical",
+        output_dir=str(tmp_path / name),
+        checkpoint_every=0,
+        progress=False,
+        learning_rate=5e-3,
+        beta=0.05,
+        device="cpu",
+        micro_batch_size=8,
+    )
     base.update(kw)
-    return GRPOTrainer(TrainConfig(**base), queries=queries(), reward_fn=word_reward,
-                       embedder=HashEmbedder())
+    return GRPOTrainer(TrainConfig(**base), queries=queries(), reward_fn=word_reward, embedder=HashEmbedder())
 
 
 def read_log(path):
@@ -54,16 +81,23 @@ def _direct(name, frame, params):
     """Advantages from a direct modulate() call on what the frame recorded."""
     needs = MODULATORS[name].needs
     texts = [list(g["answer"]) for _, g in frame.groupby("query_id", sort=False)]
-    clusters = batched_greedy_clusters(texts, make_judge("lexical"), threshold=0.35)[0] \
-        if "clusters" in needs else [None] * len(texts)
+    clusters = (
+        batched_greedy_clusters(texts, make_judge("lexical"), threshold=0.35)[0]
+        if "clusters" in needs
+        else [None] * len(texts)
+    )
     out = []
     for k, (_, g) in enumerate(frame.groupby("query_id", sort=False)):
         grp = GroupRollouts(
             rewards=g["reward"].to_numpy(),
             embeddings=HashEmbedder().encode(list(g["answer"])).astype(np.float64) if "embeddings" in needs else None,
-            clusters=clusters[k], token_entropy=g["token_entropy"].to_numpy(),
-            logprobs=g["logprob"].to_numpy(), n_tokens=g["n_tokens"].to_numpy(),
-            ratio_var=g["ratio_var"].to_numpy() if "ratio_var" in g else None, answers=list(g["answer"]))
+            clusters=clusters[k],
+            token_entropy=g["token_entropy"].to_numpy(),
+            logprobs=g["logprob"].to_numpy(),
+            n_tokens=g["n_tokens"].to_numpy(),
+            ratio_var=g["ratio_var"].to_numpy() if "ratio_var" in g else None,
+            answers=list(g["answer"]),
+        )
         out.append(modulate(name, grp, alpha_base=0.6, r_min=0.0, r_max=2.0, eps=1e-6, **params)[0])
     return np.concatenate(out)
 
@@ -74,8 +108,9 @@ def test_trainer_advantages_equal_direct_modulate(tmp_path, name):
 
     tr = make(tmp_path, modulator=name, steps=2)
     row, frame = tr.train_step(1)
-    np.testing.assert_allclose(frame["advantage"].to_numpy(), _direct(name, frame, modulator_params(tr.config)),
-                               rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(
+        frame["advantage"].to_numpy(), _direct(name, frame, modulator_params(tr.config)), rtol=1e-6, atol=1e-7
+    )
     assert row["kl"] == 0.0  # LoRA starts at the reference: KL is 0 before the first update
 
 
@@ -88,8 +123,9 @@ def test_gcpo_weight_is_the_measures_weight(tmp_path):
     _, frame = tr.train_step(1)
     for _, g in frame.groupby("query_id"):
         r, G = g["reward"].to_numpy(), len(g)
-        w = geometry_weight(cosine_dispersion(HashEmbedder().encode(list(g["answer"]))), G, 0.6) \
-            * rd_weight(reward_dispersion(r, 0.0, 2.0), G, 0.6)
+        w = geometry_weight(cosine_dispersion(HashEmbedder().encode(list(g["answer"]))), G, 0.6) * rd_weight(
+            reward_dispersion(r, 0.0, 2.0), G, 0.6
+        )
         np.testing.assert_allclose(g["advantage"].to_numpy(), grpo_advantages(r, 1e-6) * w, atol=1e-7)
 
 
@@ -162,8 +198,7 @@ def test_resume_from_other_config_names_the_keys(tmp_path):
 
 
 def test_full_finetuning_and_token_aggregation_and_mu2(tmp_path):
-    tr = make(tmp_path, use_lora=False, loss_aggregation="token", num_iterations=2, steps=1,
-              micro_batch_size=3)
+    tr = make(tmp_path, use_lora=False, loss_aggregation="token", num_iterations=2, steps=1, micro_batch_size=3)
     rows = tr.train()
     assert rows[0]["kl"] == 0.0  # the frozen copy equals the policy before the first update
     assert np.isfinite(rows[0]["loss"]) and rows[0]["grad_norm"] > 0
@@ -180,9 +215,23 @@ def test_rollouts_frame_schema(tmp_path):
     assert {"token_entropy", "logprob", "success", "advantage", "references"} <= set(df.columns)
     assert (df["token_entropy"] > 0).all() and (df["logprob"] < 0).all()
     row = read_log(tmp_path / "run")[0]
-    for key in ("reward_mean", "reward_std", "frac_zero_std", "kl", "loss", "grad_norm", "tokens_per_s",
-                "time_generate", "time_reward", "time_measure", "time_forward_backward", "time_step",
-                "reward_failures", "token_entropy", "w_eg_spo"):
+    for key in (
+        "reward_mean",
+        "reward_std",
+        "frac_zero_std",
+        "kl",
+        "loss",
+        "grad_norm",
+        "tokens_per_s",
+        "time_generate",
+        "time_reward",
+        "time_measure",
+        "time_forward_backward",
+        "time_step",
+        "reward_failures",
+        "token_entropy",
+        "w_eg_spo",
+    ):
         assert key in row, key
 
 
@@ -200,21 +249,48 @@ def _launch_two_processes(root: Path, runs: dict) -> None:
     import sys
 
     repo = Path(__file__).resolve().parents[1]
-    env = {**os.environ, "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(repo), str(repo / "tests"), os.environ.get("PYTHONPATH")]))}
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-           "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(_free_port()),
-           str(repo / "tests" / "helpers" / "gcpo_two_process.py"), str(root),
-           *[f"{name}={json.dumps(overrides)}" for name, overrides in runs.items()]]
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(repo), str(repo / "tests"), os.environ.get("PYTHONPATH")])),
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--main_process_port",
+        str(_free_port()),
+        str(repo / "tests" / "helpers" / "gcpo_two_process.py"),
+        str(root),
+        *[f"{name}={json.dumps(overrides)}" for name, overrides in runs.items()],
+    ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
 # 3 queries per step split 2 + 1 over two processes, micro-batches of 3 (rank 0: 3+3+2 rollouts,
 # rank 1: 3+1), so the step-wide normalisers, the single gradient sync and the gathered log all count
-EQUAL_RUNS = {"sequence": dict(modulator="bot_rd", queries_per_step=3, steps=2, micro_batch_size=3, checkpoint_every=1),
-              "token": dict(modulator="cd_rd", queries_per_step=3, steps=2, micro_batch_size=3, loss_aggregation="token",
-                            num_iterations=2, checkpoint_every=1)}
+EQUAL_RUNS = {
+    "sequence": dict(modulator="bot_rd", queries_per_step=3, steps=2, micro_batch_size=3, checkpoint_every=1),
+    "token": dict(
+        modulator="cd_rd",
+        queries_per_step=3,
+        steps=2,
+        micro_batch_size=3,
+        loss_aggregation="token",
+        num_iterations=2,
+        checkpoint_every=1,
+    ),
+}
 
 
 def test_two_processes_equal_one_process(tmp_path):

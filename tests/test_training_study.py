@@ -1,4 +1,5 @@
 """`gcpo study --from-training`: the gap study on a tiny tracked training run's groups."""
+
 import json
 
 import numpy as np
@@ -19,14 +20,24 @@ MEASURES = ["token_entropy", "cd", "bot", "rd"]
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     root = tmp_path_factory.mktemp("train")
-    make(root, "run", modulator="bot_rd", queries_per_step=6, steps=6, beta=0.0, track_gradvar=True,
-         share_prompt=False).train()
+    make(
+        root, "run", modulator="bot_rd", queries_per_step=6, steps=6, beta=0.0, track_gradvar=True, share_prompt=False
+    ).train()
     return root / "run"
 
 
 def test_from_training_tables_and_groups(run, tmp_path):
-    card = run_training_study(run, tmp_path / "out", measures=MEASURES, n_boot=200, k_folds=3, trim=0,
-                              embedder=HashEmbedder(), judge="lexical", n_windows=3)
+    card = run_training_study(
+        run,
+        tmp_path / "out",
+        measures=MEASURES,
+        n_boot=200,
+        k_folds=3,
+        trim=0,
+        embedder=HashEmbedder(),
+        judge="lexical",
+        n_windows=3,
+    )
     groups = pd.read_parquet(tmp_path / "out" / "groups.parquet")
     assert len(groups) == 36 and groups["query_id"].is_unique
     # V_train per group is the trainer's, step by step
@@ -67,13 +78,28 @@ def test_untracked_run_is_refused(tmp_path):
 
 def test_cli_dispatch(monkeypatch):
     """`gcpo study --from-training RUN` reaches run_training_study with the study's flags."""
-    from gcpo_analysis.study import from_training as training_study
     from gcpo_analysis.cli import main
+    from gcpo_analysis.study import from_training as training_study
 
     seen = []
     monkeypatch.setattr(training_study, "run_training_study", lambda run, out, **kw: seen.append((run, out, kw)))
-    main(["study", "--from-training", "runs/x", "--output", "o", "--measures", "bot,rd", "--n-boot", "200",
-          "--trim", "0", "--judge", "lexical"])
+    main(
+        [
+            "study",
+            "--from-training",
+            "runs/x",
+            "--output",
+            "o",
+            "--measures",
+            "bot,rd",
+            "--n-boot",
+            "200",
+            "--trim",
+            "0",
+            "--judge",
+            "lexical",
+        ]
+    )
     run, out, kw = seen[0]
     assert (run, out) == ("runs/x", "o")
     assert kw["measures"] == ["bot", "rd"] and kw["n_boot"] == 200 and kw["trim"] == 0 and kw["judge"] == "lexical"

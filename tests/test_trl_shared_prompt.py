@@ -3,6 +3,7 @@ the same per-token log-probs and entropies at every call (training, old-policy, 
 the same loss, grad norm and trained weights over 2 steps, on tiny llama, qwen2 and gpt2, with
 beta > 0, num_iterations = 2, a group split across two chunks and left-padded prompts of
 different lengths in one chunk. The fallbacks are named and counted."""
+
 import warnings
 from types import SimpleNamespace
 
@@ -12,14 +13,19 @@ torch = pytest.importorskip("torch")
 trl = pytest.importorskip("trl")
 pytest.importorskip("datasets")
 
+from helpers.trl_setup import config_kwargs, word_reward  # noqa: E402
+
 from gcpo_analysis.tiny_models import tiny_causal_lm, tiny_tokenizer  # noqa: E402
 from gcpo_train import trl_shared_prompt as sp  # noqa: E402
 from gcpo_train.trl import GCPOConfig, GCPOTrainer  # noqa: E402
-from helpers.trl_setup import config_kwargs, word_reward  # noqa: E402
 
 # prompts of 5, 11, 3 and 8 tokens: every chunk mixes left-padded prompts of different lengths
-PROMPTS = ["who is the king ?", "where is the house of the man who was the king ?", "the war ?",
-           "what did the son of the queen"]
+PROMPTS = [
+    "who is the king ?",
+    "where is the house of the man who was the king ?",
+    "the war ?",
+    "what did the son of the queen",
+]
 
 
 def _dataset():
@@ -39,15 +45,32 @@ def model_dir(request, tmp_path_factory):
 
 # 12 rows per generation batch (3 groups of G=4), TRL's chunks of 6: group 2 (rows 4-7) is split
 # across two chunks; num_iterations=2 makes TRL compute the old-policy log-probs; beta > 0 the reference
-SETUP = dict(per_device_train_batch_size=6, gradient_accumulation_steps=2, num_generations=4, num_iterations=2,
-             beta=0.04, max_completion_length=6, max_steps=2, modulator="none", gradient_checkpointing=False,
-             bf16=False, disable_dropout=True, optim="sgd")  # float32 (TRL defaults to bf16 autocast, whose rounding differs between any two passes)
+SETUP = dict(
+    per_device_train_batch_size=6,
+    gradient_accumulation_steps=2,
+    num_generations=4,
+    num_iterations=2,
+    beta=0.04,
+    max_completion_length=6,
+    max_steps=2,
+    modulator="none",
+    gradient_checkpointing=False,
+    bf16=False,
+    disable_dropout=True,
+    optim="sgd",
+)  # float32 (TRL defaults to bf16 autocast, whose rounding differs between any two passes)
 
 
 def _train(model_dir, out, checks=None, peft_config=None, **kw):
     args = GCPOConfig(**config_kwargs(out, **{**SETUP, **kw}))
-    trainer = GCPOTrainer(model=model_dir, reward_funcs=word_reward, args=args, train_dataset=_dataset(),
-                          processing_class=tiny_tokenizer(), peft_config=peft_config)
+    trainer = GCPOTrainer(
+        model=model_dir,
+        reward_funcs=word_reward,
+        args=args,
+        train_dataset=_dataset(),
+        processing_class=tiny_tokenizer(),
+        peft_config=peft_config,
+    )
     if checks is not None:  # every shared call is also run through TRL's own pass, on the same inputs
         real = trainer._get_per_token_logps_and_entropies
 
@@ -55,9 +78,18 @@ def _train(model_dir, out, checks=None, peft_config=None, **kw):
             ours = real(model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, **rest)
             with torch.no_grad():
                 theirs = trl.GRPOTrainer._get_per_token_logps_and_entropies(
-                    trainer, model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, **rest)
-            checks.append((ours, theirs, attention_mask[:, -logits_to_keep:], torch.is_grad_enabled(),
-                           input_ids.shape, batch_size))
+                    trainer, model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, **rest
+                )
+            checks.append(
+                (
+                    ours,
+                    theirs,
+                    attention_mask[:, -logits_to_keep:],
+                    torch.is_grad_enabled(),
+                    input_ids.shape,
+                    batch_size,
+                )
+            )
             return ours
 
         trainer._get_per_token_logps_and_entropies = both
@@ -93,8 +125,9 @@ def test_shared_prompt_gives_trls_numbers(model_dir, tmp_path):
     assert list(ours.gcpo_last["texts"]) == list(plain.gcpo_last["texts"])
     for key in ("loss", "grad_norm", "kl", "entropy"):
         a, b = _logged(ours, key), _logged(plain, key)
-        assert len(a) == 2 and torch.allclose(torch.tensor(a, dtype=torch.float64), torch.tensor(b, dtype=torch.float64),
-                                              rtol=1e-5, atol=1e-7), (key, a, b)
+        assert len(a) == 2 and torch.allclose(
+            torch.tensor(a, dtype=torch.float64), torch.tensor(b, dtype=torch.float64), rtol=1e-5, atol=1e-7
+        ), (key, a, b)
     _same_update(ours, plain, model_dir)
 
 
@@ -122,8 +155,9 @@ def test_shared_prompt_under_peft_reference_by_disabled_adapter(tmp_path):
     lora = dict(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0, task_type="CAUSAL_LM")
     checks = []
     ours = _train(str(path), tmp_path / "on", checks=checks, peft_config=peft.LoraConfig(**lora), learning_rate=5e-2)
-    plain = _train(str(path), tmp_path / "off", peft_config=peft.LoraConfig(**lora), share_prompt=False,
-                   learning_rate=5e-2)
+    plain = _train(
+        str(path), tmp_path / "off", peft_config=peft.LoraConfig(**lora), share_prompt=False, learning_rate=5e-2
+    )
     assert ours.ref_model is None and _logged(ours, "gcpo/shared_prompt") == [1.0, 1.0]
     for (lp, ent, _), (tlp, tent, _), *_ in checks:
         assert _close(lp, tlp) and (ent is None or _close(ent, tent))
@@ -131,8 +165,9 @@ def test_shared_prompt_under_peft_reference_by_disabled_adapter(tmp_path):
         a, b = _logged(ours, key), _logged(plain, key)
         assert torch.allclose(torch.tensor(a), torch.tensor(b), rtol=1e-5, atol=1e-7), (key, a, b)
     trained = {n: p for n, p in plain.model.named_parameters() if p.requires_grad}
-    assert trained and all(torch.allclose(p, trained[n], rtol=1e-5, atol=1e-7)
-                           for n, p in ours.model.named_parameters() if p.requires_grad)
+    assert trained and all(
+        torch.allclose(p, trained[n], rtol=1e-5, atol=1e-7) for n, p in ours.model.named_parameters() if p.requires_grad
+    )
 
 
 def test_dropout_falls_back_named():
@@ -162,19 +197,30 @@ def test_call_fallbacks_name_multimodal_and_moe():
 
 
 def test_static_fallbacks_zero3_fsdp_and_signature():
-    base = dict(args=SimpleNamespace(share_prompt=True, gradient_checkpointing=False),
-                model=tiny_causal_lm("llama", vocab_size=40), accelerator=SimpleNamespace(state=SimpleNamespace()),
-                is_fsdp_enabled=False, is_deepspeed_enabled=False, _entropy_bonus_enabled=False)
+    base = dict(
+        args=SimpleNamespace(share_prompt=True, gradient_checkpointing=False),
+        model=tiny_causal_lm("llama", vocab_size=40),
+        accelerator=SimpleNamespace(state=SimpleNamespace()),
+        is_fsdp_enabled=False,
+        is_deepspeed_enabled=False,
+        _entropy_bonus_enabled=False,
+    )
     assert sp.static_fallback(SimpleNamespace(**base), trl.GRPOTrainer) is None
     assert "FSDP" in sp.static_fallback(SimpleNamespace(**{**base, "is_fsdp_enabled": True}), trl.GRPOTrainer)
     zero3 = SimpleNamespace(state=SimpleNamespace(deepspeed_plugin=SimpleNamespace(zero_stage=3)))
-    assert "ZeRO-3" in sp.static_fallback(SimpleNamespace(**{**base, "is_deepspeed_enabled": True, "accelerator": zero3}),
-                                          trl.GRPOTrainer)
+    assert "ZeRO-3" in sp.static_fallback(
+        SimpleNamespace(**{**base, "is_deepspeed_enabled": True, "accelerator": zero3}), trl.GRPOTrainer
+    )
     zero2 = SimpleNamespace(state=SimpleNamespace(deepspeed_plugin=SimpleNamespace(zero_stage=2)))
-    assert sp.static_fallback(SimpleNamespace(**{**base, "is_deepspeed_enabled": True, "accelerator": zero2}),
-                              trl.GRPOTrainer) is None
-    assert "entropy bonus" in sp.static_fallback(SimpleNamespace(**{**base, "_entropy_bonus_enabled": True}),
-                                                 trl.GRPOTrainer)
+    assert (
+        sp.static_fallback(
+            SimpleNamespace(**{**base, "is_deepspeed_enabled": True, "accelerator": zero2}), trl.GRPOTrainer
+        )
+        is None
+    )
+    assert "entropy bonus" in sp.static_fallback(
+        SimpleNamespace(**{**base, "_entropy_bonus_enabled": True}), trl.GRPOTrainer
+    )
 
     class Other:
         def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, extra=None):
@@ -203,7 +249,7 @@ def test_shared_prefill_generate_samples_what_generate_samples(family):
     ids = torch.zeros(len(rows), P, dtype=torch.long)
     att = torch.zeros(len(rows), P, dtype=torch.long)
     for i, r in enumerate(rows):
-        ids[i, P - len(r):], att[i, P - len(r):] = r, 1
+        ids[i, P - len(r) :], att[i, P - len(r) :] = r, 1
     ids = torch.cat([ids[:2].repeat_interleave(G, 0), ids[2:]])
     att = torch.cat([att[:2].repeat_interleave(G, 0), att[2:]])
     kw = dict(max_new_tokens=5, do_sample=True, top_k=0, pad_token_id=0, eos_token_id=None)

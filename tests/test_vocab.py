@@ -1,5 +1,6 @@
 """One vocabulary (gcpo_analysis/vocab.py): each shared name and default is defined once, and the
 threshold's old name ``threshold`` still works, with a warning, wherever it was accepted."""
+
 import ast
 import json
 import warnings
@@ -7,6 +8,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pytest
+from conftest import HashEmbedder
 
 from gcpo_analysis import vocab
 from gcpo_analysis.cli import main
@@ -15,7 +17,6 @@ from gcpo_analysis.measures.modulators import MODULATORS
 from gcpo_analysis.measures.score import MEASURES, score_groups
 from gcpo_analysis.study import StudyConfig
 from gcpo_analysis.study.run import _ROLLOUT_KEYS, _rollout_settings, _settings_hash
-from conftest import HashEmbedder
 
 ROOT = Path(__file__).resolve().parents[1]
 CODE = [p for d in ("gcpo_analysis", "gcpo_train", "bench") for p in sorted((ROOT / d).rglob("*.py"))]
@@ -36,7 +37,7 @@ def _named_defaults(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             a = node.args
             positional = a.posonlyargs + a.args
-            yield from ((arg.arg, d) for arg, d in zip(positional[len(positional) - len(a.defaults):], a.defaults))
+            yield from ((arg.arg, d) for arg, d in zip(positional[len(positional) - len(a.defaults) :], a.defaults))
             yield from ((arg.arg, d) for arg, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None)
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
             value = node.value
@@ -60,20 +61,38 @@ def test_the_paper_defaults_are_names_not_literals():
         for name, default in _named_defaults(tree):
             if not (isinstance(default, ast.Constant) and type(default.value) in (int, float)):
                 continue
-            if ("alpha" in name and default.value == vocab.ALPHA_BASE) or "threshold" in name \
-                    or name in ("r_min", "r_max"):
+            if (
+                ("alpha" in name and default.value == vocab.ALPHA_BASE)
+                or "threshold" in name
+                or name in ("r_min", "r_max")
+            ):
                 found.append(f"{path}:{default.lineno} {name} = {default.value}")
     assert not found, "use the names of gcpo_analysis/vocab.py: " + "; ".join(found)
 
 
 def test_the_shared_names_are_assigned_only_in_vocab():
-    names = {"DATASETS", "MATH_DATASETS", "DEFAULT_MEASURES", "ALPHA_BASE", "NLI_THRESHOLD", "THRESHOLD",
-             "R_MIN", "R_MAX", "EMBEDDINGS", "CLUSTERS"}
+    names = {
+        "DATASETS",
+        "MATH_DATASETS",
+        "DEFAULT_MEASURES",
+        "ALPHA_BASE",
+        "NLI_THRESHOLD",
+        "THRESHOLD",
+        "R_MIN",
+        "R_MAX",
+        "EMBEDDINGS",
+        "CLUSTERS",
+    }
     found = []
     for path, tree in _trees():
         for node in tree.body:
-            targets = node.targets if isinstance(node, ast.Assign) else \
-                [node.target] if isinstance(node, ast.AnnAssign) else []
+            targets = (
+                node.targets
+                if isinstance(node, ast.Assign)
+                else [node.target]
+                if isinstance(node, ast.AnnAssign)
+                else []
+            )
             for target in targets:
                 for leaf in ast.walk(target):
                     if isinstance(leaf, ast.Name) and leaf.id in names:
@@ -103,7 +122,11 @@ def test_configs_and_study_use_the_vocabulary():
 
     cfg = TrainConfig()
     assert (cfg.alpha_base, cfg.nli_threshold, cfg.r_min, cfg.r_max) == (
-        vocab.ALPHA_BASE, vocab.NLI_THRESHOLD, vocab.R_MIN, vocab.R_MAX)
+        vocab.ALPHA_BASE,
+        vocab.NLI_THRESHOLD,
+        vocab.R_MIN,
+        vocab.R_MAX,
+    )
     assert StudyConfig().nli_threshold == vocab.NLI_THRESHOLD
     with pytest.raises(ValueError, match="unknown dataset 'nope'; choices: " + ", ".join(vocab.DATASETS)):
         TrainConfig(dataset="nope")
@@ -122,7 +145,9 @@ def _scored(rollouts, **kw):
 def test_score_groups_threshold_warns_and_equals_nli_threshold(rollouts):
     new = _scored(rollouts, nli_threshold=0.9)
     assert (new["n_clusters"] != _scored(rollouts)["n_clusters"]).any()  # the setting is not ignored
-    with pytest.warns(FutureWarning, match="'threshold' is deprecated and will be removed in gcpo 0.3.0.*'nli_threshold'"):
+    with pytest.warns(
+        FutureWarning, match="'threshold' is deprecated and will be removed in gcpo 0.3.0.*'nli_threshold'"
+    ):
         old = _scored(rollouts, threshold=0.9)
     assert old.equals(new) and old.attrs["gcpo"]["nli_threshold"] == 0.9
     with pytest.warns(FutureWarning), pytest.raises(ValueError, match="disagree"):

@@ -17,10 +17,17 @@ sequences -- never G copies of the gradient.
 - ``gram``: ``group_gradient_gram``, the public entry point.
 - ``naive``: the reference of G separate backward passes (``naive_gram``), for tests and bench.
 """
+
 from .batch import sequence_logprobs
 from .gram import group_gradient_gram
 from .naive import flat_gram, naive_gram, naive_group_gradients
 from .variance import gradient_variance
 
-__all__ = ["flat_gram", "gradient_variance", "group_gradient_gram", "naive_gram",
-           "naive_group_gradients", "sequence_logprobs"]
+__all__ = [
+    "flat_gram",
+    "gradient_variance",
+    "group_gradient_gram",
+    "naive_gram",
+    "naive_group_gradients",
+    "sequence_logprobs",
+]

@@ -4,6 +4,7 @@ the parameter selection.
 log pi(y_i | q) is summed over the completion's tokens (EOS included; docs/conventions.md,
 "Gradient variance of a query"); a tied weight is one parameter, selected once.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -55,13 +56,14 @@ def sequence_logprobs(model, input_ids, attention_mask, completion_mask):
         # only positions from the first scored one's predecessor on need logits (saves the
         # lm_head output and its gradient over the prompt)
         kwargs["logits_to_keep"] = ids.shape[1] - int(torch.nonzero(cm.any(0))[0, 0]) + 1
-    logits = model(input_ids=ids, attention_mask=am.long(), position_ids=_position_ids(am),
-                   use_cache=False, **kwargs).logits
+    logits = model(
+        input_ids=ids, attention_mask=am.long(), position_ids=_position_ids(am), use_cache=False, **kwargs
+    ).logits
     o = ids.shape[1] - logits.shape[1]  # logits[:, k] predicts token o + k + 1
-    target = cm[:, o + 1:]
+    target = cm[:, o + 1 :]
     rows = torch.nonzero(target)  # (N, 2): (sample, position - o - 1)
     scored = logits[:, :-1][target].float()
-    lp = torch.log_softmax(scored, -1).gather(-1, ids[:, o + 1:][target][:, None])[:, 0]
+    lp = torch.log_softmax(scored, -1).gather(-1, ids[:, o + 1 :][target][:, None])[:, 0]
     out = torch.zeros(ids.shape[0], dtype=lp.dtype, device=dev)
     return out.index_add(0, rows[:, 0], lp)
 

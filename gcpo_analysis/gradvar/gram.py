@@ -2,6 +2,7 @@
 gradients from one batched forward and one backward (docs/conventions.md, "Gradient variance
 of a query"); the per-layer rules are in ``rules`` and the hooks in ``hooks``.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -17,10 +18,15 @@ if TYPE_CHECKING:
     import torch
 
 
-
-def group_gradient_gram(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, completion_mask: torch.Tensor,
-                        params: str | Iterable[torch.nn.Parameter] = "all", *,
-                        method: str = "auto") -> np.ndarray:
+def group_gradient_gram(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    completion_mask: torch.Tensor,
+    params: str | Iterable[torch.nn.Parameter] = "all",
+    *,
+    method: str = "auto",
+) -> np.ndarray:
     """K_ij = g_i . g_j with g_i = grad_theta log pi(y_i | q), one forward + one backward.
 
     See ``gcpo_analysis.gradvar.rules`` for the per-layer rules (docs/conventions.md, gradient variance). ``params``:

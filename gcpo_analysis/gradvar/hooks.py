@@ -10,6 +10,7 @@ combined before its Gram is taken.
 Hand-written because Opacus / private-transformers compute per-sample gradient *norms*, the
 diagonal of K, and refuse shared parameters; we need the whole of K and tied weights.
 """
+
 from __future__ import annotations
 
 from ..models import require
@@ -72,6 +73,7 @@ class GramCapture:
             output.register_hook(lambda g: self._on_grad(mname, module, kind, own, x, g))
             if not x.requires_grad:  # a source of the graph: differentiate w.r.t. it
                 self.sources.append(output)
+
         return hook
 
     def _on_grad(self, mname, module, kind, own, x, B):

@@ -1,5 +1,6 @@
 """The naive reference the Gram is tested and benchmarked against: G separate backward passes,
 each gradient flattened, then their Gram in float64."""
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -14,9 +15,13 @@ if TYPE_CHECKING:
     import torch
 
 
-
-def naive_group_gradients(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, completion_mask: torch.Tensor,
-                          params: str | Iterable[torch.nn.Parameter] = "all") -> torch.Tensor:
+def naive_group_gradients(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    completion_mask: torch.Tensor,
+    params: str | Iterable[torch.nn.Parameter] = "all",
+) -> torch.Tensor:
     """Reference: G separate backward passes, each sequence alone without its padding.
 
     Returns a (G, P) float32 CPU tensor of flattened gradients g_i (tied weights counted once,
@@ -43,7 +48,7 @@ def naive_group_gradients(model: torch.nn.Module, input_ids: torch.Tensor, atten
             off = 0
             for p, g in zip(selected, grads):
                 n = p.numel()
-                out[i, off:off + n] = 0 if g is None else g.detach().reshape(-1).float().cpu()
+                out[i, off : off + n] = 0 if g is None else g.detach().reshape(-1).float().cpu()
                 off += n
     finally:
         for p in model.parameters():
@@ -57,12 +62,17 @@ def flat_gram(grads: torch.Tensor, chunk: int = 1 << 22) -> np.ndarray:
     G, P = grads.shape
     K = torch.zeros(G, G, dtype=torch.float64)
     for c0 in range(0, P, chunk):
-        block = grads[:, c0:c0 + chunk].double()
+        block = grads[:, c0 : c0 + chunk].double()
         K += block @ block.T
     return K.numpy()
 
 
-def naive_gram(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, completion_mask: torch.Tensor,
-               params: str | Iterable[torch.nn.Parameter] = "all") -> np.ndarray:
+def naive_gram(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    completion_mask: torch.Tensor,
+    params: str | Iterable[torch.nn.Parameter] = "all",
+) -> np.ndarray:
     """The reference Gram: ``flat_gram(naive_group_gradients(...))``."""
     return flat_gram(naive_group_gradients(model, input_ids, attention_mask, completion_mask, params))

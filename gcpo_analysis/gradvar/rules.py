@@ -18,6 +18,7 @@ A weight with several uses (tied input embedding and lm_head, SmolLM2) is always
 as the sum of its uses, which gives its pure terms and its cross terms. Positions where every
 sample's output gradient is zero (prompt positions at the lm_head, padding) are dropped first.
 """
+
 from __future__ import annotations
 
 from ..models import require

@@ -3,6 +3,7 @@
 docs/conventions.md ("Gradient variance of a query"); paper Appendix "Statistical analysis",
 "Target Quantity: Sample-level Gradient Variance" (and Sec. 2.3, Var(A(Y) g(Y))). Pure numpy.
 """
+
 from __future__ import annotations
 
 import numpy as np

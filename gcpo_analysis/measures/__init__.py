@@ -15,25 +15,45 @@ The measurement batch of many groups (one builder for the groups frame and the t
 prepare_groups.
 Frames: score_groups(rollouts) -> groups frame.
 """
+
 from __future__ import annotations
 
 import importlib
 
 _WHERE = {
     "dispersion": [
-        "ALPHA_BASE", "alpha_g", "geometry_weight", "rd_weight", "cosine_dispersion",
-        "cosine_dispersion_batch", "barycentric_transport", "barycentric_transport_batch",
-        "reward_dispersion", "reward_dispersion_batch", "rd_max",
+        "ALPHA_BASE",
+        "alpha_g",
+        "geometry_weight",
+        "rd_weight",
+        "cosine_dispersion",
+        "cosine_dispersion_batch",
+        "barycentric_transport",
+        "barycentric_transport_batch",
+        "reward_dispersion",
+        "reward_dispersion_batch",
+        "rd_max",
     ],
     "entropy": [
-        "semantic_entropy", "predictive_entropy", "mean_token_entropy",
-        "kernel_language_entropy", "token_entropy_from_logits",
+        "semantic_entropy",
+        "predictive_entropy",
+        "mean_token_entropy",
+        "kernel_language_entropy",
+        "token_entropy_from_logits",
     ],
     "advantages": ["grpo_advantages", "grpo_advantages_batch", "gcpo_advantages", "gcpo_weight"],
     "modulators": [
-        "GroupRollouts", "MODULATORS", "modulate", "seed_grpo_advantages", "empo_advantages",
-        "kle_advantages", "care_advantages", "q_hawkeye_advantages", "eg_spo_advantages",
-        "r2vpo_advantages", "rd_only_advantages",
+        "GroupRollouts",
+        "MODULATORS",
+        "modulate",
+        "seed_grpo_advantages",
+        "empo_advantages",
+        "kle_advantages",
+        "care_advantages",
+        "q_hawkeye_advantages",
+        "eg_spo_advantages",
+        "r2vpo_advantages",
+        "rd_only_advantages",
     ],
     "clustering": ["greedy_nli_clusters", "batched_greedy_clusters", "all_pairs_clusters"],
     "judges": ["NLIJudge", "EmbeddingJudge", "LexicalJudge", "MathJudge", "make_judge"],

@@ -4,6 +4,7 @@ A_i = (r_i - mean r) / (std r + eps), std the population standard deviation of t
 (sigma_R in the paper's Eq. 1). GCPO rescales every advantage of a group by one query-level
 weight: A~_i = A_i * omega_geo(q) * omega_RD(q), omega_geo in {omega_CD, omega_BoT}.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -47,8 +48,7 @@ def _check_overflow(centred, std) -> None:
     """Finite rewards whose mean or spread overflows float64 (|r| near 1e308) are refused: the
     advantages would be NaN, not a number."""
     if not (np.isfinite(centred).all() and np.isfinite(std).all()):
-        raise ValueError("rewards too large: their mean or standard deviation overflows float64 "
-                         "(rescale the rewards)")
+        raise ValueError("rewards too large: their mean or standard deviation overflows float64 (rescale the rewards)")
 
 
 def grpo_advantages_batch(rewards, eps: float = EPS) -> np.ndarray:
@@ -87,9 +87,7 @@ def gcpo_weight(
     G = len(r)
     e = np.asarray(embeddings)
     if e.ndim != 2 or e.shape[0] != G:
-        raise ValueError(
-            f"embeddings have shape {e.shape} but there are {G} rewards: one embedding per rollout"
-        )
+        raise ValueError(f"embeddings have shape {e.shape} but there are {G} rewards: one embedding per rollout")
     if geometry == "cd":
         u = cosine_dispersion(e)
     elif geometry == "bot":

@@ -13,6 +13,7 @@ batches. ``all_pairs_clusters`` is the reference bidirectional-entailment method
 
 Hand-written: no library implements this greedy representative rule.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -29,13 +30,14 @@ if TYPE_CHECKING:
 def _scores(judge: Judge, premises: list[str], hypotheses: list[str]) -> np.ndarray:
     p = np.asarray(judge.entailment(premises, hypotheses), dtype=np.float64)
     if p.shape != (len(premises),):
-        raise ValueError(f"judge {getattr(judge, 'name', judge)!r} returned shape {p.shape} "
-                         f"for {len(premises)} pairs")
+        raise ValueError(f"judge {getattr(judge, 'name', judge)!r} returned shape {p.shape} for {len(premises)} pairs")
     bad = ~np.isfinite(p) | (p < 0) | (p > 1)
     if bad.any():
         i = int(np.argmax(bad))
-        raise ValueError(f"judge {getattr(judge, 'name', judge)!r} gave {p[i]!r} for pair {i} "
-                         f"({premises[i]!r}, {hypotheses[i]!r}); entailment probabilities must be in [0, 1]")
+        raise ValueError(
+            f"judge {getattr(judge, 'name', judge)!r} gave {p[i]!r} for pair {i} "
+            f"({premises[i]!r}, {hypotheses[i]!r}); entailment probabilities must be in [0, 1]"
+        )
     return p
 
 
@@ -82,8 +84,9 @@ def greedy_nli_clusters(texts: Sequence[str], judge: Judge, threshold: float = N
     return labels
 
 
-def batched_greedy_clusters(groups: Sequence[Sequence[str]], judge: Judge, threshold: float = NLI_THRESHOLD,
-                            progress: bool = False) -> tuple[list[np.ndarray], dict[str, Any]]:
+def batched_greedy_clusters(
+    groups: Sequence[Sequence[str]], judge: Judge, threshold: float = NLI_THRESHOLD, progress: bool = False
+) -> tuple[list[np.ndarray], dict[str, Any]]:
     """The greedy rule over many groups, one judge call per round across all groups.
 
     Round i (i = 1 .. G_max - 1) collects (rep_k, h_i) for every open cluster k of every group
@@ -101,12 +104,19 @@ def batched_greedy_clusters(groups: Sequence[Sequence[str]], judge: Judge, thres
     reps: list[list[str]] = [[g[0]] if g else [] for g in groups]
     seen: list[dict[str, int]] = [{g[0]: 0} if g else {} for g in groups]
     memo: dict[tuple[str, str], float] = {}
-    stats = {"judge_calls": 0, "pairs_requested": 0, "pairs_scored": 0, "repeats_skipped": 0,
-             "groups": len(groups), "rounds": 0}
+    stats = {
+        "judge_calls": 0,
+        "pairs_requested": 0,
+        "pairs_scored": 0,
+        "repeats_skipped": 0,
+        "groups": len(groups),
+        "rounds": 0,
+    }
     g_max = max((len(g) for g in groups), default=0)
     rounds = range(1, g_max)
     if progress:
         from tqdm.auto import tqdm
+
         rounds = tqdm(rounds, desc="clustering rounds", unit="round")
     for i in rounds:
         pending = []  # groups whose i-th response needs the judge
@@ -119,8 +129,9 @@ def batched_greedy_clusters(groups: Sequence[Sequence[str]], judge: Judge, thres
                 stats["repeats_skipped"] += 1
             else:
                 pending.append(q)
-        todo = list(dict.fromkeys((rep, groups[q][i]) for q in pending for rep in reps[q]
-                                  if (rep, groups[q][i]) not in memo))
+        todo = list(
+            dict.fromkeys((rep, groups[q][i]) for q in pending for rep in reps[q] if (rep, groups[q][i]) not in memo)
+        )
         if todo:
             p = _scores(judge, [a for a, _ in todo], [b for _, b in todo])
             memo.update(zip(todo, p.tolist()))
@@ -139,8 +150,7 @@ def batched_greedy_clusters(groups: Sequence[Sequence[str]], judge: Judge, thres
     return labels, stats
 
 
-def all_pairs_clusters(texts: Sequence[str], judge: Judge,
-                       threshold: float = NLI_THRESHOLD) -> tuple[np.ndarray, int]:
+def all_pairs_clusters(texts: Sequence[str], judge: Judge, threshold: float = NLI_THRESHOLD) -> tuple[np.ndarray, int]:
     """Reference clustering by bidirectional entailment over all ordered pairs (benchmark only).
 
     As Kuhn et al. (2023) and lm-polygraph (``calculate_semantic_matrix`` +
@@ -164,8 +174,7 @@ def all_pairs_clusters(texts: Sequence[str], judge: Judge,
     seen: dict[str, int] = {}
     for i, h in enumerate(texts):
         if h not in seen:
-            k = next((k for k, m in enumerate(reps) if p[(m, h)] >= threshold and p[(h, m)] >= threshold),
-                     len(reps))
+            k = next((k for k, m in enumerate(reps) if p[(m, h)] >= threshold and p[(h, m)] >= threshold), len(reps))
             if k == len(reps):
                 reps.append(h)
             seen[h] = k

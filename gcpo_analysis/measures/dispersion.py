@@ -6,6 +6,7 @@ of equal size stacked on a leading axis, so a study of 10,000 groups is a few ar
 Conventions (docs/conventions.md): rollout weights pi_i = 1/G; embeddings are L2-normalised;
 alpha_G = alpha_base / ln G; G = 1 has no dispersion, so every measure is 0 and every weight 1.
 """
+
 from __future__ import annotations
 
 import math

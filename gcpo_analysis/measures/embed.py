@@ -8,6 +8,7 @@ Rollout groups repeat answers a lot (the same short answer sampled many times), 
 embeds each distinct text once and scatters the vectors back; ``encode_groups`` sends all groups
 of a study through one batched call.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -16,7 +17,6 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..models import DEFAULT_EMBEDDER, require, resolve_embedder
-
 
 _PACKAGED_ALIASES = ("", "minilm", "default")
 
@@ -39,16 +39,21 @@ class Embedder:
     ``n_encoded`` counts the texts actually sent to the model; ``n_requested`` those asked for.
     """
 
-    def __init__(self, model: Any = None, device: str | None = None, batch_size: int = 64,
-                 normalize: bool = True, dedup: bool = True) -> None:
+    def __init__(
+        self,
+        model: Any = None,
+        device: str | None = None,
+        batch_size: int = 64,
+        normalize: bool = True,
+        dedup: bool = True,
+    ) -> None:
         if int(batch_size) < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
         if isinstance(model, str) and model.strip().lower() in _PACKAGED_ALIASES:
             model = None
         self._spec = model
         self._model = None if model is None or isinstance(model, str) else model
-        self.model_name = resolve_embedder(model) if model is None or isinstance(model, str) \
-            else type(model).__name__
+        self.model_name = resolve_embedder(model) if model is None or isinstance(model, str) else type(model).__name__
         self.device = device
         self.batch_size = int(batch_size)
         self.normalize = bool(normalize)
@@ -82,8 +87,13 @@ class Embedder:
     def _embed_raw(self, texts: list[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, 0), dtype=np.float32)
-        out = self.model.encode(texts, batch_size=self.batch_size, convert_to_numpy=True,
-                                normalize_embeddings=False, show_progress_bar=False)
+        out = self.model.encode(
+            texts,
+            batch_size=self.batch_size,
+            convert_to_numpy=True,
+            normalize_embeddings=False,
+            show_progress_bar=False,
+        )
         self.n_encoded += len(texts)
         return np.asarray(out, dtype=np.float32)
 
@@ -144,5 +154,7 @@ def make_embedder(spec: str | TextEncoder | None = None, **kwargs: Any) -> Embed
         return spec
     if spec is None or isinstance(spec, str) or hasattr(spec, "encode"):
         return Embedder(spec, **kwargs)
-    raise ValueError(f"cannot make an embedder from {spec!r}: give None, 'minilm', a model name/path, "
-                     "an Embedder or an object with .encode()")
+    raise ValueError(
+        f"cannot make an embedder from {spec!r}: give None, 'minilm', a model name/path, "
+        "an Embedder or an object with .encode()"
+    )

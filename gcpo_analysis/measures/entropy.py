@@ -7,6 +7,7 @@ entropy, mean token entropy and kernel language entropy (KLE). Natural logarithm
 Each function takes one group; the ``*_batch`` twins take N groups of equal size stacked on a
 leading axis and are vectorised (no Python loop over groups).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -202,8 +203,9 @@ def _similarity_graph(embeddings: ArrayLike | None, similarity: ArrayLike | None
 KLE_NORMALIZATIONS = ("diag", "trace")
 
 
-def kernel_language_entropy_batch(embeddings: ArrayLike | None = None, similarity: ArrayLike | None = None, t: float = KLE_T,
-                                  normalize: str = "diag") -> np.ndarray:
+def kernel_language_entropy_batch(
+    embeddings: ArrayLike | None = None, similarity: ArrayLike | None = None, t: float = KLE_T, normalize: str = "diag"
+) -> np.ndarray:
     """KLE for N groups: embeddings (N, G, d) or similarity (N, G, G) -> (N,). See kernel_language_entropy."""
     if not t > 0:
         raise ValueError(f"heat-kernel time t must be > 0, got {t!r}")
@@ -229,8 +231,9 @@ def kernel_language_entropy_batch(embeddings: ArrayLike | None = None, similarit
     return entr(ev).sum(axis=-1)
 
 
-def kernel_language_entropy(embeddings: ArrayLike | None = None, similarity: ArrayLike | None = None,
-                            t: float = KLE_T, normalize: str = "diag") -> float:
+def kernel_language_entropy(
+    embeddings: ArrayLike | None = None, similarity: ArrayLike | None = None, t: float = KLE_T, normalize: str = "diag"
+) -> float:
     """Kernel Language Entropy KLE = VNE(rho) = -Tr(rho ln rho) (Nikitin et al. 2024, NeurIPS; App. E).
 
     Semantic graph over the G rollouts with weights W_ij = max(0, mu_i^T mu_j) for i != j from

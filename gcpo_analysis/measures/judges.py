@@ -12,11 +12,12 @@ The paper's judge is ``NLIJudge("roberta-large-mnli")``; the others run offline 
 model: ``EmbeddingJudge`` (MiniLM cosine), ``LexicalJudge`` (SQuAD token-F1) and ``MathJudge``
 (answer equivalence). ``make_judge`` turns a config string into a judge.
 """
+
 from __future__ import annotations
 
 import warnings
-from pathlib import Path
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -29,8 +30,7 @@ MNLI_ENTAILMENT_INDEX = 2
 # Bare (org-less) hub names that are NLI models; any other bare word is a typo, not a model.
 KNOWN_BARE_NLI = ("roberta-large-mnli", "roberta-base-mnli", "bart-large-mnli", "deberta-large-mnli")
 _MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
-JUDGE_CHOICES = ("nli", "nli:<hub-name-or-path>", "<org>/<nli-model>", "<local path>",
-                 "embedding", "lexical", "math")
+JUDGE_CHOICES = ("nli", "nli:<hub-name-or-path>", "<org>/<nli-model>", "<local path>", "embedding", "lexical", "math")
 
 
 @runtime_checkable
@@ -72,16 +72,25 @@ class NLIJudge:
     puts a model loaded by name on CUDA when available, and leaves a given model where it is.
     """
 
-    def __init__(self, model: Any = DEFAULT_NLI, device: str | None = None, batch_size: int = 32,
-                 max_length: int = 256, tokenizer: Any = None) -> None:
+    def __init__(
+        self,
+        model: Any = DEFAULT_NLI,
+        device: str | None = None,
+        batch_size: int = 32,
+        max_length: int = 256,
+        tokenizer: Any = None,
+    ) -> None:
         if isinstance(model, tuple):
             if len(model) != 2 or tokenizer is not None:
                 raise ValueError("give NLIJudge either (model, tokenizer) or model= and tokenizer=")
             model, tokenizer = model
         if not isinstance(model, (str, Path)) and tokenizer is None:
             raise ValueError("an already-built NLI model needs its tokenizer: NLIJudge((model, tokenizer))")
-        self.model_name = str(model) if isinstance(model, (str, Path)) else \
-            getattr(getattr(model, "config", None), "_name_or_path", "") or type(model).__name__
+        self.model_name = (
+            str(model)
+            if isinstance(model, (str, Path))
+            else getattr(getattr(model, "config", None), "_name_or_path", "") or type(model).__name__
+        )
         self._model = None if isinstance(model, (str, Path)) else model
         self._tokenizer = tokenizer
         self.device = device
@@ -127,10 +136,16 @@ class NLIJudge:
         order = np.argsort([len(p) + len(h) for p, h in zip(premises, hypotheses)], kind="stable")
         with torch.inference_mode():
             for start in range(0, len(order), self.batch_size):
-                idx = order[start:start + self.batch_size]
-                enc = tok([premises[i] for i in idx], [hypotheses[i] for i in idx], truncation=True,
-                          max_length=self.max_length, padding=True, padding_side="right",
-                          return_tensors="pt")
+                idx = order[start : start + self.batch_size]
+                enc = tok(
+                    [premises[i] for i in idx],
+                    [hypotheses[i] for i in idx],
+                    truncation=True,
+                    max_length=self.max_length,
+                    padding=True,
+                    padding_side="right",
+                    return_tensors="pt",
+                )
                 enc = {k: v.to(device) for k, v in enc.items() if k in _MODEL_INPUTS}
                 probs = torch.softmax(model(**enc).logits.float(), dim=-1)[:, self._entail_index]
                 out[idx] = probs.cpu().numpy()
@@ -139,9 +154,15 @@ class NLIJudge:
         return out
 
     def describe(self) -> dict:
-        return {"kind": "nli", "model": self.model_name, "device": self.device, "batch_size": self.batch_size,
-                "max_length": self.max_length, "entailment_index": self._entail_index,
-                "entailment_index_source": self._index_source}
+        return {
+            "kind": "nli",
+            "model": self.model_name,
+            "device": self.device,
+            "batch_size": self.batch_size,
+            "max_length": self.max_length,
+            "entailment_index": self._entail_index,
+            "entailment_index_source": self._index_source,
+        }
 
 
 def entailment_index(config: Any) -> tuple[int, str]:
@@ -152,10 +173,10 @@ def entailment_index(config: Any) -> tuple[int, str]:
             return int(idx), "id2label"
     n = int(getattr(config, "num_labels", len(id2label)) or 0)
     if n <= MNLI_ENTAILMENT_INDEX:
-        raise ValueError(f"NLI model has {n} labels {id2label} and none named 'entailment'; "
-                         "cannot use the MNLI index 2")
-    warnings.warn(f"NLI model labels {id2label} have no 'entailment'; using the MNLI index 2 (App. E)",
-                  stacklevel=3)
+        raise ValueError(
+            f"NLI model has {n} labels {id2label} and none named 'entailment'; cannot use the MNLI index 2"
+        )
+    warnings.warn(f"NLI model labels {id2label} have no 'entailment'; using the MNLI index 2 (App. E)", stacklevel=3)
     return MNLI_ENTAILMENT_INDEX, "mnli-default-2"
 
 
@@ -207,8 +228,13 @@ class EmbeddingJudge:
         return np.clip((cos - self.low) / (self.high - self.low), 0.0, 1.0)
 
     def describe(self) -> dict:
-        return {"kind": "embedding", "model": self.embedder.describe()["model"],
-                "map": "clip((cos - low) / (high - low), 0, 1)", "low": self.low, "high": self.high}
+        return {
+            "kind": "embedding",
+            "model": self.embedder.describe()["model"],
+            "map": "clip((cos - low) / (high - low), 0, 1)",
+            "low": self.low,
+            "high": self.high,
+        }
 
 
 # --------------------------------------------------------------------------- lexical / math
@@ -289,8 +315,10 @@ def make_judge(spec=DEFAULT_NLI, **kwargs):
     if not isinstance(spec, (str, Path)):
         if isinstance(spec, Judge):
             return spec
-        raise ValueError(f"{spec!r} is not a judge: it needs name, entailment(premises, hypotheses) "
-                         f"and describe(); or give one of {', '.join(JUDGE_CHOICES)}")
+        raise ValueError(
+            f"{spec!r} is not a judge: it needs name, entailment(premises, hypotheses) "
+            f"and describe(); or give one of {', '.join(JUDGE_CHOICES)}"
+        )
     text = str(spec).strip()
     key = text.lower()
     if key == "embedding":
@@ -308,5 +336,7 @@ def make_judge(spec=DEFAULT_NLI, **kwargs):
         return NLIJudge(name, **kwargs)
     if "/" in text or Path(text).exists() or key in KNOWN_BARE_NLI:
         return NLIJudge(text, **kwargs)
-    raise ValueError(f"unknown judge {text!r}; choose one of: {', '.join(JUDGE_CHOICES)} "
-                     "(use 'nli:<name>' for an org-less hub NLI model)")
+    raise ValueError(
+        f"unknown judge {text!r}; choose one of: {', '.join(JUDGE_CHOICES)} "
+        "(use 'nli:<name>' for an org-less hub NLI model)"
+    )

@@ -7,16 +7,17 @@ and cite it. The trainer calls only ``modulate(name, group)``: it has no formula
 Every modulator returns (advantages (G,), info) where ``info`` holds the measures and weights it
 used, named as in the groups frame (``se``, ``w_se``, ``cd``, ``w_cd``, ``rd``, ``w_rd``, ...).
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
-from .advantages import EPS, gcpo_weight, grpo_advantages
 from ..vocab import CLUSTERS, EMBEDDINGS
+from .advantages import EPS, gcpo_weight, grpo_advantages
 from .dispersion import ALPHA_BASE, R_MAX, R_MIN, alpha_g, as_rewards, check_alpha_base, rd_weight, reward_dispersion
 
 
@@ -39,9 +40,7 @@ class GroupRollouts:
             raise ValueError(f"modulator {modulator!r} needs {field!r}, which this group lacks")
         arr = np.asarray(value)
         if len(arr) != len(self.rewards):
-            raise ValueError(
-                f"{field!r} has {len(arr)} entries but the group has {len(self.rewards)} rollouts"
-            )
+            raise ValueError(f"{field!r} has {len(arr)} entries but the group has {len(self.rewards)} rollouts")
         return arr
 
 
@@ -264,6 +263,7 @@ def group_weight_from(advantages, rewards, eps: float = EPS) -> float:
         return 1.0
     w = float(adv @ base / denom)
     if not np.allclose(adv, w * base, rtol=1e-9, atol=1e-12):
-        raise ValueError("these advantages are not one weight times the GRPO advantages: "
-                         "the modulator weights rollouts individually")
+        raise ValueError(
+            "these advantages are not one weight times the GRPO advantages: the modulator weights rollouts individually"
+        )
     return w

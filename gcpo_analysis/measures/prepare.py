@@ -11,6 +11,7 @@ log-probabilities and policy-ratio variances only when named too.
 The embedding judge reuses the measures' embedder, so one model is loaded: the judge spec
 'embedding' in any case or spacing (``judge_shares_embedder``) decides it, for every caller.
 """
+
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
@@ -49,12 +50,22 @@ def measurement_tools(needs, embedder=None, judge=None):
     return embedder, make_judge(judge, embedder=embedder) if judge_shares_embedder(judge) else make_judge(judge)
 
 
-def prepare_groups(texts: Sequence[Sequence[str]], rewards: Sequence[ArrayLike], needs: Collection[str], *,
-                   embedder: Any = None, judge: Any = None, nli_threshold: float = NLI_THRESHOLD,
-                   embedding_dtype: DTypeLike | None = None, answers: Sequence | None = None,
-                   token_entropy: Sequence | None = None, logprobs: Sequence | None = None,
-                   ratio_var: Sequence | None = None, n_tokens: Sequence | None = None,
-                   progress: bool = False) -> tuple[list[GroupRollouts], dict]:
+def prepare_groups(
+    texts: Sequence[Sequence[str]],
+    rewards: Sequence[ArrayLike],
+    needs: Collection[str],
+    *,
+    embedder: Any = None,
+    judge: Any = None,
+    nli_threshold: float = NLI_THRESHOLD,
+    embedding_dtype: DTypeLike | None = None,
+    answers: Sequence | None = None,
+    token_entropy: Sequence | None = None,
+    logprobs: Sequence | None = None,
+    ratio_var: Sequence | None = None,
+    n_tokens: Sequence | None = None,
+    progress: bool = False,
+) -> tuple[list[GroupRollouts], dict]:
     """One ``GroupRollouts`` per group, and the clustering's counts ({} without clustering).
 
     texts: one list of G_q strings per group, what is embedded and clustered (the extracted
@@ -82,8 +93,10 @@ def prepare_groups(texts: Sequence[Sequence[str]], rewards: Sequence[ArrayLike],
         clustered = texts
         if getattr(judge, "clusters_answers", False):
             if answers is None:
-                raise ValueError(f"the {judge.describe()['kind']!r} judge compares final answers: pass answers= "
-                                 "(the extracted answer of every rollout)")
+                raise ValueError(
+                    f"the {judge.describe()['kind']!r} judge compares final answers: pass answers= "
+                    "(the extracted answer of every rollout)"
+                )
             clustered = answers
         clusters, stats = batched_greedy_clusters(clustered, judge, threshold=nli_threshold, progress=progress)
     given = dict(token_entropy=token_entropy, logprobs=logprobs, ratio_var=ratio_var)
@@ -91,9 +104,13 @@ def prepare_groups(texts: Sequence[Sequence[str]], rewards: Sequence[ArrayLike],
     if "logprobs" in kept and n_tokens is not None:
         kept["n_tokens"] = n_tokens
     groups = [
-        GroupRollouts(rewards=np.asarray(rewards[k], dtype=np.float64), embeddings=embeddings[k],
-                      clusters=clusters[k], answers=None if answers is None else list(answers[k]),
-                      **{name: np.asarray(values[k], dtype=np.float64) for name, values in kept.items()})
+        GroupRollouts(
+            rewards=np.asarray(rewards[k], dtype=np.float64),
+            embeddings=embeddings[k],
+            clusters=clusters[k],
+            answers=None if answers is None else list(answers[k]),
+            **{name: np.asarray(values[k], dtype=np.float64) for name, values in kept.items()},
+        )
         for k in range(n)
     ]
     return groups, stats

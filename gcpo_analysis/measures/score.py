@@ -4,6 +4,7 @@ One batched embedding call for all groups (identical texts embedded once), one b
 call per greedy clustering round for all groups, then the measures vectorised over groups of
 equal size. The judge and embedder used are recorded in ``groups.attrs['gcpo']``.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -112,23 +113,37 @@ def score_groups(
     sizes = np.array([len(g) for g in groups])
 
     needs = set().union(*(MEASURES[m] for m in measures))
-    meta = {"measures": measures, "alpha_base": alpha_base, "r_min": r_min, "r_max": r_max,
-            "text": text_col, "nli_threshold": nli_threshold}
+    meta = {
+        "measures": measures,
+        "alpha_base": alpha_base,
+        "r_min": r_min,
+        "r_max": r_max,
+        "text": text_col,
+        "nli_threshold": nli_threshold,
+    }
     span = float(df["reward"].max() - df["reward"].min())
     if "rd" in measures and span <= 0.5 * (r_max - r_min):
         # 0/1 rewards under the default [0, 2] range give RD = 0.5 where it should be 1
         meta["reward_range_warning"] = (
             f"the observed rewards span {span:g}, at most half of the declared range [{r_min:g}, {r_max:g}]: "
-            f"RD is normalised by that range; set r_max (--r-max) to your rewards' range")
+            f"RD is normalised by that range; set r_max (--r-max) to your rewards' range"
+        )
         warnings.warn(meta["reward_range_warning"], stacklevel=2)
     if embedder is not None and not isinstance(embedder, str):
         from .embed import make_embedder
 
         embedder = make_embedder(embedder)  # the frame's embeddings are always de-duplicated and normalised
     embedder, judge = measurement_tools(needs, embedder, judge)
-    prepared, stats = prepare_groups(texts, rewards, needs, embedder=embedder, judge=judge,
-                                     nli_threshold=nli_threshold, progress=progress,
-                                     answers=[g["answer"].tolist() for g in groups])
+    prepared, stats = prepare_groups(
+        texts,
+        rewards,
+        needs,
+        embedder=embedder,
+        judge=judge,
+        nli_threshold=nli_threshold,
+        progress=progress,
+        answers=[g["answer"].tolist() for g in groups],
+    )
     embeddings = [g.embeddings for g in prepared]
     clusters = [g.clusters for g in prepared]
     if EMBEDDINGS in needs:
@@ -176,8 +191,10 @@ def score_groups(
         for group, g in zip(prepared, groups):
             if name == "se_lw":  # se stays discrete (empirical cluster mass, BoT's Pi_k)
                 group = dataclasses.replace(
-                    group, logprobs=g["logprob"].to_numpy(float),
-                    n_tokens=g["n_tokens"].to_numpy(float) if "n_tokens" in g.columns else None)
+                    group,
+                    logprobs=g["logprob"].to_numpy(float),
+                    n_tokens=g["n_tokens"].to_numpy(float) if "n_tokens" in g.columns else None,
+                )
             _, info = modulate(modulator, group, alpha_base=alpha_base, r_min=r_min, r_max=r_max)
             values.append(info[modulator])
             weights.append(info["w_" + modulator])
@@ -186,7 +203,11 @@ def score_groups(
     if "se" in measures:
         meta["se"] = "discrete: C_k = |k| / G (empirical cluster mass, the mass BoT uses)"
     if "se_lw" in measures:
-        norm = "mean token log-probability (logprob / n_tokens)" if "n_tokens" in df.columns else "sequence log-probability"
+        norm = (
+            "mean token log-probability (logprob / n_tokens)"
+            if "n_tokens" in df.columns
+            else "sequence log-probability"
+        )
         meta["se_lw"] = f"likelihood-weighted: C_k = sum_(i in k) p_i / sum_i p_i, p_i from the {norm}"
     if (sizes == 1).any():
         warnings.warn(
@@ -196,10 +217,14 @@ def score_groups(
     meta["alpha_G"] = {int(G): (0.0 if G == 1 else alpha_base / math.log(G)) for G in np.unique(sizes)}
     # Answers over the math grader's guards were compared as strings: say how many.
     after = math_fallbacks()
-    meta["math_fallbacks"] = {k: after[k] - fallbacks_before.get(k, 0) for k in after
-                              if after[k] != fallbacks_before.get(k, 0)}
+    meta["math_fallbacks"] = {
+        k: after[k] - fallbacks_before.get(k, 0) for k in after if after[k] != fallbacks_before.get(k, 0)
+    }
     if meta["math_fallbacks"]:
-        warnings.warn(f"math judge: {meta['math_fallbacks']} comparison(s) fell back to string equality "
-                      f"(counted by reason: length, depth, cost, memory, time, worker)", stacklevel=2)
+        warnings.warn(
+            f"math judge: {meta['math_fallbacks']} comparison(s) fell back to string equality "
+            f"(counted by reason: length, depth, cost, memory, time, worker)",
+            stacklevel=2,
+        )
     out.attrs["gcpo"] = meta
     return out

@@ -4,6 +4,7 @@
 Completions are untrusted: every function here runs in time linear in the completion's length,
 whatever it holds (thousands of unclosed ``\\boxed{`` or ``<think>`` tags included).
 """
+
 from __future__ import annotations
 
 import re
@@ -47,7 +48,7 @@ def extract_qa_answer(completion: str) -> str:
     text = _visible(completion)
     markers = list(_ANSWER_MARKER.finditer(text))
     if markers:
-        text = text[markers[-1].end():]
+        text = text[markers[-1].end() :]
     for line in text.splitlines():
         line = line.strip(" \t*#`\"'“”.")
         if line:
@@ -85,11 +86,11 @@ def extract_boxed(text: str) -> str | None:
     )
     match = matching_braces(text) if starts else {}
     for _start, end in reversed(starts):
-        rest = text[end:end + 1]
+        rest = text[end : end + 1]
         if rest == "{":
             close = match.get(end)
             if close is not None:
-                return text[end + 1:close].strip()
+                return text[end + 1 : close].strip()
         elif rest == " ":
             token = _BARE_BOX_TOKEN.match(text, end)
             if token:
@@ -117,7 +118,7 @@ def extract_math_answer(completion: str) -> str | None:
         return boxed
     markers = list(_ANSWER_MARKER.finditer(text))
     if markers:
-        tail = text[markers[-1].end():].strip().split("\n")[0].strip()
+        tail = text[markers[-1].end() :].strip().split("\n")[0].strip()
         tail = tail.strip("$ ").rstrip(".").strip("$ *")
         if tail:
             return tail

@@ -14,13 +14,14 @@ and the articles a/an/the, collapse whitespace). BLEU is sacrebleu. Answer extra
 syntax check ``math_syntax`` and its time-limited sympy worker ``sympy_worker``); their public
 names are importable from here as before.
 """
+
 from __future__ import annotations
 
 import math
 import re
 import string
 from collections import Counter
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..vocab import REWARD_MAX, TASKS
 from .extraction import extract_math_answer, extract_qa_answer
@@ -51,6 +52,7 @@ def _as_refs(references, what: str = "references") -> list[str]:
 
 # ----------------------------------------------------------------------------- SQuAD metrics
 _PUNCT = frozenset(string.punctuation)
+
 
 def normalize_answer(s: str) -> str:
     """SQuAD answer normalisation: lower-case, drop punctuation, drop articles (a, an, the),
@@ -187,12 +189,14 @@ def task_metrics(task: str, predictions: Sequence[str], references_list: Sequenc
     n = len(answers)
     if task == "qa_f1":
         f1 = [token_f1(a, r) for a, r in zip(answers, references_list)]
-        return {"Acc": 100.0 * sum(x > 0.5 for x in f1) / n,
-                "BLEU": corpus_bleu(answers, references_list),
-                "F1": 100.0 * sum(f1) / n, "n": n}
+        return {
+            "Acc": 100.0 * sum(x > 0.5 for x in f1) / n,
+            "BLEU": corpus_bleu(answers, references_list),
+            "F1": 100.0 * sum(f1) / n,
+            "n": n,
+        }
     if task == "hotpot":
         scores = [hotpot_f1_em(a, r) for a, r in zip(answers, references_list)]
-        return {"F1": 100.0 * sum(s[0] for s in scores) / n,
-                "EM": 100.0 * sum(s[1] for s in scores) / n, "n": n}
+        return {"F1": 100.0 * sum(s[0] for s in scores) / n, "EM": 100.0 * sum(s[1] for s in scores) / n, "n": n}
     hits = [math_equiv_any(a, _as_refs(refs)) for a, refs in zip(answers, references_list)]
     return {"accuracy": 100.0 * sum(hits) / n, "n": n}

@@ -9,17 +9,43 @@
 * ``size_control``: the gradient-size control (partial ρ given mean‖g‖², ρ of the ratio) and Holm;
 * ``lipschitz``: gradient distance against embedding distance within groups (Assumption 1).
 """
+
 from .decomposition import auc_batch, paired_retrieval_bootstrap, v_zero_decomposition
 from .gap import MEASURE_LABELS, GapStudyResult, format_p, gap_study, heldout_regression, paper_table, trim_top
 from .rank import (
-    bootstrap_rhos, bootstrap_rhos_loop, paired_bootstrap, paired_bootstrap_loop, precision_at_top, retrieval, spearman,
+    bootstrap_rhos,
+    bootstrap_rhos_loop,
+    paired_bootstrap,
+    paired_bootstrap_loop,
+    precision_at_top,
+    retrieval,
+    spearman,
     top_labels,
 )
 from .size_control import NORM_COLUMN, add_holm, holm, partial_spearman, size_control
 
 __all__ = [
-    "MEASURE_LABELS", "GapStudyResult", "format_p", "gap_study", "heldout_regression", "paper_table", "trim_top",
-    "bootstrap_rhos", "bootstrap_rhos_loop", "paired_bootstrap", "paired_bootstrap_loop", "precision_at_top", "retrieval", "spearman", "top_labels",
-    "auc_batch", "paired_retrieval_bootstrap", "v_zero_decomposition",
-    "NORM_COLUMN", "add_holm", "holm", "partial_spearman", "size_control",
+    "MEASURE_LABELS",
+    "GapStudyResult",
+    "format_p",
+    "gap_study",
+    "heldout_regression",
+    "paper_table",
+    "trim_top",
+    "bootstrap_rhos",
+    "bootstrap_rhos_loop",
+    "paired_bootstrap",
+    "paired_bootstrap_loop",
+    "precision_at_top",
+    "retrieval",
+    "spearman",
+    "top_labels",
+    "auc_batch",
+    "paired_retrieval_bootstrap",
+    "v_zero_decomposition",
+    "NORM_COLUMN",
+    "add_holm",
+    "holm",
+    "partial_spearman",
+    "size_control",
 ]

@@ -24,6 +24,7 @@ that ``sklearn.metrics.roc_auc_score`` also equals, ties counting 1/2), vectoris
 resamples with ``scipy.stats.rankdata``; a resample with one class only gives NaN and is left
 out of the percentiles (counted in ``n_boot_used``).
 """
+
 from __future__ import annotations
 
 import warnings
@@ -36,9 +37,19 @@ from .rank import _percentile_ci as _ci
 from .rank import bootstrap_rhos, precision_at_top, retrieval, spearman, top_labels
 
 DECOMPOSITION_COLUMNS = [
-    "measure", "n_pos", "n_zero", "auc_pos", "auc_pos_ci_low", "auc_pos_ci_high",
-    "rho_pos", "rho_pos_p", "rho_pos_ci_low", "rho_pos_ci_high",
-    "delta_rho_pos", "delta_rho_pos_ci_low", "delta_rho_pos_ci_high",
+    "measure",
+    "n_pos",
+    "n_zero",
+    "auc_pos",
+    "auc_pos_ci_low",
+    "auc_pos_ci_high",
+    "rho_pos",
+    "rho_pos_p",
+    "rho_pos_ci_low",
+    "rho_pos_ci_high",
+    "delta_rho_pos",
+    "delta_rho_pos_ci_low",
+    "delta_rho_pos_ci_high",
 ]
 RETRIEVAL_BOOT_COLUMNS = ["metric", "reference", "measure", "delta", "ci_low", "ci_high", "p_le_0", "n_boot_used"]
 
@@ -78,8 +89,15 @@ def precision_at_top_batch(scores: np.ndarray, labels: np.ndarray, top_frac: flo
     return ((labels & above).sum(axis=1) + slots * tied_rate) / k
 
 
-def v_zero_decomposition(X: np.ndarray, names: list[str], y: np.ndarray, reference: str | None,
-                         rng: np.random.Generator, n_boot: int = 10_000, level: float = 0.95) -> pd.DataFrame:
+def v_zero_decomposition(
+    X: np.ndarray,
+    names: list[str],
+    y: np.ndarray,
+    reference: str | None,
+    rng: np.random.Generator,
+    n_boot: int = 10_000,
+    level: float = 0.95,
+) -> pd.DataFrame:
     """The (a) / (b) / (c) table of the module docstring for measures X (N, M) named ``names``
     and target y (N,), rows with NaN already removed. One row per measure
     (``DECOMPOSITION_COLUMNS``)."""
@@ -107,8 +125,14 @@ def v_zero_decomposition(X: np.ndarray, names: list[str], y: np.ndarray, referen
     rows = []
     for j, name in enumerate(names):
         rho, p = point[j]
-        row = dict(measure=name, n_pos=n_pos, n_zero=n_zero, auc_pos=float(auc_point[j]),
-                   rho_pos=float(rho), rho_pos_p=float(p))
+        row = dict(
+            measure=name,
+            n_pos=n_pos,
+            n_zero=n_zero,
+            auc_pos=float(auc_point[j]),
+            rho_pos=float(rho),
+            rho_pos_p=float(p),
+        )
         row["auc_pos_ci_low"], row["auc_pos_ci_high"] = _ci(auc_boot[:, j], level)
         row["rho_pos_ci_low"], row["rho_pos_ci_high"] = _ci(rho_boot[:, j], level)
         if r is None or j == r:
@@ -120,8 +144,15 @@ def v_zero_decomposition(X: np.ndarray, names: list[str], y: np.ndarray, referen
     return pd.DataFrame(rows, columns=DECOMPOSITION_COLUMNS)
 
 
-def paired_retrieval_bootstrap(X: np.ndarray, names: list[str], y: np.ndarray, reference: str,
-                               idx: np.ndarray, top_frac: float = 0.1, level: float = 0.95) -> pd.DataFrame:
+def paired_retrieval_bootstrap(
+    X: np.ndarray,
+    names: list[str],
+    y: np.ndarray,
+    reference: str,
+    idx: np.ndarray,
+    top_frac: float = 0.1,
+    level: float = 0.95,
+) -> pd.DataFrame:
     """Paired bootstrap of Delta = metric(reference) - metric(u) for metric in {auc,
     precision_at_10}: X (N, M), y (N,), idx (B, N) row draws shared by every measure. ``delta``
     is the full-sample difference; CI and p_le_0 (fraction of resamples with Delta <= 0) come
@@ -149,8 +180,16 @@ def paired_retrieval_bootstrap(X: np.ndarray, names: list[str], y: np.ndarray, r
             delta = boot[metric][r] - boot[metric][j]
             ok = np.isfinite(delta)
             lo, hi = _ci(delta, level)
-            rows.append(dict(metric=metric, reference=reference, measure=name,
-                             delta=float(point[metric][r] - point[metric][j]), ci_low=lo, ci_high=hi,
-                             p_le_0=float(np.mean(delta[ok] <= 0)) if ok.any() else np.nan,
-                             n_boot_used=int(ok.sum())))
+            rows.append(
+                dict(
+                    metric=metric,
+                    reference=reference,
+                    measure=name,
+                    delta=float(point[metric][r] - point[metric][j]),
+                    ci_low=lo,
+                    ci_high=hi,
+                    p_le_0=float(np.mean(delta[ok] <= 0)) if ok.any() else np.nan,
+                    n_boot_used=int(ok.sum()),
+                )
+            )
     return pd.DataFrame(rows, columns=RETRIEVAL_BOOT_COLUMNS)

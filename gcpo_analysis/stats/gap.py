@@ -22,6 +22,7 @@ Bad-input policy (tested in tests/test_stats.py):
 * A constant measure: rho and p are NaN (with a warning), AUC is 0.5 (every pair is a tie,
   the chance level), precision@10% equals the base rate (the tie rule below), never a crash.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,15 +32,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from numpy.typing import ArrayLike
 import pandas as pd
+from numpy.typing import ArrayLike
 from scipy import stats as sps
 
-from .decomposition import paired_retrieval_bootstrap, v_zero_decomposition
-from .size_control import NORM_COLUMN, add_holm, size_control
-from .rank import _paired_frame, _percentile_ci, _point_rhos, bootstrap_rhos, retrieval, spearman
 from ..frames import write_frame, write_json
 from ..vocab import DEFAULT_MEASURES
+from .decomposition import paired_retrieval_bootstrap, v_zero_decomposition
+from .rank import _paired_frame, _percentile_ci, _point_rhos, bootstrap_rhos, retrieval, spearman
+from .size_control import NORM_COLUMN, add_holm, size_control
 
 MEASURE_LABELS = {
     "token_entropy": "Entropy",
@@ -107,11 +108,18 @@ def heldout_regression(u: ArrayLike, target: ArrayLike, k_folds: int = 5, seed: 
         rho_list.append(float(rho))
     maes, rhos = np.array(mae_list), np.array(rho_list)
     if np.isnan(rhos).any():
-        warnings.warn(f"{int(np.isnan(rhos).sum())} held-out fold(s) have a constant prediction or target: "
-                      "Spearman is NaN there", stacklevel=2)
-    return dict(mae=maes, spearman=rhos, mae_mean=maes.mean(), mae_std=maes.std(),
-                spearman_mean=float(np.nanmean(rhos)) if np.isfinite(rhos).any() else np.nan,
-                spearman_std=float(np.nanstd(rhos)) if np.isfinite(rhos).any() else np.nan)
+        warnings.warn(
+            f"{int(np.isnan(rhos).sum())} held-out fold(s) have a constant prediction or target: Spearman is NaN there",
+            stacklevel=2,
+        )
+    return dict(
+        mae=maes,
+        spearman=rhos,
+        mae_mean=maes.mean(),
+        mae_std=maes.std(),
+        spearman_mean=float(np.nanmean(rhos)) if np.isfinite(rhos).any() else np.nan,
+        spearman_std=float(np.nanstd(rhos)) if np.isfinite(rhos).any() else np.nan,
+    )
 
 
 # --------------------------------------------------------------------------- p formatting
@@ -164,8 +172,11 @@ class GapStudyResult:
         cols = [m for m in _TABLE_ORDER if m in set(table["measure"])]
         t = table.set_index("measure")
         rho: dict[str, float | str] = {MEASURE_LABELS.get(m, m): round(float(t["rho"].loc[m]), 3) for m in cols}
-        rows = [rho] + [{MEASURE_LABELS.get(m, m): format_p(float(t[c].loc[m])) for m in cols}
-                        for c in ("p", "p_holm") if c in t.columns]
+        rows = [rho] + [
+            {MEASURE_LABELS.get(m, m): format_p(float(t[c].loc[m])) for m in cols}
+            for c in ("p", "p_holm")
+            if c in t.columns
+        ]
         names = ["Rho", "p", "p (Holm)"][: len(rows)]
         index = pd.MultiIndex.from_tuples([(self.name, r) for r in names], names=["dataset", "row"])
         return pd.DataFrame(rows, index=index)
@@ -189,18 +200,22 @@ class GapStudyResult:
 
     def to_markdown(self) -> str:
         """A readable summary: settings line, then every table as markdown."""
-        parts = [f"# Gap study: {self.name}",
-                 f"N = {self.n_queries} queries after trimming {self.n_trimmed}; target = "
-                 f"{self.settings.get('target')}, reference = {self.settings.get('reference')}, "
-                 f"B = {self.settings.get('n_boot')} resamples, seed = {self.settings.get('seed')}"]
+        parts = [
+            f"# Gap study: {self.name}",
+            f"N = {self.n_queries} queries after trimming {self.n_trimmed}; target = "
+            f"{self.settings.get('target')}, reference = {self.settings.get('reference')}, "
+            f"B = {self.settings.get('n_boot')} resamples, seed = {self.settings.get('seed')}",
+        ]
         if any(self.dropped.values()):
             parts.append(f"Rows dropped for non-finite values: {self.dropped}")
-        titles = {"decomposition": "decomposition (our addition, not the paper's: (a) AUC for 1[V > 0], "
-                                   "(b) rho(u, V) within V > 0, (c) paired delta-rho within V > 0)",
-                  "retrieval_bootstrap": "retrieval_bootstrap (our addition: paired bootstrap of AUC and "
-                                         "P@10% differences, reference minus u)",
-                  "size_control": "size_control (our addition: rho(u, V | mean|g|^2), rho(u, V / mean|g|^2), "
-                                  "rho(u, mean|g|^2); pooled, V > 0, V = 0; delta = reference - u)"}
+        titles = {
+            "decomposition": "decomposition (our addition, not the paper's: (a) AUC for 1[V > 0], "
+            "(b) rho(u, V) within V > 0, (c) paired delta-rho within V > 0)",
+            "retrieval_bootstrap": "retrieval_bootstrap (our addition: paired bootstrap of AUC and "
+            "P@10% differences, reference minus u)",
+            "size_control": "size_control (our addition: rho(u, V | mean|g|^2), rho(u, V / mean|g|^2), "
+            "rho(u, mean|g|^2); pooled, V > 0, V = 0; delta = reference - u)",
+        }
         for key, table in self.tables().items():
             parts += [f"\n## {titles.get(key, key)}", table.to_markdown(index=False, floatfmt=".4g")]
         return "\n".join(parts) + "\n"
@@ -211,9 +226,14 @@ class GapStudyResult:
         folder.mkdir(parents=True, exist_ok=True)
         for key, table in self.tables().items():
             write_frame(table, folder / f"{key}.csv")
-        blob = dict(name=self.name, settings=self.settings, n_queries=self.n_queries,
-                    n_trimmed=self.n_trimmed, dropped=self.dropped,
-                    tables={k: json.loads(t.to_json(orient="split", index=False)) for k, t in self.tables().items()})
+        blob = dict(
+            name=self.name,
+            settings=self.settings,
+            n_queries=self.n_queries,
+            n_trimmed=self.n_trimmed,
+            dropped=self.dropped,
+            tables={k: json.loads(t.to_json(orient="split", index=False)) for k, t in self.tables().items()},
+        )
         write_json(folder / "gap_study.json", blob, default=float)
         return folder
 
@@ -225,11 +245,21 @@ class GapStudyResult:
             raise FileNotFoundError(f"no gap_study.json in {folder}")
         blob = json.loads(path.read_text())
         tables = {k: pd.DataFrame(v["data"], columns=v["columns"]) for k, v in blob["tables"].items()}
-        return cls(spearman=tables["spearman"], retrieval=tables["retrieval"], bootstrap=tables["bootstrap"],
-                   heldout=tables["heldout"], success=tables.get("success"), settings=blob["settings"],
-                   n_queries=blob["n_queries"], n_trimmed=blob["n_trimmed"], dropped=blob["dropped"],
-                   name=blob["name"], decomposition=tables.get("decomposition"),
-                   retrieval_bootstrap=tables.get("retrieval_bootstrap"), size_control=tables.get("size_control"))
+        return cls(
+            spearman=tables["spearman"],
+            retrieval=tables["retrieval"],
+            bootstrap=tables["bootstrap"],
+            heldout=tables["heldout"],
+            success=tables.get("success"),
+            settings=blob["settings"],
+            n_queries=blob["n_queries"],
+            n_trimmed=blob["n_trimmed"],
+            dropped=blob["dropped"],
+            name=blob["name"],
+            decomposition=tables.get("decomposition"),
+            retrieval_bootstrap=tables.get("retrieval_bootstrap"),
+            size_control=tables.get("size_control"),
+        )
 
 
 def paper_table(results: dict, which: str = "table4") -> pd.DataFrame:
@@ -264,16 +294,29 @@ def _check_study_input(groups: pd.DataFrame, target: str, n_boot: int) -> None:
             rows = np.flatnonzero(dup)
             first = ids.iloc[rows[0]]
             first = first.item() if isinstance(first, np.generic) else first
-            raise ValueError(f"groups frame: query_id {first!r} appears {int((ids == ids.iloc[rows[0]]).sum())} "
-                             f"times (rows {rows[:5].tolist()}); each query must be counted once")
+            raise ValueError(
+                f"groups frame: query_id {first!r} appears {int((ids == ids.iloc[rows[0]]).sum())} "
+                f"times (rows {rows[:5].tolist()}); each query must be counted once"
+            )
     if target in groups.columns and not np.isfinite(_finite_column(groups, target)).any():
         raise ValueError(f"target {target!r} has no finite value in the {len(groups)} rows")
 
 
-def gap_study(groups: pd.DataFrame, measures: Sequence[str] = DEFAULT_MEASURES, target: str = "grad_var",
-              reference: str = "bot", trim: float = 0.02, n_boot: int = 10_000, top_frac: float = 0.1,
-              k_folds: int = 5, seed: int = 0, success_column: str = "success_rate",
-              level: float = 0.95, name: str = "data", norm_column: str = NORM_COLUMN) -> GapStudyResult:
+def gap_study(
+    groups: pd.DataFrame,
+    measures: Sequence[str] = DEFAULT_MEASURES,
+    target: str = "grad_var",
+    reference: str = "bot",
+    trim: float = 0.02,
+    n_boot: int = 10_000,
+    top_frac: float = 0.1,
+    k_folds: int = 5,
+    seed: int = 0,
+    success_column: str = "success_rate",
+    level: float = 0.95,
+    name: str = "data",
+    norm_column: str = NORM_COLUMN,
+) -> GapStudyResult:
     """Run the gap study of App. D on a groups frame (docs/conventions.md "gap study").
 
     1. drop the ``trim`` queries with the largest target (``trim_top``);
@@ -317,10 +360,12 @@ def gap_study(groups: pd.DataFrame, measures: Sequence[str] = DEFAULT_MEASURES, 
     # Bootstrap draws: one call per distinct row set, so the no-NaN case is a single call
     # whose index matrix serves both the rho CIs and the paired Deltas.
     need: dict[bytes, tuple[np.ndarray, list[str]]] = {}
+
     def _add(mask, cols):
         key = mask.tobytes()
         entry = need.setdefault(key, (mask, []))
         entry[1].extend(c for c in cols if c not in entry[1])
+
     for m in measures:
         _add(masks[m], [m])
     if reference in measures:
@@ -339,8 +384,9 @@ def gap_study(groups: pd.DataFrame, measures: Sequence[str] = DEFAULT_MEASURES, 
     rows_s, rows_r, rows_h, rows_c, rows_b = [], [], [], [], []
     has_success = success_column in frame.columns
     if has_success and not np.isfinite(_finite_column(frame, success_column)).any():
-        warnings.warn(f"column {success_column!r} has no finite value: the success-rate table "
-                      f"(Table 3) is skipped", stacklevel=2)
+        warnings.warn(
+            f"column {success_column!r} has no finite value: the success-rate table (Table 3) is skipped", stacklevel=2
+        )
         has_success = False
     for m in measures:
         mask = masks[m]
@@ -359,15 +405,24 @@ def gap_study(groups: pd.DataFrame, measures: Sequence[str] = DEFAULT_MEASURES, 
         try:
             auc, prec = retrieval(u, y, top_frac)
         except ValueError as err:  # a degenerate top split (the target tied at the cut): report the rest
-            warnings.warn(f"measure {m!r}: AUC and precision skipped ({err}); rho and the other tables "
-                          f"are reported", stacklevel=2)
+            warnings.warn(
+                f"measure {m!r}: AUC and precision skipped ({err}); rho and the other tables are reported", stacklevel=2
+            )
             auc, prec = float("nan"), float("nan")
         rows_r.append(dict(measure=m, auc=auc, precision_at_10=prec, n=N))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             h = heldout_regression(u, y, k_folds, seed)
-        rows_h.append(dict(measure=m, mae_mean=h["mae_mean"], mae_std=h["mae_std"],
-                           spearman_mean=h["spearman_mean"], spearman_std=h["spearman_std"], n=N))
+        rows_h.append(
+            dict(
+                measure=m,
+                mae_mean=h["mae_mean"],
+                mae_std=h["mae_std"],
+                spearman_mean=h["spearman_mean"],
+                spearman_std=h["spearman_std"],
+                n=N,
+            )
+        )
         if has_success:
             s = _finite_column(frame, success_column)
             ok = np.isfinite(s) & np.isfinite(_finite_column(frame, m))
@@ -378,17 +433,17 @@ def gap_study(groups: pd.DataFrame, measures: Sequence[str] = DEFAULT_MEASURES, 
         if reference in measures and m != reference:
             pair = boot[(mask & masks[reference]).tobytes()]
             both = mask & masks[reference]
-            point = _point_rhos(np.column_stack([_finite_column(frame, c)[both] for c in (reference, m)]),
-                                y_all[both])
-            rows_b.append(_paired_frame(np.column_stack([pair[reference], pair[m]]),
-                                        [reference, m], reference, level, point))
-    bootstrap = (pd.concat(rows_b, ignore_index=True) if rows_b
-                 else pd.DataFrame(columns=_raw_columns("bootstrap")))
+            point = _point_rhos(np.column_stack([_finite_column(frame, c)[both] for c in (reference, m)]), y_all[both])
+            rows_b.append(
+                _paired_frame(np.column_stack([pair[reference], pair[m]]), [reference, m], reference, level, point)
+            )
+    bootstrap = pd.concat(rows_b, ignore_index=True) if rows_b else pd.DataFrame(columns=_raw_columns("bootstrap"))
     # Our additions on the rows where the target and every measure are finite (paired draws).
     common = ok_y & np.logical_and.reduce([masks[m] for m in measures])
     Xc = np.column_stack([_finite_column(frame, m)[common] for m in measures])
-    decomposition = v_zero_decomposition(Xc, measures, y_all[common], reference if reference in measures else None,
-                                         rng, n_boot=n_boot, level=level)
+    decomposition = v_zero_decomposition(
+        Xc, measures, y_all[common], reference if reference in measures else None, rng, n_boot=n_boot, level=level
+    )
     retrieval_boot = None
     if reference in measures and len(measures) > 1:
         idx = rng.integers(0, int(common.sum()), size=(n_boot, int(common.sum())))
@@ -398,23 +453,47 @@ def gap_study(groups: pd.DataFrame, measures: Sequence[str] = DEFAULT_MEASURES, 
             warnings.warn(f"paired retrieval bootstrap skipped ({err})", stacklevel=2)
     size = None  # drawn after every other statistic, so the older tables keep their resamples
     if norm_column in frame.columns:
-        size = size_control(Xc, measures, y_all[common], _finite_column(frame, norm_column)[common],
-                            reference if reference in measures else None, rng, n_boot=n_boot, level=level)
+        size = size_control(
+            Xc,
+            measures,
+            y_all[common],
+            _finite_column(frame, norm_column)[common],
+            reference if reference in measures else None,
+            rng,
+            n_boot=n_boot,
+            level=level,
+        )
     else:
         warnings.warn(f"no {norm_column!r} column: the gradient-size control is skipped", stacklevel=2)
-    settings = dict(measures=measures, target=target, reference=reference, trim=trim, n_boot=n_boot,
-                    top_frac=top_frac, k_folds=k_folds, seed=seed, success_column=success_column,
-                    level=level, target_mean=float(np.nanmean(y_all)), norm_column=norm_column,
-                    multiple_comparisons="Holm (statsmodels multipletests) over the measures of each table",
-                    precision_tie_rule="expected precision under random tie-breaking",
-                    top_rule="target >= k-th largest, k = round(top_frac N)")
+    settings = dict(
+        measures=measures,
+        target=target,
+        reference=reference,
+        trim=trim,
+        n_boot=n_boot,
+        top_frac=top_frac,
+        k_folds=k_folds,
+        seed=seed,
+        success_column=success_column,
+        level=level,
+        target_mean=float(np.nanmean(y_all)),
+        norm_column=norm_column,
+        multiple_comparisons="Holm (statsmodels multipletests) over the measures of each table",
+        precision_tie_rule="expected precision under random tie-breaking",
+        top_rule="target >= k-th largest, k = round(top_frac N)",
+    )
     return GapStudyResult(
         spearman=add_holm(pd.DataFrame(rows_s, columns=_raw_columns("spearman"))),
         retrieval=pd.DataFrame(rows_r, columns=_TABLE_COLUMNS["retrieval"]),
         bootstrap=add_holm(bootstrap, "p_le_0"),
         heldout=pd.DataFrame(rows_h, columns=_TABLE_COLUMNS["heldout"]),
         success=add_holm(pd.DataFrame(rows_c, columns=_raw_columns("success"))) if has_success else None,
-        settings=settings, n_queries=len(frame), n_trimmed=n_trimmed, dropped=dropped, name=name,
+        settings=settings,
+        n_queries=len(frame),
+        n_trimmed=n_trimmed,
+        dropped=dropped,
+        name=name,
         decomposition=add_holm(decomposition, "rho_pos_p"),
-        retrieval_bootstrap=add_holm(retrieval_boot, "p_le_0", by=["metric"]), size_control=size,
+        retrieval_bootstrap=add_holm(retrieval_boot, "p_le_0", by=["metric"]),
+        size_control=size,
     )

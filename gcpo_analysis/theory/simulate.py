@@ -26,6 +26,7 @@ variation but knows nothing of geometry or reward (what token entropy sees). GRP
 A_i = (r_i - mean r) / (std r + 1e-6) (population std, ``grpo_advantages_batch``) and the exact
 target V(q) = (1/G) sum_i ||A_i g_i - (1/G) sum_j A_j g_j||^2 (App. D).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -61,16 +62,30 @@ def grad_variance(adv: np.ndarray, grads: np.ndarray) -> np.ndarray:
     return ((w - w.mean(axis=1, keepdims=True)) ** 2).sum(-1).mean(-1)
 
 
-def simulate_study(n_queries: int = 300, G: int = 16, d_embed: int = 32, d_grad: int = 64,
-                   anisotropy: float = 0.9, lipschitz: bool = True, reward_coupling: float = 0.8,
-                   k_max: int = 6, theta_mid: float = 0.6, paraphrase: float = 0.15,
-                   lipschitz_const: float = 3.0, grad_noise: float = 0.1, reward_noise: float = 0.15,
-                   zero_reward_frac: float = 0.0, seed: int = 0, return_arrays: bool = False):
+def simulate_study(
+    n_queries: int = 300,
+    G: int = 16,
+    d_embed: int = 32,
+    d_grad: int = 64,
+    anisotropy: float = 0.9,
+    lipschitz: bool = True,
+    reward_coupling: float = 0.8,
+    k_max: int = 6,
+    theta_mid: float = 0.6,
+    paraphrase: float = 0.15,
+    lipschitz_const: float = 3.0,
+    grad_noise: float = 0.1,
+    reward_noise: float = 0.15,
+    zero_reward_frac: float = 0.0,
+    seed: int = 0,
+    return_arrays: bool = False,
+):
     """Simulate ``n_queries`` groups of G rollouts; return (rollouts_frame, groups_frame).
 
     See the module docstring for the generative model. ``zero_reward_frac`` plants a block of
     queries (chosen at random, independently of their answers) whose G rewards are all 0, as
-    a weak policy's hopeless queries: their advantages, RD and V(q) are exactly 0. The frames follow docs/conventions.md's frames:
+    a weak policy's hopeless queries: their advantages, RD and V(q) are exactly 0.
+    The frames follow docs/conventions.md's frames:
     rollouts (query_id, rollout_id, completion, answer, reward, cluster, token_entropy) and
     groups (query_id, G, se, cd, bot, rd, token_entropy, n_clusters, success_rate, mean_reward,
     grad_var, mean_update_norm = ||g_hat||, g_hat = (1/G) sum_i A_i g_i). With ``return_arrays``
@@ -107,8 +122,10 @@ def simulate_study(n_queries: int = 300, G: int = 16, d_embed: int = 32, d_grad:
     centred = source - source.mean(axis=1, keepdims=True)
     grads = lipschitz_const * centred @ M.T + grad_noise * rng.normal(size=(n, G, d_grad)) / np.sqrt(d_grad)
     # rewards: each cluster has a level, tied to its angle from the reference answer
-    level = 2.0 * (reward_coupling * np.clip(1 - theta / (np.pi / 2), 0, 1)
-                   + (1 - reward_coupling) * rng.uniform(0, 1, size=theta.shape))
+    level = 2.0 * (
+        reward_coupling * np.clip(1 - theta / (np.pi / 2), 0, 1)
+        + (1 - reward_coupling) * rng.uniform(0, 1, size=theta.shape)
+    )
     rewards = np.clip(level[rows, labels] + reward_noise * rng.normal(size=(n, G)), 0.0, 2.0)
     if not 0 <= zero_reward_frac <= 1:
         raise ValueError(f"zero_reward_frac must lie in [0, 1], got {zero_reward_frac}")
@@ -119,38 +136,53 @@ def simulate_study(n_queries: int = 300, G: int = 16, d_embed: int = 32, d_grad:
     g_hat = (adv[..., None] * grads).mean(axis=1)
     spread = np.linalg.norm(emb - centres[rows, labels], axis=-1).mean(axis=1)
     n_clusters = np.array([len(np.unique(r)) for r in labels])
-    tok_rollout = (0.5 * np.log1p(n_clusters)[:, None] + spread[:, None]
-                   + 0.3 * rng.lognormal(-1.0, 0.5, size=(n, 1)) + 0.05 * rng.normal(size=(n, G)))
+    tok_rollout = (
+        0.5 * np.log1p(n_clusters)[:, None]
+        + spread[:, None]
+        + 0.3 * rng.lognormal(-1.0, 0.5, size=(n, 1))
+        + 0.05 * rng.normal(size=(n, G))
+    )
     qid = np.array([f"q{i:05d}" for i in range(n)])
-    groups = pd.DataFrame({
-        "query_id": qid, "G": G,
-        "se": semantic_entropy_batch(labels),
-        "cd": cosine_dispersion_batch(emb),
-        "bot": barycentric_transport_batch(emb, labels),
-        "rd": reward_dispersion_batch(rewards),
-        "token_entropy": tok_rollout.mean(axis=1),
-        "n_clusters": n_clusters,
-        "success_rate": (rewards > 1.0).mean(axis=1),
-        "mean_reward": rewards.mean(axis=1),
-        "grad_var": grad_variance(adv, grads),
-        "mean_update_norm": np.linalg.norm(g_hat, axis=1),
-    })
-    rollouts = pd.DataFrame({
-        "query_id": np.repeat(qid, G),
-        "rollout_id": np.tile(np.arange(G), n),
-        "completion": [f"cluster {k} / paraphrase {i}" for k, i in zip(labels.ravel(), np.tile(np.arange(G), n))],
-        "answer": [f"answer {k}" for k in labels.ravel()],
-        "reward": rewards.ravel(),
-        "cluster": labels.ravel(),
-        "token_entropy": tok_rollout.ravel(),
-    })
+    groups = pd.DataFrame(
+        {
+            "query_id": qid,
+            "G": G,
+            "se": semantic_entropy_batch(labels),
+            "cd": cosine_dispersion_batch(emb),
+            "bot": barycentric_transport_batch(emb, labels),
+            "rd": reward_dispersion_batch(rewards),
+            "token_entropy": tok_rollout.mean(axis=1),
+            "n_clusters": n_clusters,
+            "success_rate": (rewards > 1.0).mean(axis=1),
+            "mean_reward": rewards.mean(axis=1),
+            "grad_var": grad_variance(adv, grads),
+            "mean_update_norm": np.linalg.norm(g_hat, axis=1),
+        }
+    )
+    rollouts = pd.DataFrame(
+        {
+            "query_id": np.repeat(qid, G),
+            "rollout_id": np.tile(np.arange(G), n),
+            "completion": [f"cluster {k} / paraphrase {i}" for k, i in zip(labels.ravel(), np.tile(np.arange(G), n))],
+            "answer": [f"answer {k}" for k in labels.ravel()],
+            "reward": rewards.ravel(),
+            "cluster": labels.ravel(),
+            "token_entropy": tok_rollout.ravel(),
+        }
+    )
     if return_arrays:
         return rollouts, groups, {"embeddings": emb, "gradients": grads, "labels": labels}
     return rollouts, groups
 
 
-def entropy_filter_effect(groups: pd.DataFrame, tau_quantile: float = 0.5, measure: str = "se",
-                          n_boot: int = 0, seed: int = 0, level: float = 0.95) -> pd.DataFrame:
+def entropy_filter_effect(
+    groups: pd.DataFrame,
+    tau_quantile: float = 0.5,
+    measure: str = "se",
+    n_boot: int = 0,
+    seed: int = 0,
+    level: float = 0.95,
+) -> pd.DataFrame:
     """The calibration gap (Sec. 2.3): keep D_H = {q : H(q) <= tau}, tau the ``tau_quantile`` of H.
 
     Returns rows 'all', 'kept' and 'removed' with n, mean RD, mean grad_var and mean ||g_hat||
@@ -186,12 +218,14 @@ def entropy_filter_effect(groups: pd.DataFrame, tau_quantile: float = 0.5, measu
         alpha = (1 - level) / 2
         for c in cols:
             vb = groups[c].to_numpy(float)[idx]
-            name = _mean_name(c)[len("mean_"):]
+            name = _mean_name(c)[len("mean_") :]
             base = vb.mean(axis=1)
             with np.errstate(invalid="ignore", divide="ignore"):
-                rel = {"all": np.ones(n_boot),
-                       "kept": (vb * keep).sum(1) / keep.sum(1) / base,
-                       "removed": (vb * ~keep).sum(1) / (~keep).sum(1) / base}
+                rel = {
+                    "all": np.ones(n_boot),
+                    "kept": (vb * keep).sum(1) / keep.sum(1) / base,
+                    "removed": (vb * ~keep).sum(1) / (~keep).sum(1) / base,
+                }
             out[f"rel_{name}"] = out[_mean_name(c)] / out[_mean_name(c)].loc[0]
             for q, side in ((alpha, "low"), (1 - alpha, "high")):
                 out[f"rel_{name}_ci_{side}"] = [float(np.nanquantile(rel[s], q)) for s in out["subset"]]

@@ -2,6 +2,7 @@
 gcpo's own loop on fresh output folders. argv: ROOT, then NAME=JSON-overrides per run (each
 trains into ROOT/NAME). Rank 1 looks at each folder 2 s late, so a rank 0 that wrote run.json
 without waiting is caught."""
+
 import json
 import sys
 import time

@@ -1,4 +1,5 @@
 """A tiny TRL/GCPO run shared by tests/test_trl.py and the 2-process script (no network)."""
+
 WORDS = {"king", "city", "house", "war", "man", "the"}
 PROMPTS = ["who is the king ?", "what is the city ?", "where is the house ?", "who won the war ?"]
 
@@ -21,9 +22,22 @@ def recording_advantages(method, store: list):
 
 
 def config_kwargs(output_dir, **overrides):
-    kw = dict(output_dir=str(output_dir), per_device_train_batch_size=8, num_generations=4,
-              max_completion_length=6, max_steps=2, logging_steps=1, seed=0, learning_rate=1e-2, beta=0.04,
-              report_to=[], use_cpu=True, save_strategy="no", temperature=1.0, disable_tqdm=True)
+    kw = dict(
+        output_dir=str(output_dir),
+        per_device_train_batch_size=8,
+        num_generations=4,
+        max_completion_length=6,
+        max_steps=2,
+        logging_steps=1,
+        seed=0,
+        learning_rate=1e-2,
+        beta=0.04,
+        report_to=[],
+        use_cpu=True,
+        save_strategy="no",
+        temperature=1.0,
+        disable_tqdm=True,
+    )
     kw.update(overrides)
     return kw
 

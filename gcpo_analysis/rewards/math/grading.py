@@ -20,6 +20,7 @@ tree before it evaluates anything (``sympy_check.over_cost_guard``) and is kille
 comparison exceeds the time budget. A pair over any guard is compared as strings and the
 fallback is counted by reason (``math_fallbacks``).
 """
+
 from __future__ import annotations
 
 import re
@@ -29,10 +30,16 @@ import warnings
 from collections import Counter, OrderedDict
 from fractions import Fraction
 
-from . import sympy_worker
 from ..extraction import extract_boxed
+from . import sympy_worker
 from .syntax import (
-    MAX_FACTORIAL, MAX_MATH_CHARS, MAX_VERIFY_CHARS, MAX_VERIFY_DEPTH, latex_to_code, prepare_answer, static_guard,
+    MAX_FACTORIAL,
+    MAX_MATH_CHARS,
+    MAX_VERIFY_CHARS,
+    MAX_VERIFY_DEPTH,
+    latex_to_code,
+    prepare_answer,
+    static_guard,
 )
 
 MATH_TIME_BUDGET_S = 1.0  # sympy time of one answer against all its references (bound: 2 s in all)
@@ -64,14 +71,57 @@ def math_fallbacks(reset: bool = False) -> dict[str, int]:
 # Unit words of Minerva's REMOVED_EXPRESSIONS, removed here only as whole words (Minerva's plain
 # substring removal turns "\left" into "\le" via "ft"; we drop \left first and use \b).
 _UNIT_WORDS = (
-    "square", "ways", "integers", "dollars", "mph", "inches", "ft", "hours", "km", "units",
-    "sue", "points", "feet", "minutes", "digits", "cents", "degrees", "cm", "gm", "pounds",
-    "meters", "meals", "edges", "students", "childrentickets", "multiples", "days", "seconds",
+    "square",
+    "ways",
+    "integers",
+    "dollars",
+    "mph",
+    "inches",
+    "ft",
+    "hours",
+    "km",
+    "units",
+    "sue",
+    "points",
+    "feet",
+    "minutes",
+    "digits",
+    "cents",
+    "degrees",
+    "cm",
+    "gm",
+    "pounds",
+    "meters",
+    "meals",
+    "edges",
+    "students",
+    "childrentickets",
+    "multiples",
+    "days",
+    "seconds",
 )
 _UNIT_RE = re.compile(r"(?<![\\A-Za-z])(?:{})(?![A-Za-z])".format("|".join(_UNIT_WORDS)))
 _REMOVE_LITERAL = (
-    "\\!", "\\,", "\\;", "\\:", "\\quad", "\\displaystyle", "\\ldots", "\\dots", "\\cdots",
-    "{}^\\circ", "^{\\circ}", "^\\circ", "°", "\\degree", "\\%", "%", "\\$", "$", "{,}", '"',
+    "\\!",
+    "\\,",
+    "\\;",
+    "\\:",
+    "\\quad",
+    "\\displaystyle",
+    "\\ldots",
+    "\\dots",
+    "\\cdots",
+    "{}^\\circ",
+    "^{\\circ}",
+    "^\\circ",
+    "°",
+    "\\degree",
+    "\\%",
+    "%",
+    "\\$",
+    "$",
+    "{,}",
+    '"',
     "\\mathrm{th}",
 )
 # "x =", "k=", "f(x) =", "a_1 =" prefixes: MATH drops an lhs of <= 2 characters; we also drop
@@ -169,6 +219,8 @@ def math_equiv_any(answer, references) -> bool:
 # ----------------------------------------------------------------------------- math-verify first
 _MATRIX = re.compile(r"\\begin|\\\\|&")  # a matrix or an environment: math-verify's verdict stands
 _FACTORIAL = re.compile(r"(\d{1,9})\s*!")
+
+
 def _text_guard(s: str) -> str | None:
     """The static guards on an answer text before any parser sees it: "length" over
     MAX_VERIFY_CHARS, "depth" for brackets nested deeper than MAX_VERIFY_DEPTH, and the guards of the
@@ -199,7 +251,7 @@ def _pair_equiv(a: str, b: str, guards: set, deadline: float) -> bool:
     na, nb = normalize_math_answer(a), normalize_math_answer(b)
     if na == nb and not _MATRIX.search(a + b):
         return True
-    guard = ("length" if max(len(na), len(nb)) > MAX_MATH_CHARS else None)
+    guard = "length" if max(len(na), len(nb)) > MAX_MATH_CHARS else None
     if guard is None and _number(na) is not None and _number(nb) is not None:
         return _scalar_equiv(na, nb, deadline)[0]
     guard = guard or _text_guard(a) or _text_guard(b)
@@ -232,8 +284,12 @@ def _verify(a: str, b: str, deadline: float) -> tuple[bool | None, str | None]:
         return result
     except sympy_worker.WorkerUnavailable as err:
         return None, _no_worker(err)[1]
-    if not (isinstance(reply, list) and len(reply) == 2 and reply[0] in (True, False, None)
-            and reply[1] in (None, "cost", "memory")):
+    if not (
+        isinstance(reply, list)
+        and len(reply) == 2
+        and reply[0] in (True, False, None)
+        and reply[1] in (None, "cost", "memory")
+    ):
         return None, _no_worker(f"malformed reply {reply!r:.80}")[1]
     result = (reply[0], reply[1])
     _PAIRS.put(("verify", a, b), result)
@@ -356,7 +412,11 @@ def _scalar_equiv(na: str, nb: str, deadline: float) -> tuple[bool, str | None]:
     xa, xb = _number(na), _number(nb)
     if xa is not None and xb is not None:
         (va, dec_a), (vb, dec_b) = xa, xb
-        same = va == vb if not (dec_a or dec_b) else abs(va - vb) <= Fraction(1, 10**6) * max(Fraction(1), abs(va), abs(vb))
+        same = (
+            va == vb
+            if not (dec_a or dec_b)
+            else abs(va - vb) <= Fraction(1, 10**6) * max(Fraction(1), abs(va), abs(vb))
+        )
         result: tuple[bool, str | None] = (bool(same), None)
         keep = True
     else:
@@ -385,15 +445,23 @@ def _sympy_equiv(na: str, nb: str, deadline: float) -> tuple[tuple[bool, str | N
         return (False, "time"), left >= MATH_TIME_BUDGET_S / 2
     except sympy_worker.WorkerUnavailable as err:
         return _no_worker(err), False
-    if not (isinstance(reply, list) and len(reply) == 2 and isinstance(reply[0], bool)
-            and reply[1] in (None, "cost", "memory")):
+    if not (
+        isinstance(reply, list)
+        and len(reply) == 2
+        and isinstance(reply[0], bool)
+        and reply[1] in (None, "cost", "memory")
+    ):
         return _no_worker(f"malformed reply {reply!r:.80}"), False
     return (reply[0], reply[1]), True
 
 
 def _no_worker(why) -> tuple[bool, str]:
-    warnings.warn(f"math grader: no sympy comparison ({why}); the answers are compared as strings, "
-                  f"counted as 'worker' in math_fallbacks()", RuntimeWarning, stacklevel=4)
+    warnings.warn(
+        f"math grader: no sympy comparison ({why}); the answers are compared as strings, "
+        f"counted as 'worker' in math_fallbacks()",
+        RuntimeWarning,
+        stacklevel=4,
+    )
     return False, "worker"
 
 

@@ -7,6 +7,7 @@ sympy computation that does not end can reach the caller. The tree guard below s
 the worker's time for real comparisons: it refuses, before anything evaluates, what is known
 to take unbounded time (towers, huge exponents, expansions, roots of huge numbers).
 """
+
 from __future__ import annotations
 
 import functools
@@ -17,11 +18,19 @@ import warnings
 
 import sympy
 from sympy.parsing.sympy_parser import (
-    convert_xor, implicit_multiplication_application, parse_expr, standard_transformations,
+    convert_xor,
+    implicit_multiplication_application,
+    parse_expr,
+    standard_transformations,
 )
 
 from .syntax import (
-    MAX_BITS, MAX_EXPANDED_TERMS, MAX_EXPONENT, MAX_NODES, MAX_ROOT_BITS, MAX_SYMBOLIC_EXPONENT,
+    MAX_BITS,
+    MAX_EXPANDED_TERMS,
+    MAX_EXPONENT,
+    MAX_NODES,
+    MAX_ROOT_BITS,
+    MAX_SYMBOLIC_EXPONENT,
     plain_arithmetic,
 )
 
@@ -68,7 +77,7 @@ def _log2_size(expr) -> float:
             return math.inf
         if not expr.exp.free_symbols:  # small enough to evaluate in floats: use its real size
             return max(base, 1.0) * _exponent(expr)[0]
-        return max(base, 1.0) * 2.0 ** exp
+        return max(base, 1.0) * 2.0**exp
     if expr.is_Mul:
         return sum(sizes)
     return max(sizes) + math.log2(len(sizes))  # Add, functions (sqrt, sin, log, ...)
@@ -221,8 +230,10 @@ def _huge_combinatorics(value) -> bool:
     """A factorial, binomial or gamma of a number over 2^14 (999999! has 5.5 million digits):
     math-verify would evaluate it."""
     try:
-        return any(isinstance(node, _COMBINATORIAL) and any(_log2_size(x) > 14 for x in node.args)
-                   for node in sympy.preorder_traversal(value))
+        return any(
+            isinstance(node, _COMBINATORIAL) and any(_log2_size(x) > 14 for x in node.args)
+            for node in sympy.preorder_traversal(value)
+        )
     except (OverflowError, ValueError, TypeError, AttributeError):
         return True
 

@@ -18,6 +18,7 @@ request]``; supervisor → caller ``["ok", result]``, ``["time"]`` (killed), ``[
 ``WorkerTimeout`` or ``WorkerUnavailable``. The supervisor and worker exit when the caller's
 pipe closes; a fork of the caller starts its own supervisor.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -65,7 +66,7 @@ def _read_line(fd: int, buffer: bytearray, deadline: float) -> bytes | None:
 def _write_line(fd: int, value) -> None:
     data = json.dumps(value).encode() + b"\n"
     while data:
-        data = data[os.write(fd, data):]
+        data = data[os.write(fd, data) :]
 
 
 # ----------------------------------------------------------------------------- caller side
@@ -137,10 +138,17 @@ class Worker:
         if not hasattr(os, "fork") or not sys.executable:
             raise WorkerUnavailable("this platform has no os.fork or no Python executable")
         root = str(Path(__file__).resolve().parents[3])  # the folder holding gcpo_analysis: importable uninstalled
-        code = (f"import sys; sys.path.insert(0, {root!r}); "
-                f"from gcpo_analysis.rewards.math.sympy_worker import supervise; supervise({self.target!r})")
-        proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                bufsize=0, start_new_session=True)  # Ctrl-C reaches the caller only
+        code = (
+            f"import sys; sys.path.insert(0, {root!r}); "
+            f"from gcpo_analysis.rewards.math.sympy_worker import supervise; supervise({self.target!r})"
+        )
+        proc = subprocess.Popen(
+            [sys.executable, "-c", code],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            bufsize=0,
+            start_new_session=True,
+        )  # Ctrl-C reaches the caller only
         self._proc, self._buffer = proc, bytearray()
         assert proc.stdout is not None  # started with PIPE
         line = _read_line(proc.stdout.fileno(), self._buffer, time.monotonic() + STARTUP_TIMEOUT_S)

@@ -9,6 +9,7 @@ and parentheses. Nothing else gets through, so no attribute access (``pi.n(10**8
 literal that sympy would make exact (``1e999999999``), no string, call of an arbitrary name, or
 keyword.
 """
+
 from __future__ import annotations
 
 import io
@@ -34,9 +35,20 @@ MAX_ROOT_BITS = 1_024  # [cost] roots of numbers over 2^MAX_ROOT_BITS (sympy fac
 
 FUNCS = frozenset({"sqrt", "sin", "cos", "tan", "cot", "sec", "csc", "log", "ln", "exp", "pi", "oo"})
 _LATEX_TO_PY = [
-    (r"\cdot", "*"), (r"\times", "*"), (r"\div", "/"), (r"\pi", " pi "), (r"\infty", " oo "),
-    (r"\ln", " ln "), (r"\log", " log "), (r"\exp", " exp "), (r"\sin", " sin "), (r"\cos", " cos "),
-    (r"\tan", " tan "), (r"\cot", " cot "), (r"\sec", " sec "), (r"\csc", " csc "),
+    (r"\cdot", "*"),
+    (r"\times", "*"),
+    (r"\div", "/"),
+    (r"\pi", " pi "),
+    (r"\infty", " oo "),
+    (r"\ln", " ln "),
+    (r"\log", " log "),
+    (r"\exp", " exp "),
+    (r"\sin", " sin "),
+    (r"\cos", " cos "),
+    (r"\tan", " tan "),
+    (r"\cot", " cot "),
+    (r"\sec", " sec "),
+    (r"\csc", " csc "),
 ]
 # 1.5e-3 is scientific notation, as Python reads it; written as a power of ten so that the
 # exponent meets the exponent guard instead of sympy building 10^999999999 inside a Float.
@@ -65,13 +77,13 @@ def latex_to_code(s: str) -> str | None:
                     close = s.find("]", k)
                     if close < 0:
                         return None
-                    root, k = latex_to_code(s[k + 1:close]), close + 1
+                    root, k = latex_to_code(s[k + 1 : close]), close + 1
                     if root is None:
                         return None
                 groups = []
                 for _ in range(2 if kind == "frac" else 1):
                     end = braces.get(k) if s.startswith("{", k) else None
-                    inner = None if end is None else latex_to_code(s[k + 1:end])
+                    inner = None if end is None else latex_to_code(s[k + 1 : end])
                     if inner is None:
                         return None
                     groups.append(inner)
@@ -112,9 +124,11 @@ def plain_arithmetic(code: str) -> list[str] | None:
             kind, text = tok.type, tok.string
             if kind in (tokenize.NEWLINE, tokenize.NL, tokenize.ENDMARKER):
                 continue
-            if not ((kind == tokenize.NUMBER and _NUMBER_TOKEN.fullmatch(text))
-                    or (kind == tokenize.NAME and (len(text) == 1 or text in FUNCS))
-                    or (kind == tokenize.OP and text in _OPERATORS)):
+            if not (
+                (kind == tokenize.NUMBER and _NUMBER_TOKEN.fullmatch(text))
+                or (kind == tokenize.NAME and (len(text) == 1 or text in FUNCS))
+                or (kind == tokenize.OP and text in _OPERATORS)
+            ):
                 return None
             tokens.append(text)
     except (tokenize.TokenError, SyntaxError):
@@ -151,8 +165,11 @@ _REPEATING = re.compile(r"(-?)(\d*+)\.(\d*+)\\overline\{(\d++)\}")
 def _repeating_to_fraction(m) -> str:
     """0.\\overline{36} -> \\frac{36}{99}; 1.2\\overline{3} -> \\frac{111}{90} (exact)."""
     sign, whole, fixed, period = m.groups()
-    value = Fraction(int(whole or 0)) + (Fraction(int(fixed), 10 ** len(fixed)) if fixed else 0) + \
-        Fraction(int(period), (10 ** len(period) - 1) * 10 ** len(fixed))
+    value = (
+        Fraction(int(whole or 0))
+        + (Fraction(int(fixed), 10 ** len(fixed)) if fixed else 0)
+        + Fraction(int(period), (10 ** len(period) - 1) * 10 ** len(fixed))
+    )
     return f"{sign}\\frac{{{value.numerator}}}{{{value.denominator}}}"
 
 
