@@ -192,7 +192,7 @@ def _human(name: str) -> str:
 
 
 def decomposition(result, path=None):
-    """Our addition, not the paper's: the V = 0 decomposition (``gcpo_analysis.decomposition``).
+    """Our addition, not the paper's: the V = 0 decomposition (``gcpo_analysis.stats.decomposition``).
 
     ``result``: a GapStudyResult or its ``decomposition`` frame (columns ``DECOMPOSITION_COLUMNS``).
     (a) AUC of u for 1[V > 0] over all groups, with the AUC = 0.5 chance line; (b) Spearman
@@ -256,7 +256,7 @@ def decomposition(result, path=None):
 
 
 def size_control(result, path=None):
-    """Our addition, not the paper's: the gradient-size control (``gcpo_analysis.size_control``).
+    """Our addition, not the paper's: the gradient-size control (``gcpo_analysis.stats.size_control``).
 
     Three panels, one per statistic: (a) the rank partial rho(u, V | mean||g||^2), (b) rho(u,
     V / mean||g||^2), (c) rho(u, mean||g||^2); in each, the pooled groups and the V > 0 groups
@@ -442,7 +442,7 @@ def simulation_gaps_plot(rho_table: pd.DataFrame, filter_table: pd.DataFrame, pa
 def lipschitz_plot(
     pairs: pd.DataFrame, per_group: pd.DataFrame, summary: pd.DataFrame, path=None, title: str | None = None
 ):
-    """Do gradients follow the embedding? (``gcpo_analysis.lipschitz``, paper App. C's assumption.)
+    """Do gradients follow the embedding? (``gcpo_analysis.stats.lipschitz``, paper App. C's assumption.)
 
     (a) the per-group Spearman rho(d_g, d_e), one dot per group, with the mean and its bootstrap
     CI; (b) every pair: d_e / group mean against d_g / group mean (log axis), with the median of

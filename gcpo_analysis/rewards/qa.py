@@ -10,7 +10,7 @@ Rewards live on [0, 2]:
 
 Token-F1 / EM follow the SQuAD evaluation script (normalisation: lower-case, strip punctuation
 and the articles a/an/the, collapse whitespace). BLEU is sacrebleu. Answer extraction lives in
-``gcpo_analysis.extraction``, math equivalence in ``gcpo_analysis.math_grading`` (with its
+``gcpo_analysis.rewards.extraction``, math equivalence in ``gcpo_analysis.rewards.math.grading`` (with its
 syntax check ``math_syntax`` and its time-limited sympy worker ``sympy_worker``); their public
 names are importable from here as before.
 """

@@ -163,7 +163,7 @@ class GapStudyResult:
     n_trimmed: int
     dropped: dict = field(default_factory=dict)
     name: str = "data"
-    # our additions (``gcpo_analysis.decomposition``), absent from results saved before them
+    # our additions (``gcpo_analysis.stats.decomposition``), absent from results saved before them
     decomposition: pd.DataFrame | None = None
     retrieval_bootstrap: pd.DataFrame | None = None
     size_control: pd.DataFrame | None = None
@@ -325,7 +325,7 @@ def gap_study(
        Spearman with ``success_column`` when it exists (Table 3);
     3. paired bootstrap of Delta = rho(reference, V) - rho(u, V), percentile CIs;
     4. our additions: the V = 0 decomposition, the retrieval bootstrap and, when ``norm_column``
-       is a column, the gradient-size control (``gcpo_analysis.size_control``); Holm-adjusted
+       is a column, the gradient-size control (``gcpo_analysis.stats.size_control``); Holm-adjusted
        p-values beside the raw ones in every table that lists several measures.
     All resamples come from ``np.random.default_rng(seed)``. See the module docstring for the
     bad-input policy.

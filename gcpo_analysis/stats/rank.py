@@ -1,7 +1,7 @@
 """Rank statistics of the gap study (App. D): Spearman rho with p, the paired bootstrap of
 rho differences vectorised over resamples (exact average ranks from draw counts), and the
 retrieval metrics AUC and precision@top. Pure numpy/scipy on arrays; ``gcpo_analysis.stats``
-builds the study's frames on top and ``gcpo_analysis.decomposition`` reuses them.
+builds the study's frames on top and ``gcpo_analysis.stats.decomposition`` reuses them.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ paper's "≈" claims the row reports how far off they are (a relative gap, or th
 against the bound derived in the note); for the "≲" bounds of App. C it is the worst
 ratio measured minus 1 (0 if the literal constant held), and ``holds`` says whether the
 literal constant held on every instance; the note gives the ratio and what is provable.
-Run as ``python -m gcpo_analysis.proofs`` (the CLI wires it to ``gcpo proofs``).
+Run as ``gcpo proofs`` (``check_all`` from Python).
 """
 
 from __future__ import annotations

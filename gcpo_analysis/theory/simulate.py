@@ -91,7 +91,7 @@ def simulate_study(
     grad_var, mean_update_norm = ||g_hat||, g_hat = (1/G) sum_i A_i g_i). With ``return_arrays``
     a third item holds the planted arrays: ``embeddings`` (n, G, d_embed), ``gradients``
     (n, G, d_grad) and ``labels`` (n, G), for checks of the Lipschitz measurement
-    (``gcpo_analysis.lipschitz``).
+    (``gcpo_analysis.stats.lipschitz``).
     """
     if not 0 <= anisotropy <= 1:
         raise ValueError(f"anisotropy must lie in [0, 1], got {anisotropy}")

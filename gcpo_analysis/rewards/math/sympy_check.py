@@ -1,7 +1,7 @@
 """The sympy half of the math grader: what the grading worker process runs (docs/conventions.md
 "Rewards"). Parse checked code, size the expression tree, compare two answers.
 
-Imported by the worker (``gcpo_analysis.sympy_worker``), which runs every call under a hard
+Imported by the worker (``gcpo_analysis.rewards.math.sympy_worker``), which runs every call under a hard
 time limit; the grader's own process never imports it, so neither sympy's import time nor a
 sympy computation that does not end can reach the caller. The tree guard below still keeps
 the worker's time for real comparisons: it refuses, before anything evaluates, what is known

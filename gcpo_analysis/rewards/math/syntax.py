@@ -2,7 +2,7 @@
 and the static guard on its size (docs/conventions.md "Rewards").
 
 Pure string work, no sympy: the grader runs it on every answer before anything reaches the
-sympy worker (``gcpo_analysis.sympy_worker``), and the worker runs ``plain_arithmetic`` again
+sympy worker (``gcpo_analysis.rewards.math.sympy_worker``), and the worker runs ``plain_arithmetic`` again
 before ``parse_expr`` (which calls ``eval``) sees a string. Plain arithmetic means: decimal
 numbers without exponents, single letters, the function names of ``FUNCS``, ``+ - * / **``
 and parentheses. Nothing else gets through, so no attribute access (``pi.n(10**8)``), no float
