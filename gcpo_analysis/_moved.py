@@ -34,6 +34,7 @@ MOVED = {
     "sympy_check": "gcpo_analysis.rewards.math.sympy_check",
     "sympy_worker": "gcpo_analysis.rewards.math.sympy_worker",
     "training_study": "gcpo_analysis.study.from_training",
+    "testing": "gcpo_analysis.tiny_models",
 }
 SPLIT = {"lipschitz": ("gcpo_analysis.stats.lipschitz", "gcpo_analysis.study.lipschitz")}
 

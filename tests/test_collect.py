@@ -11,7 +11,7 @@ from gcpo_analysis.frames import validate_rollouts  # noqa: E402
 from gcpo_analysis.gradvar import gradient_variance, naive_gram  # noqa: E402
 from gcpo_analysis.measures.advantages import grpo_advantages  # noqa: E402
 from gcpo_analysis.study.collect import collect_rollouts  # noqa: E402
-from gcpo_analysis.testing import tiny_causal_lm, tiny_tokenizer  # noqa: E402
+from gcpo_analysis.tiny_models import tiny_causal_lm, tiny_tokenizer  # noqa: E402
 
 G = 4
 

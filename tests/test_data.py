@@ -8,7 +8,7 @@ import pytest
 
 from gcpo_analysis import data as D
 from gcpo_analysis import prompts
-from gcpo_analysis.testing import tiny_tokenizer
+from gcpo_analysis.tiny_models import tiny_tokenizer
 
 
 def write_jsonl(path, records):

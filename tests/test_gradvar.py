@@ -17,7 +17,7 @@ from gcpo_analysis.gradvar import (  # noqa: E402
     naive_gram,
     naive_group_gradients,
 )
-from gcpo_analysis.testing import tiny_causal_lm  # noqa: E402
+from gcpo_analysis.tiny_models import tiny_causal_lm  # noqa: E402
 
 RTOL = 1e-4
 

@@ -22,7 +22,7 @@ HYPOTHESES = ["he is dead", "a woman and a man who was the king of the city", "n
 
 
 def _tiny_nli(id2label, seed=0):
-    from gcpo_analysis.testing import tiny_tokenizer
+    from gcpo_analysis.tiny_models import tiny_tokenizer
 
     tok = tiny_tokenizer()  # pads on the left; the judge must still pad on the right
     torch.manual_seed(seed)
