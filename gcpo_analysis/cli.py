@@ -280,15 +280,11 @@ def main(argv=None) -> int:
     configure_logging()
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
-    if extra:  # an unknown flag: name it with close matches, as `python -m gcpo_train` does
-        import difflib
+    from .errors import did_you_mean, run_one_line
 
+    if extra:  # an unknown flag: name it with close matches
         sub = getattr(args, "_parser", None) or parser
-        flags = list(sub._option_string_actions)
-        close = difflib.get_close_matches(extra[0].split("=")[0], flags, n=3)
-        hint = f"; did you mean {', '.join(close)}?" if close else ""
-        sub.error(f"unknown option {extra[0]!r}{hint}")
-    from .errors import run_one_line
+        sub.error(f"unknown option {extra[0]!r}{did_you_mean(extra[0].split('=')[0], sub._option_string_actions)}")
 
     return run_one_line(lambda: int(args.func(args) or 0), f"gcpo {args.command}", args.traceback)
 

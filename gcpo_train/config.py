@@ -11,7 +11,6 @@ learning rate 5e-5, β = 0.002, G = 16 rollouts, temperature 0.9, α_base = 0.6,
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import hashlib
 import json
 import math
@@ -19,6 +18,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gcpo_analysis.errors import did_you_mean
 from gcpo_analysis.vocab import ALPHA_BASE, DATASETS, MATH_DATASETS, NLI_THRESHOLD, R_MAX, R_MIN, field_kinds
 
 LOSS_AGGREGATIONS = ("sequence", "token")
@@ -357,8 +357,7 @@ def check_modulator_params(params):
     accepted = modulator_param_names()
     for key, value in params.items():
         if key not in accepted:
-            close = difflib.get_close_matches(str(key), accepted, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            hint = did_you_mean(key, accepted, n=1)
             raise ValueError(f"modulator_params: unknown key {key!r}{hint}; accepted keys: {', '.join(accepted)}")
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise ValueError(f"modulator_params[{key!r}] must be a finite number, got {value!r}")
@@ -411,9 +410,7 @@ def _check_keys(keys, source: str) -> None:
     names = [f.name for f in dataclasses.fields(TrainConfig)]
     for key in keys:
         if key not in names:
-            close = difflib.get_close_matches(key, names, n=3)
-            hint = f"; did you mean {', '.join(close)}?" if close else ""
-            raise ValueError(f"unknown config key {key!r} in {source}{hint}")
+            raise ValueError(f"unknown config key {key!r} in {source}{did_you_mean(key, names)}")
 
 
 def parse_overrides(pairs) -> dict:
