@@ -44,7 +44,7 @@ def load_model_and_tokenizer(name: str, dtype: str = "float32"):
         tok = tiny_tokenizer()
         model = tiny_causal_lm(name.split(":", 1)[1], vocab_size=len(tok)).to(torch_dtype)
         return model, tok
-    model, tok = models.load_policy(None if name == "packaged" else name, dtype=torch_dtype)
+    model, tok = models.load_policy(name, dtype=torch_dtype)  # 'packaged' resolved there (resolve_policy)
     return model, tok
 
 
