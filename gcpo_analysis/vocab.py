@@ -4,7 +4,7 @@ Benchmarks (paper Section 5): ``DATASETS``; the math ones (``MATH_DATASETS``) em
 the full completion (Appendix E). Measures (docs/conventions.md "The frames"): the columns of the
 groups frame that the gap study compares by default, ``DEFAULT_MEASURES``. What a measure or a
 modulator needs computed for a group: ``EMBEDDINGS`` (the unit vectors mu_i) and ``CLUSTERS``
-(the greedy entailment clusters) — the names of the ``GroupRollouts`` fields they fill.
+(the greedy entailment clusters) — the names of the ``GroupFeatures`` fields they fill.
 
 Defaults of the paper (Appendix E): ``ALPHA_BASE`` = 0.6 in alpha_G = alpha_base / ln G;
 ``NLI_THRESHOLD`` = 0.35, the entailment probability at which a response joins a cluster;

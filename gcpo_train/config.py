@@ -90,7 +90,9 @@ class TrainConfig:
     lora_dropout: float = _f(0.0, "LoRA dropout (0 keeps the loss deterministic).")
     lora_target_modules: list[str] | None = _f(
         None,
-        "Module names LoRA wraps; None = q,k,v,o,gate,up,down proj.",
+        "Module names LoRA wraps; None = the gcpo loop wraps every projection the model has among "
+        "q/k/v/o/gate/up/down_proj and GPT-2's c_attn/c_proj/c_fc (policy.LORA_CANDIDATES), "
+        "--backend trl wraps 'all-linear'.",
     )
     gradient_checkpointing: bool = _f(False, "Recompute activations in backward to save memory.")
     share_prompt: bool = _f(

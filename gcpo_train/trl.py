@@ -260,7 +260,7 @@ class GCPOTrainer(SharedPromptMixin, GRPOTrainer):
         rewards = (rewards_per_func * self.reward_weights.to(rewards_per_func.device).unsqueeze(0)).nansum(dim=1)
         rewards = rewards.detach().cpu().double().numpy()
         t0 = time.perf_counter()
-        weights, rows = self.group_weights(texts, rewards, G)
+        weights, rows = self._group_weights_of_batch(texts, rewards, G)
         self._metrics[mode]["gcpo/time_weights"].append(time.perf_counter() - t0)  # the measurement overhead
         local = slice(self.accelerator.process_index * len(inputs), (self.accelerator.process_index + 1) * len(inputs))
         w = torch.as_tensor(
@@ -271,8 +271,8 @@ class GCPOTrainer(SharedPromptMixin, GRPOTrainer):
         self._log_gcpo(mode, weights, rows)
         return out
 
-    def group_weights(self, texts: list[str], rewards: np.ndarray, G: int) -> tuple[np.ndarray, list[dict]]:
-        """omega(q) of every group of the gathered batch (``group_weights``)."""
+    def _group_weights_of_batch(self, texts: list[str], rewards: np.ndarray, G: int) -> tuple[np.ndarray, list[dict]]:
+        """The module function ``group_weights`` (the one of that name) with this config's settings."""
         a = self.args
         return group_weights(
             texts,

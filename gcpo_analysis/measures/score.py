@@ -85,10 +85,11 @@ def score_groups(
     """The groups frame: one row per query with every requested measure and weight.
 
     Columns: query_id, G, the measures (token_entropy = mean over rollouts of the mean
-    per-token entropy; pe = predictive entropy -(1/G) sum log p(y_i); se = semantic entropy,
-    likelihood-weighted when ``logprob`` is present, with mean token log-probabilities when
-    ``n_tokens`` is too (``modulators.se_logweights``); kle; cd; bot; rd), the weights w_cd, w_bot
-    = clip(1 - alpha_G u^2, 0, 1), w_rd = 1 + alpha_G RD, the Seed-GRPO/KLE weights w_se, w_kle,
+    per-token entropy; pe = predictive entropy -(1/G) sum log p(y_i); se = the discrete semantic
+    entropy, C_k = |k| / G, whether or not ``logprob`` is present; se_lw = the likelihood-weighted
+    SE from ``logprob``, with mean token log-probabilities when ``n_tokens`` is present too
+    (``modulators.se_logweights``); kle; cd; bot; rd), the weights w_cd, w_bot
+    = clip(1 - alpha_G u^2, 0, 1), w_rd = 1 + alpha_G RD, the Seed-GRPO/KLE weights w_se, w_se_lw, w_kle,
     n_clusters, mean_reward, success_rate (when ``success`` is present). Rollouts are ordered by
     rollout_id inside each group, which fixes the greedy clustering's order.
 
