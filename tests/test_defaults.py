@@ -195,3 +195,20 @@ def test_gcpo_study_model_packaged_is_the_default_policy(monkeypatch):
     # the same settings, so a run started with either name resumes under the other
     assert _settings_hash(_rollout_settings(seen[0])) == _settings_hash(_rollout_settings(StudyConfig()))
     assert StudyConfig(model="Qwen/Qwen2.5-1.5B-Instruct").model == "Qwen/Qwen2.5-1.5B-Instruct"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["eval", "packaged", "--n", "1"],
+        ["train", "--model", "packaged", "--steps", "1", "--device", "cpu", "--output_dir", "{tmp}/run"],
+        ["study", "--model", "packaged", "--n-queries", "1", "--output", "{tmp}/study"],
+    ],
+    ids=["eval", "train", "study"],
+)
+def test_every_command_that_names_a_model_loads_the_packaged_policy(packaged_sentinel, tmp_path, argv):
+    """`gcpo eval packaged`, `gcpo train --model packaged` and `gcpo study --model packaged` all
+    reach the packaged GGUF (the sentinel), none asks the hub for a model called 'packaged'."""
+    pytest.importorskip("torch")
+    with pytest.raises(_ReachedThePackagedPolicy):
+        main(["--traceback", *[a.format(tmp=tmp_path) for a in argv]])
