@@ -52,7 +52,7 @@ VARIANTS = {
 def _time_steps(config_path: str, name: str, variant: str, steps: int, overrides: dict) -> tuple[float, list]:
     """(load seconds, log rows) of a fresh trainer's first ``steps`` steps."""
     from gcpo_train.config import load_config
-    from gcpo_train.trainer import GRPOTrainer
+    from gcpo_train.trainer import GCPOLoopTrainer
 
     with tempfile.TemporaryDirectory() as out:
         cfg = load_config(
@@ -69,7 +69,7 @@ def _time_steps(config_path: str, name: str, variant: str, steps: int, overrides
             },
         )
         t0 = time.perf_counter()
-        trainer = GRPOTrainer(cfg)
+        trainer = GCPOLoopTrainer(cfg)
         load = time.perf_counter() - t0
         return load, [trainer.train_step(s)[0] for s in range(1, steps + 1)]
 
@@ -77,7 +77,7 @@ def _time_steps(config_path: str, name: str, variant: str, steps: int, overrides
 def _interleaved(config_path: str, name: str, variants, steps: int, overrides: dict) -> dict:
     """{variant: (load seconds, log rows)} with the variants' trainers stepped in turn."""
     from gcpo_train.config import load_config
-    from gcpo_train.trainer import GRPOTrainer
+    from gcpo_train.trainer import GCPOLoopTrainer
 
     trainers, loads, logs = {}, {}, {v: [] for v in variants}
     with tempfile.TemporaryDirectory() as out:
@@ -96,7 +96,7 @@ def _interleaved(config_path: str, name: str, variants, steps: int, overrides: d
                 },
             )
             t0 = time.perf_counter()
-            trainers[v] = GRPOTrainer(cfg)
+            trainers[v] = GCPOLoopTrainer(cfg)
             loads[v] = time.perf_counter() - t0
         for s in range(1, steps + 1):
             for v in variants:

@@ -156,11 +156,11 @@ def time_trl(cfg, gcpo: bool, share_prompt: bool = True) -> list[dict]:
 
 
 def time_gcpo(cfg) -> list[dict]:
-    from gcpo_train.trainer import GRPOTrainer
+    from gcpo_train.trainer import GCPOLoopTrainer
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        trainer = GRPOTrainer(cfg)
+        trainer = GCPOLoopTrainer(cfg)
         rss0 = rss_mib()
         rows = trainer.train()
     return [

@@ -11,7 +11,7 @@ import logging
 import sys
 from pathlib import Path
 
-from .vocab import ALPHA_BASE, NLI_THRESHOLD, R_MAX, R_MIN
+from .vocab import ALPHA_BASE, JUDGE, NLI_THRESHOLD, R_MAX, R_MIN, USE_FULL_COMPLETION, full_completion
 
 
 def _add_score(sub):
@@ -27,12 +27,12 @@ def _add_score(sub):
     p.add_argument(
         "--measures",
         default="token_entropy,se,kle,cd,bot,rd",
-        help="comma-separated: token_entropy, pe, se, kle, cd, bot, rd, or 'all' "
-        "(token_entropy/pe need those rollouts columns)",
+        help="comma-separated: token_entropy, pe, se, se_lw, kle, cd, bot, rd, or 'all' "
+        "(token_entropy needs that rollouts column, pe and se_lw the logprob column)",
     )
     p.add_argument(
         "--judge",
-        default="embedding",
+        default=JUDGE,
         help="clustering judge: embedding (offline MiniLM similarity, default), lexical "
         "(token-F1), math (answer equivalence), nli (roberta-large-mnli), nli:<name-or-path>",
     )
@@ -52,8 +52,10 @@ def _add_score(sub):
     p.add_argument(
         "--full-completion",
         "--full_completion",
-        action="store_true",
-        help="embed/cluster the full completion instead of the extracted answer (math)",
+        action=argparse.BooleanOptionalAction,
+        default=USE_FULL_COMPLETION,
+        help="embed/cluster the full completion instead of the extracted answer; default: auto, the full "
+        "completion when every rollout's dataset column names a math dataset",
     )
     p.add_argument(
         "--alpha-base", "--alpha_base", type=float, default=ALPHA_BASE, help="alpha_base; alpha_G = alpha_base / ln G"
@@ -97,7 +99,7 @@ def _run_score(args) -> int:
                 f"(the groups frame would replace the rollouts)"
             )
         check_output(target, [source], "-o")  # not inside a checkpoint or a run's pruned folders
-    rollouts = _read_rollouts(args, measures)
+    rollouts, full = _read_rollouts(args, measures)
     groups = score_groups(
         rollouts,
         measures,
@@ -105,7 +107,7 @@ def _run_score(args) -> int:
         judge=args.judge,
         nli_threshold=args.nli_threshold,
         threshold=args.threshold,  # the deprecated flag: score_groups warns
-        use_full_completion=args.full_completion,
+        use_full_completion=full,
         alpha_base=args.alpha_base,
         r_min=args.r_min,
         r_max=args.r_max,
@@ -122,8 +124,9 @@ def _run_score(args) -> int:
 
 
 def _read_rollouts(args, measures):
-    """The input as a rollouts frame: mapped columns renamed, rollout_id derived when absent, and
-    an ``answer`` column required only when a measure reads the answers."""
+    """(the input as a rollouts frame, use_full_completion resolved): mapped columns renamed,
+    rollout_id derived when absent, and an ``answer`` column required only when a measure reads
+    the answers (auto reads the frame's ``dataset`` column, vocab.full_completion)."""
     from .frames import map_rollout_columns, read_table, validate_rollouts
     from .measures.score import MEASURES
 
@@ -138,7 +141,8 @@ def _read_rollouts(args, measures):
     df = map_rollout_columns(
         read_table(args.rollouts, text_columns=[c for c in text_cols if c]), mapping, source=str(args.rollouts)
     )
-    reads_answers = not args.full_completion and any(MEASURES[m] for m in measures)
+    full = full_completion(args.full_completion, df.get("dataset"))
+    reads_answers = not full and any(MEASURES[m] for m in measures)
     if "answer" not in df.columns:
         if reads_answers:
             raise ValueError(
@@ -147,7 +151,7 @@ def _read_rollouts(args, measures):
                 f"completions with --full-completion"
             )
         df = df.assign(answer=df["completion"] if "completion" in df.columns else "")
-    return validate_rollouts(df, source=str(args.rollouts))
+    return validate_rollouts(df, source=str(args.rollouts)), full
 
 
 def _add_proofs(sub):
@@ -280,15 +284,11 @@ def main(argv=None) -> int:
     configure_logging()
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
-    if extra:  # an unknown flag: name it with close matches, as `python -m gcpo_train` does
-        import difflib
+    from .errors import did_you_mean, run_one_line
 
+    if extra:  # an unknown flag: name it with close matches
         sub = getattr(args, "_parser", None) or parser
-        flags = list(sub._option_string_actions)
-        close = difflib.get_close_matches(extra[0].split("=")[0], flags, n=3)
-        hint = f"; did you mean {', '.join(close)}?" if close else ""
-        sub.error(f"unknown option {extra[0]!r}{hint}")
-    from .errors import run_one_line
+        sub.error(f"unknown option {extra[0]!r}{did_you_mean(extra[0].split('=')[0], sub._option_string_actions)}")
 
     return run_one_line(lambda: int(args.func(args) or 0), f"gcpo {args.command}", args.traceback)
 

@@ -1,5 +1,6 @@
-"""Benchmark loaders and prompts shared by the study and the trainer (paper §5 "Benchmarks",
-Appendix C; docs/conventions.md "data from local files or registry packages").
+"""Benchmark loaders shared by the study and the trainer (paper §5 "Benchmarks", Appendix C;
+docs/conventions.md "data from local files or registry packages"). The prompts are built from
+these rows by ``gcpo_analysis.prompts``.
 
 Every loader returns one row per query with the columns of ``QUERY_COLUMNS``:
 ``query_id`` (``f"{dataset}/{split}/{source id or record index}"``, stable across runs),

@@ -3,7 +3,9 @@ report an error as one line naming it, exit 2, and show the traceback only with 
 
 from __future__ import annotations
 
+import difflib
 import sys
+from collections.abc import Iterable
 
 
 def run_one_line(fn, prog: str, traceback: bool) -> int:
@@ -30,3 +32,11 @@ def one_line(err: BaseException) -> str:
     if not isinstance(err, (ValueError, OSError)):  # a library's error or a bug: say which kind
         text = f"{type(err).__name__}: {text}"
     return text[:2000]
+
+
+def did_you_mean(word: str, choices: Iterable[str], n: int = 3) -> str:
+    """The hint for a misspelt name: ``" (did you mean a, b?)"`` with up to ``n`` close matches
+    from ``choices`` (difflib's ratio >= 0.6), or "" when none is close. The one helper behind
+    every "did you mean" of the command line, the config keys and modulator_params."""
+    close = difflib.get_close_matches(str(word), list(choices), n=n)
+    return f" (did you mean {', '.join(close)}?)" if close else ""

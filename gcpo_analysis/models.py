@@ -14,8 +14,25 @@ import importlib
 import importlib.util
 from pathlib import Path
 
+from .vocab import PACKAGED_POLICY
+
 DEFAULT_POLICY = "packaged:SmolLM2-135M-Instruct"
 DEFAULT_EMBEDDER = "packaged:all-MiniLM-L6-v2"
+
+
+def resolve_policy(name: str | None) -> str | None:
+    """The one resolver of a policy name, wherever a model is named (``gcpo train/eval/study
+    --model``, ``load_policy``): None for the packaged SmolLM2-135M-Instruct (None, "",
+    ``PACKAGED_POLICY`` = "packaged" or ``DEFAULT_POLICY``), otherwise the name as given (a hub
+    name or a path; "tiny:<family>" is gcpo_train's test model)."""
+    if name is None or (isinstance(name, str) and name.strip() in ("", PACKAGED_POLICY, DEFAULT_POLICY)):
+        return None
+    return name
+
+
+def is_packaged_policy(name: str | None) -> bool:
+    """True when ``name`` names the packaged policy (``resolve_policy`` gives None)."""
+    return resolve_policy(name) is None
 
 
 def require(module: str, extra: str = "models"):
@@ -105,14 +122,16 @@ def offline_first(name: str) -> dict:
 def load_policy(name: str | None = None, *, dtype=None, device: str | None = None):
     """Load a causal LM and its tokenizer: ``(model, tokenizer)``.
 
-    ``name`` None or DEFAULT_POLICY loads the packaged SmolLM2-135M-Instruct GGUF (float32 on
-    CPU); anything else goes to ``AutoModelForCausalLM.from_pretrained`` (hub name or path).
+    ``name`` None, "packaged" or DEFAULT_POLICY (``resolve_policy``) loads the packaged
+    SmolLM2-135M-Instruct GGUF (float32 on CPU); anything else goes to
+    ``AutoModelForCausalLM.from_pretrained`` (hub name or path).
     The tokenizer gets a pad token (eos) and left padding for batched generation.
     """
     torch = require("torch")
     transformers = require("transformers")
     dtype = dtype or torch.float32
-    if name in (None, "", DEFAULT_POLICY):
+    name = resolve_policy(name)
+    if name is None:
         folder, gguf = packaged_policy_gguf()
         require("gguf")
         kwargs = dict(gguf_file=gguf)
@@ -140,7 +159,7 @@ def load_policy(name: str | None = None, *, dtype=None, device: str | None = Non
 
 
 def describe_policy(name: str | None) -> str:
-    if name in (None, "", DEFAULT_POLICY):
+    if is_packaged_policy(name):
         folder, gguf = packaged_policy_gguf()
         return f"{DEFAULT_POLICY} ({folder / gguf})"
     return str(name)

@@ -4,7 +4,7 @@ Benchmarks (paper Section 5): ``DATASETS``; the math ones (``MATH_DATASETS``) em
 the full completion (Appendix E). Measures (docs/conventions.md "The frames"): the columns of the
 groups frame that the gap study compares by default, ``DEFAULT_MEASURES``. What a measure or a
 modulator needs computed for a group: ``EMBEDDINGS`` (the unit vectors mu_i) and ``CLUSTERS``
-(the greedy entailment clusters) — the names of the ``GroupRollouts`` fields they fill.
+(the greedy entailment clusters) — the names of the ``GroupFeatures`` fields they fill.
 
 Defaults of the paper (Appendix E): ``ALPHA_BASE`` = 0.6 in alpha_G = alpha_base / ln G;
 ``NLI_THRESHOLD`` = 0.35, the entailment probability at which a response joins a cluster;
@@ -33,6 +33,61 @@ CLUSTERS = "clusters"
 ALPHA_BASE = 0.6
 NLI_THRESHOLD = 0.35
 R_MIN, R_MAX = 0.0, 2.0
+
+# --- One default per knob -------------------------------------------------------------------
+# Every setting that TrainConfig, GCPOConfig (gcpo_train/trl.py), StudyConfig and `gcpo score`
+# (score_groups) share takes its default from here. tests/test_vocab.py holds them to it.
+
+JUDGE = "embedding"
+"""The clustering judge: the offline MiniLM-similarity judge, the same for training, the study and
+scoring (it needs no download, so every default run works offline). The paper clusters with NLI
+(Appendix E): ``PAPER_JUDGE``, which the paper configs (configs/<dataset>/*.yaml) and the study's
+"paper" preset name explicitly."""
+PAPER_JUDGE = "nli:roberta-large-mnli"
+
+USE_FULL_COMPLETION: bool | None = None
+"""Embed and cluster the full completion (True) or the extracted answer (False). The default None
+is "auto" (Appendix E): the full completion for the math datasets (``MATH_DATASETS``: a derivation
+carries the answer, and extraction may miss it), the extracted answer for QA. Resolved by
+``full_completion``; a caller that does not know the dataset (GCPOConfig, whose TRL dataset has no
+name; a rollouts frame without a ``dataset`` column) resolves auto to the extracted answer."""
+
+TRL_USE_FULL_COMPLETION = True
+"""GCPOConfig's default differs, on purpose: under TRL the dataset has no name, so auto cannot tell
+math from QA, and there the choice also picks the answer extractor (math: ``extract_math_answer``
+for the math judge). It defaults to the full completion, the text every task has: the QA extractor
+keeps one line of free text and would cut a derivation short. ``gcpo train --backend trl`` passes
+TrainConfig's resolved value, so it follows auto."""
+
+PACKAGED_POLICY = "packaged"
+"""The alias of the packaged offline policy (SmolLM2-135M-Instruct GGUF), accepted wherever a
+policy is named (``gcpo train/eval/study --model``); ``gcpo_analysis.models.resolve_policy`` is
+the one resolver."""
+
+TEMPERATURE = 0.9
+"""The sampling temperature of training and of the study's rollouts (Appendix E). GCPOConfig keeps
+TRL's own defaults for TRL's fields (temperature 1.0, seed 42, learning_rate 1e-6, beta 0): it is a
+drop-in for ``trl.GRPOConfig``, and ``gcpo train --backend trl`` passes TrainConfig's values."""
+SEED = 0
+"""The seed of training, the study's sampling and bootstrap."""
+
+# Scale, not meaning: TrainConfig defaults to the paper's training protocol (Appendix E: the policy
+# PAPER_POLICY, G = 16, 256 new tokens, a 256-token passage; a GPU), the study to a run that fits 2
+# CPU cores (the packaged policy, G = 8, 24 new tokens, a 64-token passage); the study's "paper"
+# preset has the paper's values.
+PAPER_POLICY = "Qwen/Qwen2.5-1.5B-Instruct"
+
+
+def full_completion(setting: bool | None, datasets) -> bool:
+    """``use_full_completion`` resolved: ``setting`` when given (True/False), else auto — True when
+    every one of ``datasets`` (a name, an iterable of names, or None when unknown) is a math
+    dataset, False otherwise (docs/conventions.md "Formulas", Embeddings)."""
+    if setting is not None:
+        return bool(setting)
+    if datasets is None:
+        return False
+    names = {datasets} if isinstance(datasets, str) else set(datasets)
+    return bool(names) and names <= set(MATH_DATASETS)  # an unknown or missing name (NaN) is not math
 
 
 def field_kinds(cls: type) -> dict[str, type | None]:

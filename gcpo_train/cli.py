@@ -116,7 +116,7 @@ def config_from_args(args) -> TrainConfig:
 
 
 def run_train(args) -> int:
-    from .trainer import GRPOTrainer
+    from .trainer import GCPOLoopTrainer
 
     cfg = config_from_args(args)
     if cfg.backend == "trl":  # the same config through TRL's GRPOTrainer (gcpo_train.trl)
@@ -126,7 +126,7 @@ def run_train(args) -> int:
         if rows:
             print(json.dumps({k: rows[-1][k] for k in ("step", "reward", "kl", "loss") if k in rows[-1]}))
         return 0
-    trainer = GRPOTrainer(cfg)
+    trainer = GCPOLoopTrainer(cfg)
     rows = trainer.train()
     if rows:
         last = rows[-1]

@@ -11,7 +11,6 @@ learning rate 5e-5, β = 0.002, G = 16 rollouts, temperature 0.9, α_base = 0.6,
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import hashlib
 import json
 import math
@@ -19,7 +18,23 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gcpo_analysis.vocab import ALPHA_BASE, DATASETS, MATH_DATASETS, NLI_THRESHOLD, R_MAX, R_MIN, field_kinds
+from gcpo_analysis.errors import did_you_mean
+from gcpo_analysis.vocab import (
+    ALPHA_BASE,
+    DATASETS,
+    JUDGE,
+    MATH_DATASETS,
+    NLI_THRESHOLD,
+    PACKAGED_POLICY,
+    PAPER_POLICY,
+    R_MAX,
+    R_MIN,
+    SEED,
+    TEMPERATURE,
+    USE_FULL_COMPLETION,
+    field_kinds,
+    full_completion,
+)
 
 LOSS_AGGREGATIONS = ("sequence", "token")
 BACKENDS = ("gcpo", "trl", "hf", "vllm")
@@ -60,8 +75,8 @@ class TrainConfig:
 
     # --- model ---
     model: str = _f(
-        "Qwen/Qwen2.5-1.5B-Instruct",
-        "Policy: a hub name or local path; 'packaged' = "
+        PAPER_POLICY,
+        f"Policy: a hub name or local path; '{PACKAGED_POLICY}' = "
         "the offline SmolLM2-135M-Instruct GGUF; 'tiny:llama' = random tiny model (tests).",
     )
     dtype: str = _f("float32", "Policy weight dtype: float32, bfloat16 or float16.")
@@ -75,7 +90,9 @@ class TrainConfig:
     lora_dropout: float = _f(0.0, "LoRA dropout (0 keeps the loss deterministic).")
     lora_target_modules: list[str] | None = _f(
         None,
-        "Module names LoRA wraps; None = q,k,v,o,gate,up,down proj.",
+        "Module names LoRA wraps; None = the gcpo loop wraps every projection the model has among "
+        "q/k/v/o/gate/up/down_proj and GPT-2's c_attn/c_proj/c_fc (policy.LORA_CANDIDATES), "
+        "--backend trl wraps 'all-linear'.",
     )
     gradient_checkpointing: bool = _f(False, "Recompute activations in backward to save memory.")
     share_prompt: bool = _f(
@@ -136,12 +153,15 @@ class TrainConfig:
     empo_high: float = _f(0.5, "EMPO: keep a query if SE/ln G <= empo_high.")
     embedder: str | None = _f(None, "Sentence-transformers model for μ_i (None = packaged all-MiniLM-L6-v2).")
     judge: str = _f(
-        "nli:roberta-large-mnli",
-        "Clustering judge for SE/BoT: 'embedding', 'lexical', 'math' or 'nli:<model>' (Appendix E).",
+        JUDGE,
+        "Clustering judge for SE/BoT: 'embedding' (offline), 'lexical', 'math' or 'nli:<model>' "
+        "(the paper, Appendix E: nli:roberta-large-mnli, as configs/<dataset>/*.yaml set).",
     )
     nli_threshold: float = _f(NLI_THRESHOLD, "Entailment threshold of greedy clustering (Appendix E).")
     use_full_completion: bool | None = _f(
-        None, "Embed/cluster the full completion instead of the extracted answer; None = auto (True for math datasets)."
+        USE_FULL_COMPLETION,
+        "Embed/cluster the full completion instead of the extracted answer; None = auto "
+        "(True for math datasets; gcpo_analysis.vocab.full_completion).",
     )
     # --- optimisation ---
     steps: int = _f(2000, "Optimizer steps (generation batches).")
@@ -173,12 +193,12 @@ class TrainConfig:
         "'hf' is an alias) or 'trl' (gcpo_train.trl.GCPOTrainer on TRL's GRPOTrainer: accelerate, "
         "DeepSpeed, FSDP, vLLM). 'vllm' for the gcpo loop is not implemented.",
     )
-    temperature: float = _f(0.9, "Sampling temperature (also scales logits in the loss, as TRL).")
+    temperature: float = _f(TEMPERATURE, "Sampling temperature (also scales logits in the loss, as TRL).")
     top_p: float = _f(1.0, "Nucleus sampling p.")
     max_new_tokens: int = _f(256, "Completion length cap.")
     eval_max_new_tokens: int | None = _f(None, "Completion cap for evaluation (None = max_new_tokens).")
     # --- run ---
-    seed: int = _f(0, "Seed; each step re-seeds from (seed, step) so resumed runs match.")
+    seed: int = _f(SEED, "Seed; each step re-seeds from (seed, step) so resumed runs match.")
     device: str | None = _f(None, "Device override (None = accelerate's choice).")
     output_dir: str = _f("runs/gcpo", "Where log.jsonl, rollouts/, checkpoints/ and eval/ go.")
     log_every: int = _f(1, "Write a log.jsonl row every N steps.")
@@ -306,7 +326,7 @@ class TrainConfig:
     @property
     def full_completion(self) -> bool:
         """use_full_completion resolved: True for math (Appendix E), False for QA, unless set."""
-        return self.task_is_math if self.use_full_completion is None else bool(self.use_full_completion)
+        return full_completion(self.use_full_completion, self.dataset)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -357,8 +377,7 @@ def check_modulator_params(params):
     accepted = modulator_param_names()
     for key, value in params.items():
         if key not in accepted:
-            close = difflib.get_close_matches(str(key), accepted, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            hint = did_you_mean(key, accepted, n=1)
             raise ValueError(f"modulator_params: unknown key {key!r}{hint}; accepted keys: {', '.join(accepted)}")
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise ValueError(f"modulator_params[{key!r}] must be a finite number, got {value!r}")
@@ -411,9 +430,7 @@ def _check_keys(keys, source: str) -> None:
     names = [f.name for f in dataclasses.fields(TrainConfig)]
     for key in keys:
         if key not in names:
-            close = difflib.get_close_matches(key, names, n=3)
-            hint = f"; did you mean {', '.join(close)}?" if close else ""
-            raise ValueError(f"unknown config key {key!r} in {source}{hint}")
+            raise ValueError(f"unknown config key {key!r} in {source}{did_you_mean(key, names)}")
 
 
 def parse_overrides(pairs) -> dict:

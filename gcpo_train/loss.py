@@ -177,7 +177,7 @@ def group_logprobs_and_entropy(
 
 
 def rollout_chunks(batch, group_size: int, micro_batch_size: int, shared_prompt: bool) -> list[tuple]:
-    """Micro-batches of at most ``micro_batch_size`` rollouts of a ``policy.GroupBatch``, as
+    """Micro-batches of at most ``micro_batch_size`` rollouts of a ``policy.TokenBatch``, as
     (group, rows). With ``shared_prompt`` a chunk stays inside one group, whose prompt then runs
     once per chunk; otherwise (gradient checkpointing, a model that takes no cache) chunks are
     (None, rows) of the plain full-sequence forward."""

@@ -44,7 +44,7 @@ def load_model_and_tokenizer(name: str, dtype: str = "float32"):
         tok = tiny_tokenizer()
         model = tiny_causal_lm(name.split(":", 1)[1], vocab_size=len(tok)).to(torch_dtype)
         return model, tok
-    model, tok = models.load_policy(None if name == "packaged" else name, dtype=torch_dtype)
+    model, tok = models.load_policy(name, dtype=torch_dtype)  # 'packaged' resolved there (resolve_policy)
     return model, tok
 
 
@@ -103,8 +103,9 @@ def run_prompt_once(model, prompt_ids, repeats: int, attention_mask=None, **mode
 
 
 @dataclass
-class GroupBatch:
-    """One generation batch: Q prompts × G rollouts, rows ordered prompt-major."""
+class TokenBatch:
+    """The tokens of one generation batch: Q prompts × G rollouts as ids, masks and decoded
+    texts, rows prompt-major (no rewards: ``step_data.StepRollouts`` holds them)."""
 
     input_ids: Any  # torch.Tensor (Q*G, P+T), prompts left-padded (torch is imported lazily)
     attention_mask: Any  # (Q*G, P+T)
@@ -155,7 +156,7 @@ def generate_groups(
     device=None,
     seeds=None,
     share_prompt: bool = True,
-) -> GroupBatch:
+) -> TokenBatch:
     """Sample ``group_size`` completions per prompt.
 
     seeds=None: one batched ``generate`` over all prompts (evaluation). seeds (one int per
@@ -187,10 +188,10 @@ def generate_groups(
         part = _generate(model, tokenizer, [prompt], group_size, shared_prefill=share_prompt, **kwargs)
         part.prompt_ids = [part.input_ids[:1, : part.n_prompt]]
         parts.append(part)
-    return concat_group_batches(parts, tokenizer.pad_token_id)
+    return concat_token_batches(parts, tokenizer.pad_token_id)
 
 
-def concat_group_batches(parts: list[GroupBatch], pad_token_id: int) -> GroupBatch:
+def concat_token_batches(parts: list[TokenBatch], pad_token_id: int) -> TokenBatch:
     """One batch from several: prompts left-padded to the longest, completions right-padded."""
     torch = require("torch")
     pad = torch.nn.functional.pad
@@ -203,7 +204,7 @@ def concat_group_batches(parts: list[GroupBatch], pad_token_id: int) -> GroupBat
         attention.append(pad(b.attention_mask, (left, right), value=0))
         completion.append(pad(b.completion_mask, (0, right), value=0))
     prompt_ids = [p for b in parts for p in b.prompt_ids or ()] if all(b.prompt_ids for b in parts) else None
-    return GroupBatch(
+    return TokenBatch(
         input_ids=torch.cat(ids),
         attention_mask=torch.cat(attention),
         completion_mask=torch.cat(completion),
@@ -226,7 +227,7 @@ def _generate(
     max_prompt_tokens,
     device,
     shared_prefill=False,
-) -> GroupBatch:
+) -> TokenBatch:
     torch = require("torch")
     tokenizer.padding_side = "left"
     enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
@@ -265,4 +266,4 @@ def _generate(
     cmask = completion_mask_from_ids(comp, eos)
     att_full = torch.cat([att.repeat_interleave(group_size, dim=0), cmask.to(att.dtype)], dim=1)
     texts = [tokenizer.decode(row[m.bool()], skip_special_tokens=True).strip() for row, m in zip(comp, cmask)]
-    return GroupBatch(input_ids=seqs, attention_mask=att_full, completion_mask=cmask, texts=texts, n_prompt=n_prompt)
+    return TokenBatch(input_ids=seqs, attention_mask=att_full, completion_mask=cmask, texts=texts, n_prompt=n_prompt)

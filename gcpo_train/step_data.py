@@ -1,6 +1,6 @@
-"""What flows between the phases of one training step (``GRPOTrainer.train_step``).
+"""What flows between the phases of one training step (``GCPOLoopTrainer.train_step``).
 
-generate → ``Rollouts`` (queries, token batch) → reward (fills rewards, answers) → log-probs
+generate → ``StepRollouts`` (queries, token batch) → reward (fills rewards, answers) → log-probs
 before the update → ``BeforeUpdate`` → modulate (advantages) → update → ``UpdateStats`` → the
 log row (``summarize_step``) and the rollouts frame (``rollouts_frame``). Plain containers and
 pure functions: the phases themselves are the trainer's methods.
@@ -17,15 +17,17 @@ import numpy as np
 import pandas as pd
 
 if TYPE_CHECKING:
-    from .policy import GroupBatch
+    from .policy import TokenBatch
 
 
 @dataclass
-class Rollouts:
-    """One step's groups on this process: Q queries × G rollouts, rows query-major."""
+class StepRollouts:
+    """One training step's rollouts on this process: the Q queries, their tokens
+    (``policy.TokenBatch``) and, after the reward phase, each rollout's reward and answer;
+    Q × G rows, query-major."""
 
     queries: pd.DataFrame
-    batch: GroupBatch  # policy.GroupBatch: token ids, masks, texts
+    batch: TokenBatch  # policy.TokenBatch: token ids, masks, texts
     rewards: np.ndarray | None = None  # (Q·G,)
     answers: list | None = None  # extracted answers (QA) or boxed answers (math)
     reward_failed: np.ndarray | None = None  # (Q·G,) the reward function raised: reward set to 0
@@ -35,7 +37,7 @@ class Rollouts:
 @dataclass
 class BeforeUpdate:
     """Per-token and per-rollout quantities of the policy before the update. Each is None unless
-    something reads it (``GRPOTrainer._logprobs_before_update``)."""
+    something reads it (``GCPOLoopTrainer._logprobs_before_update``)."""
 
     n_tokens: np.ndarray  # (B,) completion tokens, at least 1
     old_logp: Any = None  # torch.Tensor (B, T) log π_old(y_t), no grad
@@ -189,7 +191,7 @@ def group_columns(
 
 
 def rollouts_frame(
-    step: int, rollouts: Rollouts, before: BeforeUpdate, advantages: np.ndarray, dataset: str
+    step: int, rollouts: StepRollouts, before: BeforeUpdate, advantages: np.ndarray, dataset: str
 ) -> pd.DataFrame:
     """The step's rollouts frame (docs/conventions.md), one row per rollout."""
     from gcpo_analysis.rewards import is_success

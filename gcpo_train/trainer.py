@@ -51,7 +51,7 @@ from .modulation import GroupModulator
 from .policy import Reference, forward_parameters, generate_groups, load_model_and_tokenizer, wrap_lora
 from .run_folder import RunFolder, write_run_info
 from .splits import load_split, query_indices
-from .step_data import BeforeUpdate, Rollouts, StepTimer, UpdateStats, group_columns, rollouts_frame, summarize_step
+from .step_data import BeforeUpdate, StepRollouts, StepTimer, UpdateStats, group_columns, rollouts_frame, summarize_step
 
 if TYPE_CHECKING:
     from .reporting import Reporter
@@ -62,9 +62,11 @@ def step_seed(seed: int, step: int, *more: int) -> int:
     return int(np.random.SeedSequence([int(seed), int(step), *map(int, more)]).generate_state(1)[0])
 
 
-class GRPOTrainer:
-    """GRPO/GCPO trainer. ``model``/``tokenizer``/``queries``/``reward_fn``/``embedder``/
-    ``judge`` may be injected (tests, notebooks); otherwise they come from the config.
+class GCPOLoopTrainer:
+    """The own GRPO/GCPO training loop (``gcpo train --backend gcpo``; not TRL's ``GRPOTrainer``,
+    whose GCPO subclass is ``gcpo_train.trl.GCPOTrainer``). ``model``/``tokenizer``/``queries``/
+    ``reward_fn``/``embedder``/``judge`` may be injected (tests, notebooks); otherwise they come
+    from the config.
 
     reward_fn(task, completion, references) -> float in [r_min, r_max]; default
     ``gcpo_analysis.rewards.task_reward``. A rollout whose reward function raises gets a
@@ -209,7 +211,7 @@ class GRPOTrainer:
         with timer("generate"):
             rollouts = self._generate(step)
         with timer("reward"):
-            self._score(rollouts)
+            self._reward(rollouts)
         with timer("logprobs"):
             before = self._logprobs_before_update(rollouts.batch)
         with timer("measure"):
@@ -233,7 +235,7 @@ class GRPOTrainer:
             frame = group_columns(frame, update.gradvar, infos, advantages.cpu().numpy(), self.config.group_size)
         return row, frame
 
-    def _generate(self, step: int) -> Rollouts:
+    def _generate(self, step: int) -> StepRollouts:
         """Sample G rollouts for each of this process's queries of the step."""
         cfg = self.config
         queries, positions = self._step_queries(step)
@@ -254,9 +256,9 @@ class GRPOTrainer:
             seeds=[step_seed(cfg.seed, step, k) for k in positions],
             share_prompt=self.share_prompt,
         )
-        return Rollouts(queries=queries, batch=batch)
+        return StepRollouts(queries=queries, batch=batch)
 
-    def _score(self, rollouts: Rollouts) -> None:
+    def _reward(self, rollouts: StepRollouts) -> None:
         """Task rewards and extracted answers of every rollout. A rollout whose reward function
         raises gets reward 0, a warning, and a mark in ``reward_failed``."""
         from gcpo_analysis.rewards import extract_answer, math_fallbacks
@@ -299,7 +301,7 @@ class GRPOTrainer:
             before.ratio_var = masked_var(torch.exp(before.old_logp - before.ref_logp), mask).cpu().numpy()
         return before
 
-    def _modulate(self, rollouts: Rollouts, before: BeforeUpdate):
+    def _modulate(self, rollouts: StepRollouts, before: BeforeUpdate):
         """Modulated advantages Ã of every rollout (``modulate`` per group, Section 3.4)."""
         torch = require("torch")
         cfg, G, n_groups = self.config, self.config.group_size, len(rollouts.queries)
@@ -410,7 +412,7 @@ class GRPOTrainer:
     def _log_row(
         self,
         step: int,
-        rollouts: Rollouts,
+        rollouts: StepRollouts,
         advantages,
         infos: list[dict],
         cluster_stats: dict,
@@ -553,3 +555,16 @@ class GRPOTrainer:
             output=self.out / "eval" / f"{tag}.json",
             progress=False,
         )
+
+
+def __getattr__(name: str) -> type:
+    """``GRPOTrainer``, the old name of ``GCPOLoopTrainer`` (it shared TRL's class name): warns."""
+    if name == "GRPOTrainer":
+        warnings.warn(
+            "gcpo_train.trainer.GRPOTrainer is renamed GCPOLoopTrainer (the name was TRL's); "
+            "the old name is removed in gcpo 0.3.0",
+            FutureWarning,
+            stacklevel=2,
+        )
+        return GCPOLoopTrainer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

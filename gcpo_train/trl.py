@@ -46,7 +46,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from gcpo_analysis.measures.advantages import EPS
 from gcpo_analysis.measures.modulators import MODULATORS
-from gcpo_analysis.vocab import ALPHA_BASE, NLI_THRESHOLD, R_MAX, R_MIN
+from gcpo_analysis.vocab import ALPHA_BASE, JUDGE, NLI_THRESHOLD, R_MAX, R_MIN, TRL_USE_FULL_COMPLETION
 
 from .trl_shared_prompt import SharedPromptMixin
 
@@ -97,7 +97,7 @@ class GCPOConfig(GRPOConfig):
         },
     )
     judge: str = field(
-        default="embedding",
+        default=JUDGE,
         metadata={
             "help": (
                 "Clustering judge for SE/BoT/CARE: 'embedding' (offline MiniLM similarity), 'lexical', 'math', "
@@ -117,7 +117,7 @@ class GCPOConfig(GRPOConfig):
         default=NLI_THRESHOLD, metadata={"help": "Entailment threshold of the greedy clustering (Appendix E)."}
     )
     use_full_completion: bool = field(
-        default=True,
+        default=TRL_USE_FULL_COMPLETION,  # vocab says why it differs from TrainConfig's auto
         metadata={
             "help": (
                 "Embed and cluster the full completion (True, the paper's choice for math) or the extracted QA "
@@ -260,7 +260,7 @@ class GCPOTrainer(SharedPromptMixin, GRPOTrainer):
         rewards = (rewards_per_func * self.reward_weights.to(rewards_per_func.device).unsqueeze(0)).nansum(dim=1)
         rewards = rewards.detach().cpu().double().numpy()
         t0 = time.perf_counter()
-        weights, rows = self.group_weights(texts, rewards, G)
+        weights, rows = self._group_weights_of_batch(texts, rewards, G)
         self._metrics[mode]["gcpo/time_weights"].append(time.perf_counter() - t0)  # the measurement overhead
         local = slice(self.accelerator.process_index * len(inputs), (self.accelerator.process_index + 1) * len(inputs))
         w = torch.as_tensor(
@@ -271,8 +271,8 @@ class GCPOTrainer(SharedPromptMixin, GRPOTrainer):
         self._log_gcpo(mode, weights, rows)
         return out
 
-    def group_weights(self, texts: list[str], rewards: np.ndarray, G: int) -> tuple[np.ndarray, list[dict]]:
-        """omega(q) of every group of the gathered batch (``group_weights``)."""
+    def _group_weights_of_batch(self, texts: list[str], rewards: np.ndarray, G: int) -> tuple[np.ndarray, list[dict]]:
+        """The module function ``group_weights`` (the one of that name) with this config's settings."""
         a = self.args
         return group_weights(
             texts,
@@ -311,7 +311,7 @@ def group_weights(
     group_modulator,
     modulator: str,
     r_min: float = R_MIN,
-    use_full_completion: bool = True,
+    use_full_completion: bool = TRL_USE_FULL_COMPLETION,
 ) -> tuple[np.ndarray, list[dict]]:
     """omega(q) of every group of a gathered generation batch — consecutive blocks of G, TRL's
     layout — and each group's measures (``modulate``'s info). A pure function of the texts and

@@ -110,6 +110,8 @@ def refuse_unsupported(cfg: TrainConfig) -> None:
 def build_trl_trainer(cfg: TrainConfig, *, embedder=None, judge=None, plain_trl: bool = False, **overrides):
     """A ready GCPOTrainer for ``cfg`` (not yet trained); ``plain_trl`` builds TRL's own
     GRPOTrainer on the same workload instead (benchmarks)."""
+    from gcpo_analysis.models import is_packaged_policy
+
     from .policy import load_model_and_tokenizer
     from .trl import GCPOTrainer
 
@@ -135,7 +137,7 @@ def build_trl_trainer(cfg: TrainConfig, *, embedder=None, judge=None, plain_trl:
             target_modules=cfg.lora_target_modules or "all-linear",
             task_type="CAUSAL_LM",
         )
-    elif cfg.beta > 0 and (cfg.model == "packaged" or cfg.model.startswith("tiny:")):
+    elif cfg.beta > 0 and (is_packaged_policy(cfg.model) or cfg.model.startswith("tiny:")):
         raise ValueError(
             "full fine-tuning with beta > 0 under --backend trl needs a model TRL can reload as "
             "its reference (a hub name or a local folder), not 'packaged'/'tiny:'; use LoRA or beta: 0"

@@ -138,11 +138,11 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     import torch
 
-    from gcpo_analysis.models import load_policy
+    from gcpo_analysis.models import is_packaged_policy, load_policy
 
     folder = args.study
     cfg, card = study_config(folder)
-    if cfg.model not in (None, "", "packaged:SmolLM2-135M-Instruct"):
+    if not is_packaged_policy(cfg.model):
         raise ValueError(f"{folder}: the run used policy {cfg.model!r}; this script loads the packaged SmolLM2")
     rollouts = read_frame(folder / "rollouts.parquet", kind="rollouts")
     groups = read_frame(folder / "groups.parquet", kind="groups").set_index("query_id")

@@ -7,7 +7,7 @@ import pytest
 
 from gcpo_analysis.measures import advantages as ADV
 from gcpo_analysis.measures import dispersion as D
-from gcpo_analysis.measures.modulators import MODULATORS, GroupRollouts, modulate
+from gcpo_analysis.measures.modulators import MODULATORS, GroupFeatures, modulate
 
 
 def test_grpo_advantages_hand_worked():
@@ -59,7 +59,7 @@ def test_gcpo_errors():
 
 def _group(G=6, seed=0):
     rng = np.random.default_rng(seed)
-    return GroupRollouts(
+    return GroupFeatures(
         rewards=rng.uniform(0, 2, G),
         embeddings=rng.normal(size=(G, 4)),
         clusters=np.array([0, 0, 1, 2, 1, 0][:G]),
@@ -108,14 +108,14 @@ def test_care_by_hand():
 
 
 def test_q_hawkeye_by_hand():
-    g = GroupRollouts(rewards=np.array([0.0, 0.0, 2.0, 2.0]))
+    g = GroupFeatures(rewards=np.array([0.0, 0.0, 2.0, 2.0]))
     out, info = modulate("q_hawkeye", g, q_alpha=0.5)
     assert info["reward_var"] == pytest.approx(1.0)  # the maximum variance
     assert out == pytest.approx(ADV.grpo_advantages(g.rewards) * 0.5)
 
 
 def test_eg_spo_gate_by_hand():
-    g = GroupRollouts(rewards=np.array([0.0, 2.0]), token_entropy=np.array([1.0, 3.0]))
+    g = GroupFeatures(rewards=np.array([0.0, 2.0]), token_entropy=np.array([1.0, 3.0]))
     out, _ = modulate("eg_spo", g, eg_alpha=1.0)
     z = np.exp(-np.array([1.0, 3.0]) / 2.0)
     gate = z / z.mean()
@@ -125,7 +125,7 @@ def test_eg_spo_gate_by_hand():
 
 
 def test_r2vpo_by_hand():
-    g = GroupRollouts(rewards=np.array([0.0, 2.0]), ratio_var=np.array([0.0, 1.0]))
+    g = GroupFeatures(rewards=np.array([0.0, 2.0]), ratio_var=np.array([0.0, 1.0]))
     out, _ = modulate("r2vpo", g, r2vpo_lambda=2.0)
     assert out == pytest.approx(ADV.grpo_advantages(g.rewards) * np.array([1.0, 1 / 3]))
 
@@ -144,14 +144,14 @@ def test_modulator_errors_name_the_problem():
     with pytest.raises(ValueError, match="unknown modulator 'sep'"):
         modulate("sep", _group())
     with pytest.raises(ValueError, match="needs 'clusters'"):
-        modulate("bot", GroupRollouts(rewards=np.array([0.0, 1.0]), embeddings=np.eye(2)))
+        modulate("bot", GroupFeatures(rewards=np.array([0.0, 1.0]), embeddings=np.eye(2)))
     with pytest.raises(ValueError, match="outside the declared range"):
-        modulate("none", GroupRollouts(rewards=np.array([0.0, 3.0])))
+        modulate("none", GroupFeatures(rewards=np.array([0.0, 3.0])))
 
 
 def test_seed_grpo_length_normalises_likelihood_weights():
     # two rollouts per cluster; sums differ a lot, means per token are equal -> SE = ln 2
-    g = GroupRollouts(
+    g = GroupFeatures(
         rewards=np.array([0.0, 1.0, 2.0, 1.0]),
         clusters=np.array([0, 0, 1, 1]),
         logprobs=np.array([-2.0, -2.0, -40.0, -40.0]),

@@ -123,7 +123,7 @@ def test_score_output_inside_a_runs_rollouts_is_refused(tmp_path, capsys):
 def test_a_failed_start_leaves_the_folder_as_found(tmp_path):
     from test_train_trainer import queries, word_reward
 
-    from gcpo_train.trainer import GRPOTrainer
+    from gcpo_train.trainer import GCPOLoopTrainer
 
     def broken_prompt(row, tok, max_context_tokens):
         raise RuntimeError("prompt template bug")
@@ -144,11 +144,11 @@ def test_a_failed_start_leaves_the_folder_as_found(tmp_path):
         overwrite=True,
     )
     with pytest.raises(RuntimeError, match="prompt template bug"):
-        GRPOTrainer(cfg, queries=queries(), reward_fn=word_reward, prompt_fn=broken_prompt).train()
+        GCPOLoopTrainer(cfg, queries=queries(), reward_fn=word_reward, prompt_fn=broken_prompt).train()
     assert _snapshot(run) == before  # the replaced run is back, nothing of the failed one is left
     fresh = tmp_path / "fresh"
     with pytest.raises(RuntimeError):
-        GRPOTrainer(
+        GCPOLoopTrainer(
             TrainConfig(**{**cfg.to_dict(), "output_dir": str(fresh), "overwrite": False}),
             queries=queries(),
             reward_fn=word_reward,

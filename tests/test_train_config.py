@@ -76,10 +76,10 @@ def test_cli_unknown_flag_names_close_match(capsys):
 
 def test_vllm_backend_is_refused_not_faked():
     pytest.importorskip("torch")
-    from gcpo_train.trainer import GRPOTrainer
+    from gcpo_train.trainer import GCPOLoopTrainer
 
     with pytest.raises(NotImplementedError, match="vllm"):
-        GRPOTrainer(TrainConfig(backend="vllm", model="tiny:llama"))
+        GCPOLoopTrainer(TrainConfig(backend="vllm", model="tiny:llama"))
 
 
 def test_cli_trains_two_steps_then_evaluates(tmp_path):

@@ -19,7 +19,7 @@ from gcpo_analysis.gradvar import gradient_variance  # noqa: E402
 from gcpo_analysis.tiny_models import tiny_causal_lm, tiny_tokenizer  # noqa: E402
 from gcpo_train.config import TrainConfig  # noqa: E402
 from gcpo_train.loss import grpo_loss, token_logprobs_and_entropy  # noqa: E402
-from gcpo_train.trainer import GRPOTrainer  # noqa: E402
+from gcpo_train.trainer import GCPOLoopTrainer  # noqa: E402
 
 
 def make(tmp_path, family="llama", float64=True, name="run", **kw):
@@ -52,7 +52,7 @@ def make(tmp_path, family="llama", float64=True, name="run", **kw):
     model = tiny_causal_lm(family, vocab_size=len(tok), **nodrop)
     if float64:
         model = model.to(torch.float64)
-    return GRPOTrainer(
+    return GCPOLoopTrainer(
         TrainConfig(**base),
         model=model,
         tokenizer=tok,

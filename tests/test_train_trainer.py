@@ -1,4 +1,4 @@
-"""GRPOTrainer end to end on a tiny random llama (offline, CPU, a few seconds per run)."""
+"""GCPOLoopTrainer (the own loop) end to end on a tiny random llama (offline, CPU, a few seconds per run)."""
 
 import json
 from pathlib import Path
@@ -15,9 +15,9 @@ from conftest import HashEmbedder  # noqa: E402
 
 from gcpo_analysis.measures.clustering import batched_greedy_clusters  # noqa: E402
 from gcpo_analysis.measures.judges import make_judge  # noqa: E402
-from gcpo_analysis.measures.modulators import MODULATORS, GroupRollouts, modulate  # noqa: E402
+from gcpo_analysis.measures.modulators import MODULATORS, GroupFeatures, modulate  # noqa: E402
 from gcpo_train.config import TrainConfig  # noqa: E402
-from gcpo_train.trainer import GRPOTrainer  # noqa: E402
+from gcpo_train.trainer import GCPOLoopTrainer  # noqa: E402
 
 WORDS = "the king queen city house ship war love father son who what answer".split()
 
@@ -70,7 +70,7 @@ def make(tmp_path, name="run", **kw):
         micro_batch_size=8,
     )
     base.update(kw)
-    return GRPOTrainer(TrainConfig(**base), queries=queries(), reward_fn=word_reward, embedder=HashEmbedder())
+    return GCPOLoopTrainer(TrainConfig(**base), queries=queries(), reward_fn=word_reward, embedder=HashEmbedder())
 
 
 def read_log(path):
@@ -88,7 +88,7 @@ def _direct(name, frame, params):
     )
     out = []
     for k, (_, g) in enumerate(frame.groupby("query_id", sort=False)):
-        grp = GroupRollouts(
+        grp = GroupFeatures(
             rewards=g["reward"].to_numpy(),
             embeddings=HashEmbedder().encode(list(g["answer"])).astype(np.float64) if "embeddings" in needs else None,
             clusters=clusters[k],

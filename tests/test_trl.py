@@ -19,7 +19,7 @@ from transformers import AutoTokenizer  # noqa: E402
 
 from gcpo_analysis.measures.clustering import greedy_nli_clusters  # noqa: E402
 from gcpo_analysis.measures.judges import make_judge  # noqa: E402
-from gcpo_analysis.measures.modulators import GroupRollouts, modulate  # noqa: E402
+from gcpo_analysis.measures.modulators import GroupFeatures, modulate  # noqa: E402
 from gcpo_train.modulation import GroupModulator  # noqa: E402
 from gcpo_train.trl import GCPOConfig, GCPOTrainer, gcpo_config_fields, group_weights, modulation_settings  # noqa: E402
 
@@ -104,7 +104,7 @@ def test_bot_advantages_are_trl_advantages_times_the_modulate_weights(model_dir,
         expected = []
         for k in range(len(last["texts"]) // G):
             texts = last["texts"][k * G : (k + 1) * G]
-            group = GroupRollouts(
+            group = GroupFeatures(
                 rewards=np.asarray(last["rewards"][k * G : (k + 1) * G]),
                 embeddings=emb.encode(texts).astype(np.float64),
                 clusters=greedy_nli_clusters(texts, judge, threshold=0.35),

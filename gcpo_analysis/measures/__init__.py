@@ -43,7 +43,8 @@ _WHERE = {
     ],
     "advantages": ["grpo_advantages", "grpo_advantages_batch", "gcpo_advantages", "gcpo_weight"],
     "modulators": [
-        "GroupRollouts",
+        "GroupFeatures",
+        "GroupRollouts",  # the old name of GroupFeatures (deprecated: warns)
         "MODULATORS",
         "modulate",
         "seed_grpo_advantages",
@@ -62,7 +63,7 @@ _WHERE = {
     "score": ["score_groups", "MEASURES"],
 }
 _NAME_TO_MODULE = {name: mod for mod, names in _WHERE.items() for name in names}
-__all__ = sorted(_NAME_TO_MODULE)
+__all__ = sorted(_NAME_TO_MODULE.keys() - {"GroupRollouts"})  # not the deprecated name
 
 
 def __getattr__(name: str) -> object:

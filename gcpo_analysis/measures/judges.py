@@ -23,6 +23,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from ..models import require
+from ..vocab import JUDGE
 from .embed import make_embedder
 
 DEFAULT_NLI = "roberta-large-mnli"
@@ -302,8 +303,8 @@ class MathJudge(_RuleJudge):
 
 
 # --------------------------------------------------------------------------- factory
-def make_judge(spec=DEFAULT_NLI, **kwargs):
-    """Resolve a judge spec.
+def make_judge(spec=JUDGE, **kwargs):
+    """Resolve a judge spec (default ``vocab.JUDGE``, the offline "embedding" judge).
 
     "embedding" | "lexical" | "math" -> the offline judges; "nli" -> NLIJudge(roberta-large-mnli);
     "nli:<name-or-path>" -> NLIJudge(name); a string containing "/" (a hub "org/model" or a

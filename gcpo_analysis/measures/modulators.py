@@ -22,8 +22,10 @@ from .dispersion import ALPHA_BASE, R_MAX, R_MIN, alpha_g, as_rewards, check_alp
 
 
 @dataclass
-class GroupRollouts:
-    """What a modulator may look at for one query's group of G rollouts."""
+class GroupFeatures:
+    """One query's group of G rollouts as a measure or modulator sees it: the rewards and the
+    per-rollout features (embeddings, clusters, entropies, log-probs). Old name ``GroupRollouts``
+    (deprecated, removed in 0.3.0)."""
 
     rewards: np.ndarray
     embeddings: np.ndarray | None = None  # (G, d), answer (QA) or completion (math) embeddings
@@ -51,7 +53,7 @@ class Modulator:
     fn: Callable
     source: str
 
-    def __call__(self, group: GroupRollouts, **params):
+    def __call__(self, group: GroupFeatures, **params):
         return self.fn(group, **params)
 
 
@@ -232,7 +234,7 @@ OPTIONAL_NEEDS = {"se": frozenset({"logprobs"})}
 
 def modulate(
     name: str,
-    group: GroupRollouts,
+    group: GroupFeatures,
     *,
     alpha_base: float = ALPHA_BASE,
     r_min: float = R_MIN,
@@ -267,3 +269,18 @@ def group_weight_from(advantages, rewards, eps: float = EPS) -> float:
             "these advantages are not one weight times the GRPO advantages: the modulator weights rollouts individually"
         )
     return w
+
+
+def __getattr__(name: str) -> type:
+    """``GroupRollouts``, the old name of ``GroupFeatures``: warns (removed in gcpo 0.3.0)."""
+    if name == "GroupRollouts":
+        import warnings
+
+        warnings.warn(
+            "GroupRollouts is renamed GroupFeatures (what it holds: one group's rewards and features); "
+            "the old name is removed in gcpo 0.3.0",
+            FutureWarning,
+            stacklevel=2,
+        )
+        return GroupFeatures
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

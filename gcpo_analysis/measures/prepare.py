@@ -1,4 +1,4 @@
-"""The measurement batch: the texts and rewards of many groups in, one ``GroupRollouts`` each out.
+"""The measurement batch: the texts and rewards of many groups in, one ``GroupFeatures`` each out.
 
 One builder serves every caller — the groups frame (``score.score_groups``), gcpo_train's loop
 and its TRL adapter (``gcpo_train.modulation.GroupModulator``) — so a modulator sees the same
@@ -24,7 +24,7 @@ from ..vocab import CLUSTERS, EMBEDDINGS, NLI_THRESHOLD
 from .clustering import batched_greedy_clusters
 from .embed import embed_groups, make_embedder
 from .judges import make_judge
-from .modulators import GroupRollouts
+from .modulators import GroupFeatures
 
 
 def judge_shares_embedder(judge: object) -> bool:
@@ -65,8 +65,8 @@ def prepare_groups(
     ratio_var: Sequence | None = None,
     n_tokens: Sequence | None = None,
     progress: bool = False,
-) -> tuple[list[GroupRollouts], dict]:
-    """One ``GroupRollouts`` per group, and the clustering's counts ({} without clustering).
+) -> tuple[list[GroupFeatures], dict]:
+    """One ``GroupFeatures`` per group, and the clustering's counts ({} without clustering).
 
     texts: one list of G_q strings per group, what is embedded and clustered (the extracted
     answer for QA, the full completion for math). A judge that compares final answers
@@ -104,7 +104,7 @@ def prepare_groups(
     if "logprobs" in kept and n_tokens is not None:
         kept["n_tokens"] = n_tokens
     groups = [
-        GroupRollouts(
+        GroupFeatures(
             rewards=np.asarray(rewards[k], dtype=np.float64),
             embeddings=embeddings[k],
             clusters=clusters[k],

@@ -15,7 +15,16 @@ import numpy as np
 import pandas as pd
 
 from ..frames import validate_rollouts
-from ..vocab import CLUSTERS, DEFAULT_MEASURES, EMBEDDINGS, NLI_THRESHOLD, renamed_setting
+from ..vocab import (
+    CLUSTERS,
+    DEFAULT_MEASURES,
+    EMBEDDINGS,
+    JUDGE,
+    NLI_THRESHOLD,
+    USE_FULL_COMPLETION,
+    full_completion,
+    renamed_setting,
+)
 from .dispersion import (
     ALPHA_BASE,
     R_MAX,
@@ -64,9 +73,9 @@ def score_groups(
     measures=DEFAULT_MEASURES,
     *,
     embedder=None,
-    judge="embedding",
+    judge=JUDGE,
     nli_threshold: float = NLI_THRESHOLD,
-    use_full_completion: bool = False,
+    use_full_completion: bool | None = USE_FULL_COMPLETION,
     alpha_base: float = ALPHA_BASE,
     r_min: float = R_MIN,
     r_max: float = R_MAX,
@@ -76,10 +85,11 @@ def score_groups(
     """The groups frame: one row per query with every requested measure and weight.
 
     Columns: query_id, G, the measures (token_entropy = mean over rollouts of the mean
-    per-token entropy; pe = predictive entropy -(1/G) sum log p(y_i); se = semantic entropy,
-    likelihood-weighted when ``logprob`` is present, with mean token log-probabilities when
-    ``n_tokens`` is too (``modulators.se_logweights``); kle; cd; bot; rd), the weights w_cd, w_bot
-    = clip(1 - alpha_G u^2, 0, 1), w_rd = 1 + alpha_G RD, the Seed-GRPO/KLE weights w_se, w_kle,
+    per-token entropy; pe = predictive entropy -(1/G) sum log p(y_i); se = the discrete semantic
+    entropy, C_k = |k| / G, whether or not ``logprob`` is present; se_lw = the likelihood-weighted
+    SE from ``logprob``, with mean token log-probabilities when ``n_tokens`` is present too
+    (``modulators.se_logweights``); kle; cd; bot; rd), the weights w_cd, w_bot
+    = clip(1 - alpha_G u^2, 0, 1), w_rd = 1 + alpha_G RD, the Seed-GRPO/KLE weights w_se, w_se_lw, w_kle,
     n_clusters, mean_reward, success_rate (when ``success`` is present). Rollouts are ordered by
     rollout_id inside each group, which fixes the greedy clustering's order.
 
@@ -103,7 +113,8 @@ def score_groups(
         col = MEASURE_COLUMNS.get(m)
         if col and col not in df.columns:
             raise ValueError(f"measure {m!r} needs the rollouts column {col!r}, which is missing")
-    text_col = "completion" if use_full_completion else "answer"
+    # auto (None): the full completion when every rollout's dataset is a math one (vocab)
+    text_col = "completion" if full_completion(use_full_completion, df.get("dataset")) else "answer"
     df = df.sort_values(["query_id", "rollout_id"], kind="stable")
     order = pd.unique(rollouts["query_id"])  # keep the caller's query order
     grouped = {q: g for q, g in df.groupby("query_id", sort=False)}

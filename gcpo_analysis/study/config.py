@@ -5,7 +5,19 @@ from __future__ import annotations
 
 from dataclasses import InitVar, dataclass, field
 
-from ..vocab import DATASETS, DEFAULT_MEASURES, NLI_THRESHOLD, renamed_setting
+from ..models import resolve_policy
+from ..vocab import (
+    DATASETS,
+    DEFAULT_MEASURES,
+    JUDGE,
+    NLI_THRESHOLD,
+    PACKAGED_POLICY,
+    PAPER_JUDGE,
+    PAPER_POLICY,
+    SEED,
+    TEMPERATURE,
+    renamed_setting,
+)
 
 
 @dataclass
@@ -25,11 +37,14 @@ class StudyConfig:
         metadata={"help": "keep only queries whose answer is an integer in [0, this] (math; None keeps all)"},
     )
     model: str | None = field(
-        default=None, metadata={"help": "policy: hub name or path (default: the packaged SmolLM2-135M-Instruct)"}
+        default=None,
+        metadata={
+            "help": f"policy: hub name or path; '{PACKAGED_POLICY}' (the default) = the packaged SmolLM2-135M-Instruct"
+        },
     )
     n_queries: int = field(default=40, metadata={"help": "queries sampled (seeded) from the split"})
     group_size: int = field(default=8, metadata={"help": "rollouts per query, G"})
-    temperature: float = field(default=0.9, metadata={"help": "sampling temperature"})
+    temperature: float = field(default=TEMPERATURE, metadata={"help": "sampling temperature"})
     max_new_tokens: int = field(default=24, metadata={"help": "longest completion, in tokens"})
     prompt: str | None = field(
         default=None,
@@ -39,7 +54,7 @@ class StudyConfig:
         default=64, metadata={"help": "passage budget in policy tokens (the passage is truncated, keeping its start)"}
     )
     judge: str = field(
-        default="embedding", metadata={"help": "clustering judge: embedding (offline), lexical, math, nli, nli:<model>"}
+        default=JUDGE, metadata={"help": "clustering judge: embedding (offline), lexical, math, nli, nli:<model>"}
     )
     embedder: str | None = field(
         default=None, metadata={"help": "sentence-transformers name or path (default: packaged all-MiniLM-L6-v2)"}
@@ -63,7 +78,7 @@ class StudyConfig:
     )
     n_boot: int = field(default=10_000, metadata={"help": "paired bootstrap resamples"})
     k_folds: int = field(default=5, metadata={"help": "folds of the held-out regression"})
-    seed: int = field(default=0, metadata={"help": "seed of query sampling, generation and the bootstrap"})
+    seed: int = field(default=SEED, metadata={"help": "seed of query sampling, generation and the bootstrap"})
     pilot: int = field(
         default=0,
         metadata={
@@ -90,6 +105,7 @@ class StudyConfig:
     threshold: InitVar[float | None] = None
 
     def __post_init__(self, threshold):
+        self.model = resolve_policy(self.model)  # 'packaged' is the default policy (None): one settings hash
         self.nli_threshold = renamed_setting(
             "threshold", "nli_threshold", threshold, self.nli_threshold, NLI_THRESHOLD, stacklevel=4
         )  # caller -> __init__ -> here
@@ -99,10 +115,10 @@ PRESETS = {
     "paper": dict(  # Appendix D's protocol, for a GPU and a network
         n_queries=1000,
         group_size=16,
-        temperature=0.9,
-        judge="nli:roberta-large-mnli",
+        temperature=TEMPERATURE,
+        judge=PAPER_JUDGE,
         trim=20,
-        model="Qwen/Qwen2.5-1.5B-Instruct",
+        model=PAPER_POLICY,
         max_new_tokens=64,
         max_context_tokens=1024,
     ),

@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from ..frames import write_figure, write_frame, write_json, write_text
-from ..vocab import DEFAULT_MEASURES, MATH_DATASETS
+from ..vocab import DEFAULT_MEASURES, JUDGE, full_completion
 
 log = logging.getLogger(__name__)
 
@@ -214,7 +214,7 @@ def run_training_study(
     k_folds: int = 5,
     seed: int = 0,
     embedder=None,
-    judge: str = "embedding",
+    judge: str = JUDGE,
     nli_threshold=None,
     n_windows: int = 10,
 ) -> dict:
@@ -229,7 +229,9 @@ def run_training_study(
     rollouts, group_cols, notes = read_training_run(run)
     info = json.loads((run / "run.json").read_text()) if (run / "run.json").exists() else {}
     dataset = info.get("config", {}).get("dataset", "narrativeqa")
-    score_kw = dict(embedder=embedder, judge=judge, progress=False, use_full_completion=dataset in MATH_DATASETS)
+    # the text the run itself embedded: its own use_full_completion, else auto by its dataset
+    full = full_completion(info.get("config", {}).get("use_full_completion"), dataset)
+    score_kw = dict(embedder=embedder, judge=judge, progress=False, use_full_completion=full)
     if nli_threshold is not None:
         score_kw["nli_threshold"] = nli_threshold
     groups = training_groups(rollouts, group_cols, measures, **score_kw)

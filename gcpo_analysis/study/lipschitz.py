@@ -13,7 +13,7 @@ import pandas as pd
 
 from ..frames import write_frame, write_json, write_text
 from ..stats.lipschitz import LEVEL, N_BOOT, lipschitz_pairs, summarise
-from ..vocab import CLUSTERS, EMBEDDINGS, MATH_DATASETS, NLI_THRESHOLD
+from ..vocab import CLUSTERS, EMBEDDINGS, JUDGE, NLI_THRESHOLD, USE_FULL_COMPLETION, full_completion
 
 
 def _group_inputs(rollouts: pd.DataFrame, grams, text_col: str):
@@ -47,8 +47,8 @@ def lipschitz_study(
     grams,
     *,
     embedder=None,
-    judge="embedding",
-    use_full_completion: bool = False,
+    judge=JUDGE,
+    use_full_completion: bool | None = USE_FULL_COMPLETION,
     nli_threshold: float = NLI_THRESHOLD,
     n_boot: int = N_BOOT,
     seed: int = 0,
@@ -65,7 +65,7 @@ def lipschitz_study(
     from ..measures.embed import make_embedder
     from ..measures.prepare import measurement_tools, prepare_groups
 
-    text_col = "completion" if use_full_completion else "answer"
+    text_col = "completion" if full_completion(use_full_completion, rollouts.get("dataset")) else "answer"
     order, K, texts, answers, rewards = _group_inputs(rollouts, grams, text_col)
     needs = {EMBEDDINGS, CLUSTERS}
     # as score_groups: an embedder object is wrapped (de-duplicated, normalised), then the tools
@@ -157,7 +157,7 @@ def write_lipschitz(
         grams,
         embedder=embedder if embedder is not None else settings.get("embedder"),
         judge=settings["judge"],
-        use_full_completion=settings["dataset"] in MATH_DATASETS,
+        use_full_completion=full_completion(None, settings["dataset"]),
         nli_threshold=threshold,
         n_boot=n_boot,
         seed=seed,

@@ -17,7 +17,7 @@ import pandas as pd
 
 from ..frames import read_frame, write_frame, write_json, write_text
 from ..measures.score import parse_measures
-from ..vocab import MATH_DATASETS
+from ..vocab import full_completion
 from .config import StudyConfig
 from .output import _card_statistics, _draw_figures, _json_default, _versions, _write_paper_tables, restat  # noqa: F401
 
@@ -248,7 +248,7 @@ def run_study(cfg: StudyConfig):
         raise ValueError("measure 'token_entropy' needs the rollouts column 'token_entropy'")
 
     with timer("measures (embedding, clustering, scores)"):
-        use_full = cfg.dataset in MATH_DATASETS
+        use_full = full_completion(None, cfg.dataset)  # the study has no setting of its own: auto
         scored = score_groups(
             rollouts,
             measures,

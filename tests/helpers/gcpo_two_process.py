@@ -14,9 +14,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from test_train_trainer import make  # noqa: E402
 
-from gcpo_train.trainer import GRPOTrainer  # noqa: E402
+from gcpo_train.trainer import GCPOLoopTrainer  # noqa: E402
 
-check_folder = GRPOTrainer._prepare_output
+check_folder = GCPOLoopTrainer._prepare_output
 
 
 def late_on_rank_1(self, *args):
@@ -25,7 +25,7 @@ def late_on_rank_1(self, *args):
     return check_folder(self, *args)
 
 
-GRPOTrainer._prepare_output = late_on_rank_1
+GCPOLoopTrainer._prepare_output = late_on_rank_1
 
 root = Path(sys.argv[1])
 for arg in sys.argv[2:]:
