@@ -11,7 +11,16 @@ import logging
 import sys
 from pathlib import Path
 
-from .vocab import ALPHA_BASE, JUDGE, NLI_THRESHOLD, R_MAX, R_MIN, USE_FULL_COMPLETION, full_completion
+from .vocab import (
+    ALPHA_BASE,
+    JUDGE,
+    NLI_THRESHOLD,
+    R_MAX,
+    R_MIN,
+    SCORE_CLI_MEASURES,
+    USE_FULL_COMPLETION,
+    full_completion,
+)
 
 
 def _add_score(sub):
@@ -26,7 +35,7 @@ def _add_score(sub):
     p.add_argument("-o", "--output", required=True, help="groups frame to write (.parquet)")
     p.add_argument(
         "--measures",
-        default="token_entropy,se,kle,cd,bot,rd",
+        default=",".join(SCORE_CLI_MEASURES),
         help="comma-separated: token_entropy, pe, se, se_lw, kle, cd, bot, rd, or 'all' "
         "(token_entropy needs that rollouts column, pe and se_lw the logprob column)",
     )

@@ -26,6 +26,9 @@ DATASETS = ("narrativeqa", "qasper", "hotpotqa", "math500", "aime24", "olympiadb
 MATH_DATASETS = ("math500", "aime24", "olympiadbench", "asdiv")
 
 DEFAULT_MEASURES = ("token_entropy", "se", "se_lw", "kle", "cd", "bot", "rd")
+# `gcpo score`'s default differs on purpose: it takes any tool's rollouts frame, and se_lw needs
+# a `logprob` column that such frames often lack (the study and score_groups' callers have it).
+SCORE_CLI_MEASURES = tuple(m for m in DEFAULT_MEASURES if m != "se_lw")
 
 EMBEDDINGS = "embeddings"
 CLUSTERS = "clusters"
