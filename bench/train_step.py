@@ -2,12 +2,14 @@
 
     python bench/train_step.py [--config configs/cpu_smoke.yaml] [--steps 3]
                                [--modulators none cd bot se rd cd_rd] [--max_new_tokens 24 ...]
-                               [--track-gradvar] [--set use_lora=false]
+                               [--track-gradvar] [--track-full] [--set use_lora=false]
 
 ``--track-gradvar`` runs each modulator four ways: the default step (shared prompt), that step with
 ``track_gradvar`` on (generation and the no-grad passes share the prompt, the tracked gradient
 pass runs full sequences), the step without prompt sharing, and that step with ``track_gradvar``;
-the ``gradvar`` column is the hooks' Gram work inside forward_backward. The four trainers are
+the ``gradvar`` column is the hooks' Gram work inside forward_backward. ``--track-full`` adds
+``track_gradvar: full`` (the above plus the study's V over all parameters, one extra
+forward+backward per group, timed in ``gradvar``). The four trainers are
 built first and then stepped in turn (step 1 of each, step 2 of each, ...), so a change in the
 load of a shared machine reaches all alike; each trainer's steps draw the same samples as the
 others' only where the prompt sharing agrees (sampling is seeded per group).
@@ -38,6 +40,7 @@ STAGES = (
     "time_measure",
     "time_forward_backward",
     "time_gradvar",
+    "time_gradvar_full",
     "time_step",
     "time_total",
 )
@@ -46,6 +49,7 @@ VARIANTS = {
     "track": {"track_gradvar": True},
     "unshared": {"share_prompt": False},
     "unshared+track": {"share_prompt": False, "track_gradvar": True},
+    "track_full": {"track_gradvar": "full"},
 }
 
 
@@ -160,12 +164,20 @@ def main(argv=None) -> None:
         action="store_true",
         help="also time each modulator without prompt sharing, with and without track_gradvar",
     )
+    ap.add_argument(
+        "--track-full",
+        "--track_full",
+        action="store_true",
+        help="with --track-gradvar: also time track_gradvar: full (the study's V over all parameters)",
+    )
     args = ap.parse_args(argv)
     overrides = {k: yaml.safe_load(v) for k, v in (s.split("=", 1) for s in args.set)}
     import torch
 
     print(f"torch threads: {torch.get_num_threads()}; config {args.config}; overrides {overrides}")
-    variants = tuple(VARIANTS) if args.track_gradvar else ("default",)
+    variants = (
+        tuple(v for v in VARIANTS if args.track_full or v != "track_full") if args.track_gradvar else ("default",)
+    )
     rows = bench(args.config, args.modulators, args.steps, overrides, variants)
     print(markdown(rows))
     if args.track_gradvar:
@@ -181,6 +193,13 @@ def main(argv=None) -> None:
                 f"(forward_backward {plain['time_forward_backward']:.2f} -> {tracked['time_forward_backward']:.2f} s, "
                 f"Gram work {tracked['time_gradvar']:.2f} s)"
             )
+            if f"{name} track_full" in by:
+                full = by[f"{name} track_full"]
+                print(
+                    f"# {name}: track_gradvar full / default step = {full['time_total'] / base['time_total']:.2f}x "
+                    f"(forward_backward {full['time_forward_backward']:.2f} s, Gram work {full['time_gradvar']:.2f} s, "
+                    f"the study's V pass {full['time_gradvar_full']:.2f} s)"
+                )
 
 
 if __name__ == "__main__":
