@@ -267,6 +267,7 @@ class TrainConfig:
             ("top_p", 0 < self.top_p <= 1, "in (0, 1]"),
             ("train_frac", 0 < self.train_frac < 1, "in (0, 1)"),
             ("alpha_base", self.alpha_base >= 0, ">= 0 (a negative α flips the sign of the advantages)"),
+            ("q_hawkeye_alpha", self.q_hawkeye_alpha >= 0, ">= 0 (a negative α flips the sign of the advantages)"),
             ("clip_epsilon", self.clip_epsilon > 0, "> 0"),
             ("learning_rate", self.learning_rate >= 0, ">= 0"),
             ("max_grad_norm", self.max_grad_norm >= 0, ">= 0"),
@@ -328,6 +329,12 @@ class TrainConfig:
         """use_full_completion resolved: True for math (Appendix E), False for QA, unless set."""
         return full_completion(self.use_full_completion, self.dataset)
 
+    def modulation_settings(self):
+        """What the modulator reads (``gcpo_train.modulation.ModulationSettings``), from this config."""
+        from .modulation import ModulationSettings
+
+        return ModulationSettings.from_config(self)
+
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
@@ -362,7 +369,8 @@ def modulator_param_names() -> list[str]:
 
     names = set()
     for mod in MODULATORS.values():
-        fn = getattr(mod, "fn", mod)
+        fn = mod.weight or mod.per_rollout  # a group weight, or the advantages of a per-rollout modulator
+        assert fn is not None
         names |= {p.name for p in inspect.signature(fn).parameters.values() if p.kind == p.KEYWORD_ONLY}
     return sorted(names - _MODULATE_ARGS)
 

@@ -1,10 +1,13 @@
 """Modulate a step's groups: prepare what the modulator needs for every group, call ``modulate``.
 
 The trainer has no formula of its own (docs/conventions.md): weights and advantages come from
-``gcpo_analysis.measures.modulators.modulate``, and its inputs from
+``gcpo_analysis.measures.modulators`` (``modulate``, ``group_weight``), and their inputs from
 ``gcpo_analysis.measures.prepare.prepare_groups``, the batch builder the groups frame uses too —
 one embedding call for all texts of the step, one batched greedy clustering over all groups,
 nothing a modulator does not ask for (``Modulator.needs``).
+
+What ``GroupModulator`` reads is one ``ModulationSettings``; both training configs make it
+(``TrainConfig.modulation_settings``, ``GCPOConfig.modulation_settings``).
 
 Text that is embedded/clustered: the extracted answer for QA, the full completion for math
 (``use_full_completion``, Appendix E).
@@ -12,10 +15,52 @@ Text that is embedded/clustered: the extracted answer for QA, the full completio
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
 import numpy as np
 
+from gcpo_analysis.measures.advantages import EPS
+from gcpo_analysis.vocab import ALPHA_BASE, JUDGE, NLI_THRESHOLD, R_MAX, R_MIN
 
-def modulator_params(config) -> dict:
+
+def _h(default: Any, help: str) -> Any:
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass(frozen=True)
+class ModulationSettings:
+    """Everything ``GroupModulator`` reads: the modulator, its measurement tools and its knobs."""
+
+    modulator: str = _h("bot_rd", "Advantage modulator, a name of gcpo_analysis.measures.modulators.MODULATORS.")
+    embedder: str | None = _h(None, "sentence-transformers name or path for mu_i (None = packaged all-MiniLM-L6-v2).")
+    judge: str = _h(JUDGE, "Clustering judge: 'embedding', 'lexical', 'math', 'nli' or 'nli:<model>' (Appendix E).")
+    nli_threshold: float = _h(NLI_THRESHOLD, "Entailment threshold of the greedy clustering (Appendix E).")
+    alpha_base: float = _h(ALPHA_BASE, "alpha_base; alpha_G = alpha_base / ln G (Section 3.4).")
+    r_min: float = _h(R_MIN, "Lower end of the reward range (RD and Q-Hawkeye normalisation).")
+    r_max: float = _h(R_MAX, "Upper end of the reward range.")
+    eps: float = _h(EPS, "eps in A_i = (r_i - mean r)/(std r + eps) (our loop's GRPO advantages).")
+    q_hawkeye_alpha: float = _h(ALPHA_BASE, "Q-Hawkeye alpha in omega = 1 - alpha Var(r)/Var_max (Appendix F).")
+    eg_spo_alpha: float = _h(1.0, "EG-SPO gate strength: gate_i ~ exp(-alpha H_i / H_bar) (Appendix F).")
+    r2vpo_lambda: float = _h(1.0, "R2VPO lambda in w_i = 1/(1 + lambda Var_t rho_it) (Appendix F).")
+    empo_low: float = _h(0.0, "EMPO: keep a query if SE/ln G >= empo_low.")
+    empo_high: float = _h(0.5, "EMPO: keep a query if SE/ln G <= empo_high.")
+    modulator_params: dict | None = _h(
+        None, "Extra keyword arguments passed to the modulator verbatim (win over the above)."
+    )
+
+    @classmethod
+    def from_config(cls, config: Any) -> ModulationSettings:
+        """The settings read by name from a config that has every field (a TrainConfig, or any
+        object with these attributes); a missing one is an error, never a silent default."""
+        missing = [f.name for f in dataclasses.fields(cls) if not hasattr(config, f.name)]
+        if missing:
+            raise ValueError(f"{type(config).__name__} lacks the modulation settings {missing}")
+        return cls(**{f.name: getattr(config, f.name) for f in dataclasses.fields(cls)})
+
+
+def modulator_params(config: Any) -> dict:
     """Keyword arguments that ``modulate`` forwards to the modulator (names as modulators.py)."""
     params = dict(
         q_alpha=config.q_hawkeye_alpha,
@@ -38,16 +83,20 @@ def needs_of(name: str) -> frozenset:
 
 
 class GroupModulator:
-    """Modulated advantages of a step's groups, for gcpo_train's loop and its TRL adapter.
+    """Modulated advantages (our loop) or group weights (the TRL adapter) of a step's groups.
 
-    Holds the embedder and judge across steps: ``embedder``/``judge`` may be passed in (tests,
-    benchmarks; an embedder needs only ``encode(texts)``); otherwise they are built from the
-    config on first use, so plain GRPO never loads an embedding model.
+    Reads a ``ModulationSettings`` (a config with the same fields, such as a TrainConfig, is read
+    through ``ModulationSettings.from_config``). Holds the embedder and judge across steps:
+    ``embedder``/``judge`` may be passed in (tests, benchmarks; an embedder needs only
+    ``encode(texts)``); otherwise they are built from the settings on first use, so plain GRPO
+    never loads an embedding model.
     """
 
-    def __init__(self, config, embedder=None, judge=None):
-        self.config = config
-        self.needs = needs_of(config.modulator)
+    def __init__(self, settings: Any, embedder: Any = None, judge: Any = None):
+        if not isinstance(settings, ModulationSettings):
+            settings = ModulationSettings.from_config(settings)
+        self.config = settings
+        self.needs = needs_of(settings.modulator)
         self.embedder = embedder
         self.judge = judge
         self._tools = None  # (embedder, judge) as measurement_tools built them
@@ -73,6 +122,29 @@ class GroupModulator:
                 out[key] = tool.describe()
         return out
 
+    def _prepare(self, rewards, texts, answers, **features):
+        from gcpo_analysis.measures.prepare import prepare_groups
+
+        embedder, judge = self.tools()
+        # the loop's advantages are float64 end to end (the groups frame keeps float32 embeddings)
+        return prepare_groups(
+            texts,
+            rewards,
+            self.needs,
+            embedder=embedder,
+            judge=judge,
+            nli_threshold=self.config.nli_threshold,
+            embedding_dtype=np.float64,
+            answers=answers,
+            **features,
+        )
+
+    @staticmethod
+    def _info(info: dict, group) -> dict:
+        if group.clusters is not None:
+            info = {**info, "n_clusters": float(len(np.unique(group.clusters)))}
+        return {key: float(v) for key, v in info.items()}
+
     def modulate_groups(
         self,
         rewards: list[np.ndarray],
@@ -91,20 +163,12 @@ class GroupModulator:
         Returns (list of (G,) advantages, list of info dicts, stats dict).
         """
         from gcpo_analysis.measures.modulators import modulate
-        from gcpo_analysis.measures.prepare import prepare_groups
 
         cfg = self.config
-        embedder, judge = self.tools()
-        # the loop's advantages are float64 end to end (the groups frame keeps float32 embeddings)
-        groups, cluster_stats = prepare_groups(
-            texts,
+        groups, cluster_stats = self._prepare(
             rewards,
-            self.needs,
-            embedder=embedder,
-            judge=judge,
-            nli_threshold=cfg.nli_threshold,
-            embedding_dtype=np.float64,
-            answers=answers,
+            texts,
+            answers,
             token_entropy=token_entropy,
             logprobs=logprobs,
             ratio_var=ratio_var,
@@ -122,8 +186,29 @@ class GroupModulator:
                     f"modulator {cfg.modulator!r} returned advantages of shape "
                     f"{adv.shape} (finite: {np.isfinite(adv).all()}) for group {k}"
                 )
-            if group.clusters is not None:
-                info = {**info, "n_clusters": float(len(np.unique(group.clusters)))}
             advantages.append(adv)
-            infos.append({key: float(v) for key, v in info.items()})
+            infos.append(self._info(info, group))
         return advantages, infos, {f"cluster_{k}": v for k, v in cluster_stats.items()}
+
+    def weigh_groups(
+        self, rewards: list[np.ndarray], texts: list[list[str]], answers: list[list[str]]
+    ) -> tuple[np.ndarray, list[dict], dict]:
+        """The weight omega(q) and info of each group, for a group-level modulator (the TRL path:
+        TRL makes the advantages, we scale them). Refuses eg_spo, r2vpo and empo, which have no
+        group weight. Returns ((n,) weights, list of info dicts, stats dict)."""
+        from gcpo_analysis.measures.modulators import MODULATORS, group_weight
+
+        cfg = self.config
+        MODULATORS[cfg.modulator].require_weight()  # refuse eg_spo, r2vpo, empo before any model is built
+        groups, cluster_stats = self._prepare(rewards, texts, answers)
+        params = modulator_params(cfg)
+        weights, infos = [], []
+        for k, group in enumerate(groups):
+            w, info = group_weight(
+                cfg.modulator, group, alpha_base=cfg.alpha_base, r_min=cfg.r_min, r_max=cfg.r_max, **params
+            )
+            if not np.isfinite(w):
+                raise ValueError(f"modulator {cfg.modulator!r} gave the weight {w!r} for group {k}")
+            weights.append(float(w))
+            infos.append(self._info(info, group))
+        return np.array(weights, dtype=np.float64), infos, {f"cluster_{k}": v for k, v in cluster_stats.items()}

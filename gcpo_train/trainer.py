@@ -125,7 +125,7 @@ class GCPOLoopTrainer:
         self.share_prompt = (
             cfg.share_prompt and not cfg.gradient_checkpointing and "past_key_values" in forward_parameters(model)
         )
-        self.group_modulator = GroupModulator(cfg, embedder=embedder, judge=judge)
+        self.group_modulator = GroupModulator(cfg.modulation_settings(), embedder=embedder, judge=judge)
         self.need_ratio = "ratio_var" in self.group_modulator.needs
         self.reference = Reference(model, cfg.use_lora) if (cfg.beta > 0 or self.need_ratio) else None
         if self.reference is not None and self.reference.copy is not None:

@@ -12,19 +12,18 @@ multi-process training through accelerate (DDP, DeepSpeed ZeRO, FSDP; see config
 
 Semantics (paper Section 3.4). After TRL has computed the group-standardised advantages A_i,
 each rollout's advantage becomes A_i * omega(q), omega(q) the weight of its group from
-``gcpo_analysis.measures.modulators`` — the code ``gcpo_train``'s own loop uses; there is no
-second formula here. The weight is read off ``modulate``'s output as the scalar that maps our
-GRPO advantages onto the modulated ones (``modulators.group_weight_from``), so it does not depend on
-TRL's choice of standard deviation. A group's G completions can live on several processes: the
+``gcpo_analysis.measures.modulators.group_weight`` — the weight ``modulate`` multiplies GRPO's
+advantages by in ``gcpo_train``'s own loop; there is no second formula here, and the weight does
+not depend on TRL's choice of standard deviation. A group's G completions can live on several processes: the
 texts and rewards of the whole generation batch are gathered first (accelerate's
 ``gather_object``; TRL gathers the rewards itself), every process computes the weights of all
 groups from all G rollouts, and multiplies its own slice (TRL's ``process_slice``).
 
-Only modulators whose effect is one weight per group run under TRL (``TRL_MODULATORS``):
-``none, se, kle, care, cd, bot, rd, cd_rd, bot_rd, q_hawkeye``. Refused at construction, with
-the reason: ``eg_spo`` (per-rollout gates from token entropies), ``r2vpo`` (per-rollout
-variance of the policy ratio against the reference policy) and ``empo`` (it replaces the reward
-by cluster frequency instead of weighting the advantage). Under TRL, ``se`` is the discrete SE
+Only modulators whose effect is one weight per group run under TRL (``TRL_MODULATORS``, those
+with a ``Modulator.weight``): ``none, se, kle, care, cd, bot, rd, cd_rd, bot_rd, q_hawkeye``.
+Refused at construction, with the reason: ``eg_spo`` (per-rollout gates from token entropies),
+``r2vpo`` (per-rollout variance of the policy ratio against the reference policy) and ``empo``
+(it replaces the reward by cluster frequency instead of weighting the advantage). Under TRL, ``se`` is the discrete SE
 (TRL computes no sequence log-probabilities before the advantages).
 
 Speed (``share_prompt``, on by default): each group's prompt runs once in TRL's log-prob passes
@@ -37,20 +36,21 @@ import dataclasses
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
+from typing import cast
 
 import numpy as np
 import torch
 from accelerate.utils import gather_object
 from trl import GRPOConfig, GRPOTrainer
 
-from gcpo_analysis.measures.advantages import EPS
 from gcpo_analysis.measures.modulators import MODULATORS
 from gcpo_analysis.vocab import ALPHA_BASE, JUDGE, NLI_THRESHOLD, R_MAX, R_MIN, TRL_USE_FULL_COMPLETION
 
+from .modulation import ModulationSettings
 from .trl_shared_prompt import SharedPromptMixin
 
-TRL_MODULATORS = ("none", "se", "kle", "care", "cd", "bot", "rd", "cd_rd", "bot_rd", "q_hawkeye")
+# the group-level modulators (one weight per group): none, se, kle, care, cd, bot, rd, cd_rd, bot_rd, q_hawkeye
+TRL_MODULATORS = tuple(name for name, m in MODULATORS.items() if m.weight is not None)
 REFUSED = {
     "eg_spo": "it gates each rollout by its token entropy (a per-rollout weight, not a group weight)",
     "r2vpo": "it weights each rollout by the variance of its policy ratio against the reference "
@@ -116,6 +116,14 @@ class GCPOConfig(GRPOConfig):
     nli_threshold: float = field(
         default=NLI_THRESHOLD, metadata={"help": "Entailment threshold of the greedy clustering (Appendix E)."}
     )
+    q_hawkeye_alpha: float = field(
+        default=ALPHA_BASE,
+        metadata={
+            "help": (
+                "Q-Hawkeye alpha in omega = 1 - alpha Var(r)/Var_max (Appendix F; not group-normalised). Finite, >= 0."
+            )
+        },
+    )
     use_full_completion: bool = field(
         default=TRL_USE_FULL_COMPLETION,  # vocab says why it differs from TrainConfig's auto
         metadata={
@@ -162,11 +170,30 @@ class GCPOConfig(GRPOConfig):
         from .config import check_modulator_params
 
         check_alpha_base(self.alpha_base)
+        try:
+            check_alpha_base(self.q_hawkeye_alpha)
+        except ValueError:
+            raise ValueError(f"q_hawkeye_alpha must be a finite number >= 0, got {self.q_hawkeye_alpha!r}") from None
         self.modulator_params = check_modulator_params(self.modulator_params)
         if not self.r_max > self.r_min:
             raise ValueError(f"r_max ({self.r_max}) must be > r_min ({self.r_min})")
         if not 0 <= self.nli_threshold <= 1:
             raise ValueError(f"nli_threshold must lie in [0, 1], got {self.nli_threshold}")
+
+    def modulation_settings(self) -> ModulationSettings:
+        """What ``GroupModulator`` reads. eps is the default (TRL makes the advantages; we only
+        scale them), and the per-rollout modulators' knobs keep their defaults: those are refused."""
+        return ModulationSettings(
+            modulator=self.modulator,
+            embedder=self.embedder,
+            judge=self.judge,
+            nli_threshold=self.nli_threshold,
+            alpha_base=self.alpha_base,
+            r_min=self.r_min,
+            r_max=self.r_max,
+            q_hawkeye_alpha=self.q_hawkeye_alpha,
+            modulator_params=self.modulator_params,
+        )
 
     def _check_gcpo_types(self) -> None:
         """The GCPO fields validated as TrainConfig's are: numbers finite and not strings or
@@ -174,7 +201,7 @@ class GCPOConfig(GRPOConfig):
         read as True), strings strings."""
         import math
 
-        for name in ("alpha_base", "r_min", "r_max", "nli_threshold"):
+        for name in ("alpha_base", "q_hawkeye_alpha", "r_min", "r_max", "nli_threshold"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise ValueError(f"{name} must be a finite number, got {value!r} ({type(value).__name__})")
@@ -204,25 +231,12 @@ def completion_text(completion) -> str:
     return str(completion)
 
 
-def modulation_settings(config: GCPOConfig) -> SimpleNamespace:
-    """What ``gcpo_train.modulation.GroupModulator`` reads from a training config, from a GCPOConfig
-    (the per-rollout modulators' knobs are fixed: those modulators are refused under TRL)."""
-    return SimpleNamespace(
-        modulator=config.modulator,
-        embedder=config.embedder,
-        judge=config.judge,
-        nli_threshold=config.nli_threshold,
-        alpha_base=config.alpha_base,
-        r_min=config.r_min,
-        r_max=config.r_max,
-        eps=EPS,
-        q_hawkeye_alpha=config.alpha_base,
-        eg_spo_alpha=1.0,
-        r2vpo_lambda=1.0,
-        empo_low=0.0,
-        empo_high=0.5,
-        modulator_params=config.modulator_params,
-    )
+def modulation_settings(config) -> ModulationSettings:
+    """What ``gcpo_train.modulation.GroupModulator`` reads, from a GCPOConfig (its
+    ``modulation_settings()``) or any config with every ``ModulationSettings`` field."""
+    if isinstance(config, GCPOConfig):
+        return config.modulation_settings()
+    return ModulationSettings.from_config(config)
 
 
 class GCPOTrainer(SharedPromptMixin, GRPOTrainer):
@@ -240,7 +254,7 @@ class GCPOTrainer(SharedPromptMixin, GRPOTrainer):
         check_trl_modulator(config.modulator)
         from .modulation import GroupModulator
 
-        self.group_modulator = GroupModulator(modulation_settings(config), embedder=embedder, judge=judge)
+        self.group_modulator = GroupModulator(config.modulation_settings(), embedder=embedder, judge=judge)
         self._gcpo_batch = None
         self.gcpo_last = None  # the last step's gathered texts, rewards and weights (for tests and logs)
         super().__init__(*args, **kwargs)
@@ -273,7 +287,7 @@ class GCPOTrainer(SharedPromptMixin, GRPOTrainer):
 
     def _group_weights_of_batch(self, texts: list[str], rewards: np.ndarray, G: int) -> tuple[np.ndarray, list[dict]]:
         """The module function ``group_weights`` (the one of that name) with this config's settings."""
-        a = self.args
+        a = cast(GCPOConfig, self.args)
         return group_weights(
             texts,
             rewards,
@@ -290,7 +304,8 @@ class GCPOTrainer(SharedPromptMixin, GRPOTrainer):
         for key in sorted({k for row in rows for k in row}):
             values = [row[key] for row in rows if key in row]
             self._metrics[mode][f"gcpo/{key}"].append(float(np.mean(values)))
-        if self.args.log_group_measures and self.accelerator.is_main_process:
+        args = cast(GCPOConfig, self.args)
+        if args.log_group_measures and self.accelerator.is_main_process:
             import pandas as pd
 
             from gcpo_analysis.frames import write_frame
@@ -299,7 +314,7 @@ class GCPOTrainer(SharedPromptMixin, GRPOTrainer):
                 group=np.arange(len(weights)), weight=weights, step=self.state.global_step, mode=mode
             )
             write_frame(
-                frame, Path(self.args.output_dir) / "gcpo_groups" / f"{mode}_step_{self.state.global_step:06d}.parquet"
+                frame, Path(str(args.output_dir)) / "gcpo_groups" / f"{mode}_step_{self.state.global_step:06d}.parquet"
             )
 
 
@@ -314,9 +329,8 @@ def group_weights(
     use_full_completion: bool = TRL_USE_FULL_COMPLETION,
 ) -> tuple[np.ndarray, list[dict]]:
     """omega(q) of every group of a gathered generation batch — consecutive blocks of G, TRL's
-    layout — and each group's measures (``modulate``'s info). A pure function of the texts and
+    layout — and each group's measures (``group_weight``'s info). A pure function of the texts and
     rewards: every process computes the same weights from the same gathered batch."""
-    from gcpo_analysis.measures.modulators import group_weight_from
     from gcpo_analysis.rewards import extract_math_answer, extract_qa_answer
 
     n = len(texts) // G
@@ -329,10 +343,9 @@ def group_weights(
     shown = t_groups if use_full_completion else qa_answers
     # the math judge clusters final answers (answer equivalence), never whole derivations
     answers = [[extract_math_answer(t) or "" for t in g] for g in t_groups] if use_full_completion else qa_answers
-    if modulator == "none":
+    if modulator == "none":  # omega = 1: nothing to measure
         return np.ones(n), [{} for _ in range(n)]
-    advantages, infos, _ = group_modulator.modulate_groups(r_groups, shown, answers)
-    weights = np.array([group_weight_from(adv, rg) for adv, rg in zip(advantages, r_groups)])
+    weights, infos, _ = group_modulator.weigh_groups(r_groups, shown, answers)
     return weights, infos
 
 

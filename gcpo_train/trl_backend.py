@@ -51,6 +51,7 @@ def gcpo_config_from(cfg: TrainConfig, plain_trl: bool = False, **overrides):
         report_to=list(cfg.report_to or ()),  # validate made it a list
         modulator=cfg.modulator,
         alpha_base=cfg.alpha_base,
+        q_hawkeye_alpha=cfg.q_hawkeye_alpha,
         r_min=cfg.r_min,
         r_max=cfg.r_max,
         judge=cfg.judge,

@@ -139,6 +139,7 @@ def test_every_gcpo_field_has_help():
     assert set(added) == {
         "modulator",
         "alpha_base",
+        "q_hawkeye_alpha",
         "r_min",
         "r_max",
         "judge",

@@ -7,8 +7,10 @@ imported only by the embedder and the NLI judge, when used. Names resolve lazily
 Geometry and calibration (Section 3): alpha_g, geometry_weight, rd_weight,
 cosine_dispersion, barycentric_transport, reward_dispersion, rd_max.
 Entropies (Section 2): semantic_entropy, predictive_entropy, mean_token_entropy,
-kernel_language_entropy.
-Advantages: grpo_advantages, gcpo_advantages; every baseline in ``modulators``.
+kernel_language_entropy; se_logweights, entropy_weight (Seed-GRPO's weight of SE, SE-LW, KLE).
+Advantages: grpo_advantages, gcpo_advantages; every baseline in ``modulators``, with
+group_weight (omega(q) of a group-level modulator) beside modulate.
+The measures registry (what each measure needs, its values and weight): MEASURE_REGISTRY, Measure.
 Clustering and judges (Appendix E): greedy_nli_clusters, batched_greedy_clusters, NLIJudge,
 EmbeddingJudge, LexicalJudge, MathJudge, make_judge; Embedder.
 The measurement batch of many groups (one builder for the groups frame and the trainers):
@@ -40,13 +42,22 @@ _WHERE = {
         "mean_token_entropy",
         "kernel_language_entropy",
         "token_entropy_from_logits",
+        "se_logweights",
+        "entropy_weight",
     ],
     "advantages": ["grpo_advantages", "grpo_advantages_batch", "gcpo_advantages", "gcpo_weight"],
     "modulators": [
         "GroupFeatures",
         "GroupRollouts",  # the old name of GroupFeatures (deprecated: warns)
         "MODULATORS",
+        "Modulator",
         "modulate",
+        "group_weight",
+        "seed_grpo_weight",
+        "kle_weight",
+        "care_weight",
+        "q_hawkeye_weight",
+        "rd_only_weight",
         "seed_grpo_advantages",
         "empo_advantages",
         "kle_advantages",
@@ -60,7 +71,8 @@ _WHERE = {
     "judges": ["NLIJudge", "EmbeddingJudge", "LexicalJudge", "MathJudge", "make_judge"],
     "embed": ["Embedder", "make_embedder", "embed_groups"],
     "prepare": ["prepare_groups", "measurement_tools", "judge_shares_embedder"],
-    "score": ["score_groups", "MEASURES"],
+    "registry": ["Measure", "MEASURE_REGISTRY"],
+    "score": ["score_groups", "MEASURES", "parse_measures"],
 }
 _NAME_TO_MODULE = {name: mod for mod, names in _WHERE.items() for name in names}
 __all__ = sorted(_NAME_TO_MODULE.keys() - {"GroupRollouts"})  # not the deprecated name

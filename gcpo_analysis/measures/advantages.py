@@ -8,6 +8,7 @@ weight: A~_i = A_i * omega_geo(q) * omega_RD(q), omega_geo in {omega_CD, omega_B
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .dispersion import (
     ALPHA_BASE,
@@ -24,7 +25,7 @@ from .dispersion import (
 EPS = 1e-6
 
 
-def grpo_advantages(rewards, eps: float = EPS) -> np.ndarray:
+def grpo_advantages(rewards: ArrayLike, eps: float = EPS) -> np.ndarray:
     """GRPO advantages A_i = (r_i - mean r) / (std r + eps) (Section 2.1, Eq. 1).
 
     std is the population standard deviation (ddof = 0), as sigma_R of the group. A group whose
@@ -44,14 +45,14 @@ def grpo_advantages(rewards, eps: float = EPS) -> np.ndarray:
     return centred / (std + eps)
 
 
-def _check_overflow(centred, std) -> None:
+def _check_overflow(centred: np.ndarray, std: np.ndarray | np.floating) -> None:
     """Finite rewards whose mean or spread overflows float64 (|r| near 1e308) are refused: the
     advantages would be NaN, not a number."""
     if not (np.isfinite(centred).all() and np.isfinite(std).all()):
         raise ValueError("rewards too large: their mean or standard deviation overflows float64 (rescale the rewards)")
 
 
-def grpo_advantages_batch(rewards, eps: float = EPS) -> np.ndarray:
+def grpo_advantages_batch(rewards: ArrayLike, eps: float = EPS) -> np.ndarray:
     """GRPO advantages for N groups of equal size: rewards (N, G) -> (N, G)."""
     r = np.asarray(rewards, dtype=np.float64)
     if r.ndim != 2:
@@ -69,15 +70,15 @@ def grpo_advantages_batch(rewards, eps: float = EPS) -> np.ndarray:
 
 
 def gcpo_weight(
-    rewards,
-    embeddings,
-    clusters=None,
+    rewards: ArrayLike,
+    embeddings: ArrayLike,
+    clusters: ArrayLike | None = None,
     geometry: str = "bot",
     use_rd: bool = True,
     alpha_base: float = ALPHA_BASE,
     r_min: float = R_MIN,
     r_max: float = R_MAX,
-) -> tuple[float, dict]:
+) -> tuple[float, dict[str, float]]:
     """The query-level GCPO weight omega_geo(q) * omega_RD(q) and the measures behind it.
 
     geometry 'cd' uses Cosine Dispersion (no clusters needed); 'bot' needs cluster labels.
@@ -96,20 +97,20 @@ def gcpo_weight(
         u = barycentric_transport(e, clusters)
     else:
         raise ValueError(f"unknown geometry {geometry!r}; expected 'cd' or 'bot'")
-    w_geo = geometry_weight(u, G, alpha_base)
+    w_geo = float(geometry_weight(u, G, alpha_base))  # a scalar u gives a float
     info = {geometry: u, f"w_{geometry}": w_geo}
     weight = w_geo
     if use_rd:
         rd = reward_dispersion(r, r_min, r_max)
-        info.update(rd=rd, w_rd=rd_weight(rd, G, alpha_base))
+        info.update(rd=rd, w_rd=float(rd_weight(rd, G, alpha_base)))
         weight *= info["w_rd"]
-    return float(weight), info
+    return weight, info
 
 
 def gcpo_advantages(
-    rewards,
-    embeddings,
-    clusters=None,
+    rewards: ArrayLike,
+    embeddings: ArrayLike,
+    clusters: ArrayLike | None = None,
     geometry: str = "bot",
     use_rd: bool = True,
     alpha_base: float = ALPHA_BASE,

@@ -10,6 +10,8 @@ leading axis and are vectorised (no Python loop over groups).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numpy.typing import ArrayLike
 from scipy.special import entr, logsumexp
@@ -83,6 +85,38 @@ def semantic_entropy_batch(clusters: ArrayLike, logprobs: ArrayLike | None = Non
     log_mass = logsumexp(np.broadcast_to(lp[:, None, :], (N, G, G)), axis=2, b=same) - log_total
     w = np.exp(lp - log_total)
     return np.maximum(-(w * log_mass).sum(axis=1), 0.0)  # rounding may give -1e-17
+
+
+def se_logweights(logprobs: ArrayLike | None, n_tokens: ArrayLike | None = None) -> np.ndarray | None:
+    """Log-weights of the likelihood-weighted semantic entropy (``se_lw``; None without logprobs).
+
+    With ``n_tokens`` the mean token log-probability logprob_i / n_i, as Kuhn et al.'s and
+    Farquhar et al.'s released code do: the unnormalised sequence likelihood puts nearly all
+    mass on one sampled rollout (exp of sums over ~20 tokens differ by orders of magnitude),
+    which collapses SE towards 0 whatever the clusters. Without lengths, the sums are used.
+    """
+    if logprobs is None:
+        return None
+    lp = np.asarray(logprobs, dtype=np.float64)
+    if n_tokens is None:
+        return lp
+    n = np.asarray(n_tokens, dtype=np.float64)
+    if n.shape != lp.shape or (n <= 0).any():
+        raise ValueError(f"n_tokens must be positive and match logprobs ({lp.shape}), got {n!r}")
+    return lp / n
+
+
+def entropy_weight(u: ArrayLike, G: int, alpha_base: float) -> float | np.ndarray:
+    """Seed-GRPO's weight of an entropy u of a group of G (Chen et al. 2025, arXiv:2505.12346):
+    omega = max(0, 1 - alpha_base * u / ln G), their linear f(x) = 1 - x on x = alpha_base u / u_max
+    with u_max = ln G, the largest SE (and KLE) of G responses; clipped at 0 so a sign never flips.
+    G = 1 gives 1. Used for SE, SE-LW and KLE (``w_se``, ``w_se_lw``, ``w_kle``); ``u`` may be a
+    scalar or an array of groups of the same size G.
+    """
+    v = np.asarray(u, dtype=np.float64)
+    # alpha * u / ln G, in this order: the weights the groups frame has always held, bit for bit
+    w = np.maximum(0.0, 1.0 - alpha_base * v / math.log(G)) if G > 1 else np.ones_like(v)
+    return float(w) if np.ndim(w) == 0 else w
 
 
 # --------------------------------------------------------------------------- predictive entropy

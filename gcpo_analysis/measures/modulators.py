@@ -2,10 +2,19 @@
 
 Each baseline is reinterpreted as a plug-in modulation of the same GRPO update, as Appendix E
 and F of the paper describe; where the baseline's own paper defines the formula we follow it
-and cite it. The trainer calls only ``modulate(name, group)``: it has no formula of its own.
+and cite it. The trainers call only ``modulate(name, group)`` and ``group_weight(name, group)``:
+they have no formula of their own.
 
-Every modulator returns (advantages (G,), info) where ``info`` holds the measures and weights it
-used, named as in the groups frame (``se``, ``w_se``, ``cd``, ``w_cd``, ``rd``, ``w_rd``, ...).
+Two kinds (``Modulator.weight``): a *group-level* modulator scales every GRPO advantage of a
+group by one weight, A~_i = A_i * omega(q), and has ``weight(group, **params) -> (omega, info)``;
+its ``modulate`` is exactly ``grpo_advantages(rewards, eps) * omega`` (none, se, kle, care, cd,
+bot, rd, cd_rd, bot_rd, q_hawkeye). eg_spo and r2vpo weigh each rollout by itself, and empo
+replaces the reward: they have no group weight (``weight`` is None, ``no_weight`` says why) and
+make their advantages themselves.
+
+``info`` holds the measures and weights a modulator used, named as in the groups frame (``se``,
+``w_se``, ``cd``, ``w_cd``, ``rd``, ``w_rd``, ...). The measures and their weights are the
+functions of ``dispersion`` and ``entropy`` that the groups frame uses too (``registry``).
 """
 
 from __future__ import annotations
@@ -13,12 +22,18 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from ..vocab import CLUSTERS, EMBEDDINGS
 from .advantages import EPS, gcpo_weight, grpo_advantages
 from .dispersion import ALPHA_BASE, R_MAX, R_MIN, alpha_g, as_rewards, check_alpha_base, rd_weight, reward_dispersion
+from .entropy import entropy_weight, kernel_language_entropy, se_logweights, semantic_entropy
+
+Info = dict[str, float]
+WeightFn = Callable[..., tuple[float, Info]]
+AdvantageFn = Callable[..., tuple[np.ndarray, Info]]
 
 
 @dataclass
@@ -48,82 +63,187 @@ class GroupFeatures:
 
 @dataclass(frozen=True)
 class Modulator:
-    name: str
-    needs: frozenset
-    fn: Callable
-    source: str
+    """One modulator: what it reads (``needs``, the names of ``vocab``) and how it modulates.
 
-    def __call__(self, group: GroupFeatures, **params):
-        return self.fn(group, **params)
-
-
-def _entropy_scaled(A, u: float, u_max: float, alpha: float) -> np.ndarray:
-    # Seed-GRPO's linear f(x) = 1 - x on x = alpha * u / u_max; clipped so the sign never flips.
-    x = 0.0 if u_max <= 0 else alpha * u / u_max
-    return A * max(0.0, 1.0 - x)
-
-
-def se_logweights(logprobs, n_tokens=None):
-    """Log-weights of the likelihood-weighted semantic entropy.
-
-    With ``n_tokens`` the mean token log-probability logprob_i / n_i, as Kuhn et al.'s and
-    Farquhar et al.'s released code do: the unnormalised sequence likelihood puts nearly all
-    mass on one sampled rollout (exp of sums over ~20 tokens differ by orders of magnitude),
-    which collapses SE towards 0 whatever the clusters. Without lengths, the sums are used.
+    Group-level (``weight`` set): ``weight(group, alpha=, r_min=, r_max=, **params)`` gives
+    (omega(q), info) and the advantages are ``grpo_advantages(rewards, eps) * omega``. The
+    others (``weight`` None) give their advantages through ``per_rollout``; ``no_weight`` says
+    why they have no group weight.
     """
-    if logprobs is None:
-        return None
-    lp = np.asarray(logprobs, dtype=np.float64)
-    if n_tokens is None:
-        return lp
-    n = np.asarray(n_tokens, dtype=np.float64)
-    if n.shape != lp.shape or (n <= 0).any():
-        raise ValueError(f"n_tokens must be positive and match logprobs ({lp.shape}), got {n!r}")
-    return lp / n
+
+    name: str
+    needs: frozenset[str]
+    source: str
+    weight: WeightFn | None = None
+    per_rollout: AdvantageFn | None = None
+    no_weight: str = ""
+
+    def __call__(self, group: GroupFeatures, *, eps: float = EPS, **params: Any) -> tuple[np.ndarray, Info]:
+        """(advantages (G,), info) of one group."""
+        if self.weight is None:
+            assert self.per_rollout is not None, f"modulator {self.name!r} has neither a weight nor advantages"
+            return self.per_rollout(group, eps=eps, **params)
+        omega, info = self.weight(group, **params)
+        return grpo_advantages(group.rewards, eps) * omega, info
+
+    def require_weight(self) -> WeightFn:
+        """The weight function of a group-level modulator; a clear error for the others."""
+        if self.weight is None:
+            raise ValueError(
+                f"modulator {self.name!r} has no group weight: {self.no_weight}; modulate() gives its advantages"
+            )
+        return self.weight
+
+    def group_weight(self, group: GroupFeatures, **params: Any) -> tuple[float, Info]:
+        """(omega(q), info) of a group-level modulator; a clear error for the others."""
+        return self.require_weight()(group, **params)
 
 
-# --------------------------------------------------------------------------- modulators
-def _none(g, *, eps=EPS, **_):
-    return grpo_advantages(g.rewards, eps), {}
+# --------------------------------------------------------------------------- group weights
+def grpo_weight(g: GroupFeatures, **_: Any) -> tuple[float, Info]:
+    """Plain GRPO (Shao et al. 2024): omega = 1."""
+    return 1.0, {}
 
 
-def seed_grpo_advantages(g, *, alpha=ALPHA_BASE, eps=EPS, **_):
-    """Seed-GRPO (Chen et al. 2025, arXiv:2505.12346): A^_i = A_i * f(alpha * SE(q) / SE_max),
-    f(x) = 1 - x (their linear variant), SE_max = ln G. SE is likelihood-weighted when
+def seed_grpo_weight(g: GroupFeatures, *, alpha: float = ALPHA_BASE, **_: Any) -> tuple[float, Info]:
+    """Seed-GRPO (Chen et al. 2025, arXiv:2505.12346): omega = max(0, 1 - alpha * SE(q) / ln G)
+    (``entropy.entropy_weight``, their linear f(x) = 1 - x). SE is likelihood-weighted when
     log-probabilities are present (length-normalised when n_tokens is given, see
-    ``se_logweights``), else the empirical cluster fractions."""
-    from .entropy import semantic_entropy
-
+    ``entropy.se_logweights``), else the empirical cluster fractions."""
     clusters = g.require("clusters", "se")
     se = semantic_entropy(clusters, se_logweights(g.logprobs, g.n_tokens))
-    G = len(g.rewards)
-    A = grpo_advantages(g.rewards, eps)
-    w = max(0.0, 1.0 - alpha * se / math.log(G)) if G > 1 else 1.0
-    return A * w, {"se": se, "w_se": w}
+    w = float(entropy_weight(se, len(g.rewards), alpha))
+    return w, {"se": se, "w_se": w}
 
 
-def kle_advantages(g, *, alpha=ALPHA_BASE, eps=EPS, **_):
+def kle_weight(g: GroupFeatures, *, alpha: float = ALPHA_BASE, **_: Any) -> tuple[float, Info]:
     """KLE weighting: Seed-GRPO's linear scaling with kernel language entropy (Nikitin et al.
-    2024) in place of SE; KLE of G responses is at most ln G (a unit-trace G x G kernel)."""
-    from .entropy import kernel_language_entropy
-
+    2024) in place of SE, omega = max(0, 1 - alpha * KLE / ln G); KLE of G responses is at most
+    ln G (a unit-trace G x G kernel). G = 1: KLE = 0, omega = 1."""
     emb = g.require("embeddings", "kle")
     G = len(g.rewards)
     kle = kernel_language_entropy(embeddings=emb) if G > 1 else 0.0
-    w = max(0.0, 1.0 - alpha * kle / math.log(G)) if G > 1 else 1.0
-    return grpo_advantages(g.rewards, eps) * w, {"kle": kle, "w_kle": w}
+    w = float(entropy_weight(kle, G, alpha))
+    return w, {"kle": kle, "w_kle": w}
 
 
-def empo_advantages(g, *, empo_low=0.0, empo_high=0.5, eps=EPS, **_):
+def care_weight(g: GroupFeatures, *, alpha: float = ALPHA_BASE, **_: Any) -> tuple[float, Info]:
+    """GRPO-CARE adaptation (Chen et al. 2025, arXiv:2506.16141; paper App. E): consistency is
+    the pairwise agreement across rollouts, a(q) = sum_k n_k (n_k - 1) / (G (G - 1)), the chance
+    that two distinct rollouts share a semantic cluster; omega = clip(1 - alpha_G (1 - a(q)), 0, 1).
+    G = 1: a = 1, omega = 1. (CARE's original bonus uses a reference model's likelihood of the
+    answer given the reasoning; the paper compares against its agreement-as-confidence reading,
+    which this is.)"""
+    clusters = np.asarray(g.require("clusters", "care"))
+    G = len(clusters)
+    if G == 1:
+        return 1.0, {"care": 1.0, "w_care": 1.0}
+    _labels, counts = np.unique(clusters, return_counts=True)
+    agreement = float((counts * (counts - 1)).sum() / (G * (G - 1)))
+    w = float(np.clip(1.0 - alpha_g(G, alpha) * (1.0 - agreement), 0.0, 1.0))
+    return w, {"care": agreement, "w_care": w}
+
+
+def q_hawkeye_weight(
+    g: GroupFeatures, *, q_alpha: float = ALPHA_BASE, r_min: float = R_MIN, r_max: float = R_MAX, **_: Any
+) -> tuple[float, Info]:
+    """Q-Hawkeye adaptation (Xie et al. 2026; paper App. F): u(q) = Var(r_1..r_G), normalised by
+    its maximum over [r_min, r_max]^G, Var_max(G) = floor(G/2) ceil(G/2) / G^2 (r_max - r_min)^2;
+    omega = 1 - q_alpha * Var/Var_max (linear reweighting, q_alpha not group-normalised; it is
+    ``q_hawkeye_alpha`` in the training configs)."""
+    r = as_rewards(g.rewards, r_min, r_max, batch=False)
+    G = len(r)
+    var_max = (G // 2) * (-(-G // 2)) / G**2 * (r_max - r_min) ** 2
+    u = float(r.var() / var_max) if var_max > 0 else 0.0
+    w = 1.0 - q_alpha * u
+    return w, {"reward_var": u, "w_q_hawkeye": w}
+
+
+def rd_only_weight(
+    g: GroupFeatures, *, alpha: float = ALPHA_BASE, r_min: float = R_MIN, r_max: float = R_MAX, **_: Any
+) -> tuple[float, Info]:
+    """RD only: omega = omega_RD(q) = 1 + alpha_G RD (Section 3.3)."""
+    rd = reward_dispersion(g.rewards, r_min, r_max)
+    w = float(rd_weight(rd, len(g.rewards), alpha))
+    return w, {"rd": rd, "w_rd": w}
+
+
+def _gcpo(geometry: str, use_rd: bool) -> WeightFn:
+    def weight(
+        g: GroupFeatures, *, alpha: float = ALPHA_BASE, r_min: float = R_MIN, r_max: float = R_MAX, **_: Any
+    ) -> tuple[float, Info]:
+        emb = g.require("embeddings", geometry)
+        clusters = g.require("clusters", geometry) if geometry == "bot" else None
+        return gcpo_weight(g.rewards, emb, clusters, geometry, use_rd, alpha, r_min, r_max)
+
+    weight.__name__ = f"{geometry}{'_rd' if use_rd else ''}_weight"
+    weight.__doc__ = (
+        f"GCPO with omega_{geometry.upper()}{' and omega_RD' if use_rd else ''} (Section 3.4): "
+        f"omega = omega_{geometry}{' * omega_RD' if use_rd else ''} (``advantages.gcpo_weight``)."
+    )
+    return weight
+
+
+# ------------------------------------------------------------------- group-level advantages
+# The published names of the group-level modulators' advantages: A_i * omega(q), nothing else.
+def seed_grpo_advantages(
+    g: GroupFeatures, *, alpha: float = ALPHA_BASE, eps: float = EPS, **_: Any
+) -> tuple[np.ndarray, Info]:
+    """Seed-GRPO advantages A^_i = A_i * omega_SE(q) (``seed_grpo_weight``)."""
+    return MODULATORS["se"](g, alpha=alpha, eps=eps)
+
+
+def kle_advantages(
+    g: GroupFeatures, *, alpha: float = ALPHA_BASE, eps: float = EPS, **_: Any
+) -> tuple[np.ndarray, Info]:
+    """KLE-weighted advantages A_i * omega_KLE(q) (``kle_weight``)."""
+    return MODULATORS["kle"](g, alpha=alpha, eps=eps)
+
+
+def care_advantages(
+    g: GroupFeatures, *, alpha: float = ALPHA_BASE, eps: float = EPS, **_: Any
+) -> tuple[np.ndarray, Info]:
+    """GRPO-CARE advantages A_i * omega_CARE(q) (``care_weight``)."""
+    return MODULATORS["care"](g, alpha=alpha, eps=eps)
+
+
+def q_hawkeye_advantages(
+    g: GroupFeatures,
+    *,
+    q_alpha: float = ALPHA_BASE,
+    r_min: float = R_MIN,
+    r_max: float = R_MAX,
+    eps: float = EPS,
+    **_: Any,
+) -> tuple[np.ndarray, Info]:
+    """Q-Hawkeye advantages A_i * (1 - q_alpha Var/Var_max) (``q_hawkeye_weight``)."""
+    return MODULATORS["q_hawkeye"](g, q_alpha=q_alpha, r_min=r_min, r_max=r_max, eps=eps)
+
+
+def rd_only_advantages(
+    g: GroupFeatures,
+    *,
+    alpha: float = ALPHA_BASE,
+    r_min: float = R_MIN,
+    r_max: float = R_MAX,
+    eps: float = EPS,
+    **_: Any,
+) -> tuple[np.ndarray, Info]:
+    """RD only: A~_i = A_i * omega_RD(q), omega_RD = 1 + alpha_G RD (Section 3.3)."""
+    return MODULATORS["rd"](g, alpha=alpha, r_min=r_min, r_max=r_max, eps=eps)
+
+
+# ------------------------------------------------------------------- per-rollout and reward-replacing
+def empo_advantages(
+    g: GroupFeatures, *, empo_low: float = 0.0, empo_high: float = 0.5, eps: float = EPS, **_: Any
+) -> tuple[np.ndarray, Info]:
     """EMPO (Zhang et al. 2025, arXiv:2504.05812): the reward of a response is the frequency of
     its semantic cluster, r_i = |c(i)| / G (the task reward is ignored: EMPO is unsupervised);
     advantages are GRPO-normalised; a query is kept only if its semantic entropy lies in
     [empo_low, empo_high] * ln G (EMPO's entropy thresholding), else its weight is 0."""
-    from .entropy import semantic_entropy
-
     clusters = np.asarray(g.require("clusters", "empo"))
     G = len(clusters)
-    _, labels, counts = np.unique(clusters, return_inverse=True, return_counts=True)
+    _labels, labels, counts = np.unique(clusters, return_inverse=True, return_counts=True)
     freq = counts[labels] / G
     se = semantic_entropy(clusters)
     h = se / math.log(G) if G > 1 else 0.0
@@ -131,35 +251,9 @@ def empo_advantages(g, *, empo_low=0.0, empo_high=0.5, eps=EPS, **_):
     return grpo_advantages(freq, eps) * keep, {"se": se, "w_empo": keep}
 
 
-def care_advantages(g, *, alpha=ALPHA_BASE, eps=EPS, **_):
-    """GRPO-CARE adaptation (Chen et al. 2025, arXiv:2506.16141; paper App. E): consistency is
-    the pairwise agreement across rollouts, a(q) = sum_k n_k (n_k - 1) / (G (G - 1)), the chance
-    that two distinct rollouts share a semantic cluster; w = 1 - alpha_G (1 - a(q)).
-    (CARE's original bonus uses a reference model's likelihood of the answer given the
-    reasoning; the paper compares against its agreement-as-confidence reading, which this is.)"""
-    clusters = np.asarray(g.require("clusters", "care"))
-    G = len(clusters)
-    if G == 1:
-        return grpo_advantages(g.rewards, eps), {"care": 1.0, "w_care": 1.0}
-    _, counts = np.unique(clusters, return_counts=True)
-    agreement = float((counts * (counts - 1)).sum() / (G * (G - 1)))
-    w = float(np.clip(1.0 - alpha_g(G, alpha) * (1.0 - agreement), 0.0, 1.0))
-    return grpo_advantages(g.rewards, eps) * w, {"care": agreement, "w_care": w}
-
-
-def q_hawkeye_advantages(g, *, q_alpha=ALPHA_BASE, r_min=R_MIN, r_max=R_MAX, eps=EPS, **_):
-    """Q-Hawkeye adaptation (Xie et al. 2026; paper App. F): u(q) = Var(r_1..r_G), normalised by
-    its maximum over [r_min, r_max]^G, Var_max(G) = floor(G/2) ceil(G/2) / G^2 (r_max - r_min)^2;
-    w(q) = 1 - alpha * Var/Var_max (linear reweighting, alpha not group-normalised)."""
-    r = as_rewards(g.rewards, r_min, r_max, batch=False)
-    G = len(r)
-    var_max = (G // 2) * (-(-G // 2)) / G**2 * (r_max - r_min) ** 2
-    u = float(r.var() / var_max) if var_max > 0 else 0.0
-    w = 1.0 - q_alpha * u
-    return grpo_advantages(r, eps) * w, {"reward_var": u, "w_q_hawkeye": w}
-
-
-def eg_spo_advantages(g, *, eg_alpha=1.0, eps=EPS, **_):
+def eg_spo_advantages(
+    g: GroupFeatures, *, eg_alpha: float = 1.0, eps: float = EPS, **_: Any
+) -> tuple[np.ndarray, Info]:
     """EG-SPO-style response-level entropy gate (Hu et al. 2026; paper App. F, our adaptation):
     each response's mean token entropy H_i gates its own advantage,
     gate_i = exp(-eg_alpha * H_i / H_bar) / mean_j exp(-eg_alpha * H_j / H_bar), H_bar the group
@@ -177,7 +271,9 @@ def eg_spo_advantages(g, *, eg_alpha=1.0, eps=EPS, **_):
     return A * gate, {"token_entropy": float(hbar), "w_eg_spo": float(gate.min())}
 
 
-def r2vpo_advantages(g, *, r2vpo_lambda=1.0, eps=EPS, **_):
+def r2vpo_advantages(
+    g: GroupFeatures, *, r2vpo_lambda: float = 1.0, eps: float = EPS, **_: Any
+) -> tuple[np.ndarray, Info]:
     """R2VPO-style variance damping (Luo et al. 2026; paper App. F): per response,
     w_i = 1 / (1 + lambda * Var_t(rho_{i,t})), rho_{i,t} the token-level policy ratio."""
     v = np.asarray(g.require("ratio_var", "r2vpo"), dtype=np.float64)
@@ -187,49 +283,58 @@ def r2vpo_advantages(g, *, r2vpo_lambda=1.0, eps=EPS, **_):
     return grpo_advantages(g.rewards, eps) * w, {"ratio_var": float(v.mean()), "w_r2vpo": float(w.mean())}
 
 
-def rd_only_advantages(g, *, alpha=ALPHA_BASE, r_min=R_MIN, r_max=R_MAX, eps=EPS, **_):
-    """RD only: A~_i = A_i * omega_RD(q), omega_RD = 1 + alpha_G RD (Section 3.3)."""
-    G = len(g.rewards)
-    rd = reward_dispersion(g.rewards, r_min, r_max)
-    w = rd_weight(rd, G, alpha)
-    return grpo_advantages(g.rewards, eps) * w, {"rd": rd, "w_rd": w}
-
-
-def _gcpo(geometry: str, use_rd: bool):
-    def fn(g, *, alpha=ALPHA_BASE, r_min=R_MIN, r_max=R_MAX, eps=EPS, **_):
-        emb = g.require("embeddings", geometry)
-        clusters = g.require("clusters", geometry) if geometry == "bot" else None
-        w, info = gcpo_weight(g.rewards, emb, clusters, geometry, use_rd, alpha, r_min, r_max)
-        return grpo_advantages(g.rewards, eps) * w, info
-
-    fn.__doc__ = (
-        f"GCPO with omega_{geometry.upper()}{' and omega_RD' if use_rd else ''} (Section 3.4): "
-        f"A~_i = A_i * omega_{geometry}{' * omega_RD' if use_rd else ''}."
-    )
-    return fn
-
-
 _E, _C = EMBEDDINGS, CLUSTERS
 MODULATORS: dict[str, Modulator] = {
     m.name: m
     for m in [
-        Modulator("none", frozenset(), _none, "GRPO (Shao et al. 2024)"),
-        Modulator("se", frozenset({_C, "logprobs"}), seed_grpo_advantages, "Seed-GRPO"),
-        Modulator("kle", frozenset({_E}), kle_advantages, "KLE (Nikitin et al. 2024)"),
-        Modulator("empo", frozenset({_C}), empo_advantages, "EMPO"),
-        Modulator("care", frozenset({_C}), care_advantages, "GRPO-CARE"),
-        Modulator("cd", frozenset({_E}), _gcpo("cd", False), "GCPO, CD"),
-        Modulator("bot", frozenset({_E, _C}), _gcpo("bot", False), "GCPO, BoT"),
-        Modulator("rd", frozenset(), rd_only_advantages, "GCPO, RD only"),
-        Modulator("cd_rd", frozenset({_E}), _gcpo("cd", True), "GCPO, CD + RD"),
-        Modulator("bot_rd", frozenset({_E, _C}), _gcpo("bot", True), "GCPO, BoT + RD"),
-        Modulator("q_hawkeye", frozenset(), q_hawkeye_advantages, "Q-Hawkeye"),
-        Modulator("eg_spo", frozenset({"token_entropy"}), eg_spo_advantages, "EG-SPO"),
-        Modulator("r2vpo", frozenset({"ratio_var"}), r2vpo_advantages, "R2VPO"),
+        Modulator("none", frozenset(), "GRPO (Shao et al. 2024)", weight=grpo_weight),
+        Modulator("se", frozenset({_C, "logprobs"}), "Seed-GRPO", weight=seed_grpo_weight),
+        Modulator("kle", frozenset({_E}), "KLE (Nikitin et al. 2024)", weight=kle_weight),
+        Modulator(
+            "empo",
+            frozenset({_C}),
+            "EMPO",
+            per_rollout=empo_advantages,
+            no_weight="it replaces the reward by the cluster frequency instead of weighting the advantage",
+        ),
+        Modulator("care", frozenset({_C}), "GRPO-CARE", weight=care_weight),
+        Modulator("cd", frozenset({_E}), "GCPO, CD", weight=_gcpo("cd", False)),
+        Modulator("bot", frozenset({_E, _C}), "GCPO, BoT", weight=_gcpo("bot", False)),
+        Modulator("rd", frozenset(), "GCPO, RD only", weight=rd_only_weight),
+        Modulator("cd_rd", frozenset({_E}), "GCPO, CD + RD", weight=_gcpo("cd", True)),
+        Modulator("bot_rd", frozenset({_E, _C}), "GCPO, BoT + RD", weight=_gcpo("bot", True)),
+        Modulator("q_hawkeye", frozenset(), "Q-Hawkeye", weight=q_hawkeye_weight),
+        Modulator(
+            "eg_spo",
+            frozenset({"token_entropy"}),
+            "EG-SPO",
+            per_rollout=eg_spo_advantages,
+            no_weight="it gates each rollout by its own token entropy (a weight per rollout)",
+        ),
+        Modulator(
+            "r2vpo",
+            frozenset({"ratio_var"}),
+            "R2VPO",
+            per_rollout=r2vpo_advantages,
+            no_weight="it damps each rollout by the variance of its own policy ratio (a weight per rollout)",
+        ),
     ]
 }
 # logprobs are optional for Seed-GRPO (discrete SE without them); a caller may skip them.
 OPTIONAL_NEEDS = {"se": frozenset({"logprobs"})}
+
+
+def _checked(
+    name: str, group: GroupFeatures, alpha_base: float, r_min: float, r_max: float, params: dict[str, Any]
+) -> Modulator:
+    if name not in MODULATORS:
+        raise ValueError(f"unknown modulator {name!r}; choose one of {sorted(MODULATORS)}")
+    as_rewards(group.rewards, r_min, r_max, batch=False)
+    check_alpha_base(alpha_base)
+    for key in ("q_alpha", "eg_alpha"):
+        if key in params:
+            check_alpha_base(params[key])
+    return MODULATORS[name]
 
 
 def modulate(
@@ -240,35 +345,28 @@ def modulate(
     r_min: float = R_MIN,
     r_max: float = R_MAX,
     eps: float = EPS,
-    **params,
-) -> tuple[np.ndarray, dict]:
-    """Modulated advantages of one group by the named method; see MODULATORS for the names."""
-    if name not in MODULATORS:
-        raise ValueError(f"unknown modulator {name!r}; choose one of {sorted(MODULATORS)}")
-    as_rewards(group.rewards, r_min, r_max, batch=False)
-    check_alpha_base(alpha_base)
-    for key in ("q_alpha", "eg_alpha"):
-        if key in params:
-            check_alpha_base(params[key])
-    return MODULATORS[name](group, alpha=alpha_base, r_min=r_min, r_max=r_max, eps=eps, **params)
+    **params: Any,
+) -> tuple[np.ndarray, Info]:
+    """Modulated advantages of one group by the named method; see MODULATORS for the names.
+    For a group-level modulator exactly ``grpo_advantages(group.rewards, eps) * omega``, omega
+    its ``group_weight``."""
+    modulator = _checked(name, group, alpha_base, r_min, r_max, params)
+    return modulator(group, alpha=alpha_base, r_min=r_min, r_max=r_max, eps=eps, **params)
 
 
-def group_weight_from(advantages, rewards, eps: float = EPS) -> float:
-    """The group weight omega(q) of a group-level modulator, read off its output: the scalar
-    with ``advantages = omega * grpo_advantages(rewards, eps)`` (least squares; 1 when every
-    GRPO advantage is 0, equal rewards, where there is nothing to weight). Raises when the
-    advantages are not one multiple of the GRPO ones (a per-rollout modulator)."""
-    adv = np.asarray(advantages, dtype=np.float64)
-    base = grpo_advantages(rewards, eps)
-    denom = float(base @ base)
-    if denom == 0.0:
-        return 1.0
-    w = float(adv @ base / denom)
-    if not np.allclose(adv, w * base, rtol=1e-9, atol=1e-12):
-        raise ValueError(
-            "these advantages are not one weight times the GRPO advantages: the modulator weights rollouts individually"
-        )
-    return w
+def group_weight(
+    name: str,
+    group: GroupFeatures,
+    *,
+    alpha_base: float = ALPHA_BASE,
+    r_min: float = R_MIN,
+    r_max: float = R_MAX,
+    **params: Any,
+) -> tuple[float, Info]:
+    """The weight omega(q) of one group by the named group-level modulator, and its measures
+    (the same ``info`` as ``modulate``'s). eg_spo, r2vpo and empo have none: refused, saying why."""
+    modulator = _checked(name, group, alpha_base, r_min, r_max, params)
+    return modulator.group_weight(group, alpha=alpha_base, r_min=r_min, r_max=r_max, **params)
 
 
 def __getattr__(name: str) -> type:

@@ -7,9 +7,10 @@ equal size. The judge and embedder used are recorded in ``groups.attrs['gcpo']``
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import warnings
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -25,37 +26,16 @@ from ..vocab import (
     full_completion,
     renamed_setting,
 )
-from .dispersion import (
-    ALPHA_BASE,
-    R_MAX,
-    R_MIN,
-    barycentric_transport_batch,
-    check_alpha_base,
-    cosine_dispersion_batch,
-    geometry_weight,
-    rd_weight,
-    reward_dispersion_batch,
-)
+from .dispersion import ALPHA_BASE, R_MAX, R_MIN, check_alpha_base
+from .registry import FEATURE_OF_COLUMN, MEASURE_REGISTRY
 
-# measure -> what it needs computed, named as Modulator.needs names it
-MEASURES = {
-    "token_entropy": set(),
-    "pe": set(),
-    "se": {CLUSTERS},
-    "se_lw": {CLUSTERS},
-    "kle": {EMBEDDINGS},
-    "cd": {EMBEDDINGS},
-    "bot": {EMBEDDINGS, CLUSTERS},
-    "rd": set(),
-}
-# measures read from a rollouts column instead
-MEASURE_COLUMNS = {"token_entropy": "token_entropy", "pe": "logprob", "se_lw": "logprob"}
-# query-level baseline weights written next to the measures (from the modulator registry):
-# measure -> (modulator, weight column)
-BASELINE_WEIGHTS = {"se": ("se", "w_se"), "se_lw": ("se", "w_se_lw"), "kle": ("kle", "w_kle")}
+# measure -> what it needs computed, named as Modulator.needs names it (the registry's ``needs``)
+MEASURES: dict[str, set[str]] = {name: set(m.needs) for name, m in MEASURE_REGISTRY.items()}
+# The groups frame's column order, as gcpo has always written it: the vectorised measures first.
+FRAME_ORDER = ("rd", "cd", "bot", "token_entropy", "pe", "se", "se_lw", "kle")
 
 
-def parse_measures(measures) -> list[str]:
+def parse_measures(measures: str | Iterable[str]) -> list[str]:
     """'cd,bot,rd' or an iterable -> a checked list; 'all' gives every measure."""
     if isinstance(measures, str):
         measures = list(MEASURES) if measures == "all" else [m.strip() for m in measures.split(",") if m.strip()]
@@ -70,10 +50,10 @@ def parse_measures(measures) -> list[str]:
 
 def score_groups(
     rollouts: pd.DataFrame,
-    measures=DEFAULT_MEASURES,
+    measures: str | Iterable[str] = DEFAULT_MEASURES,
     *,
-    embedder=None,
-    judge=JUDGE,
+    embedder: Any = None,
+    judge: Any = JUDGE,
     nli_threshold: float = NLI_THRESHOLD,
     use_full_completion: bool | None = USE_FULL_COMPLETION,
     alpha_base: float = ALPHA_BASE,
@@ -88,7 +68,7 @@ def score_groups(
     per-token entropy; pe = predictive entropy -(1/G) sum log p(y_i); se = the discrete semantic
     entropy, C_k = |k| / G, whether or not ``logprob`` is present; se_lw = the likelihood-weighted
     SE from ``logprob``, with mean token log-probabilities when ``n_tokens`` is present too
-    (``modulators.se_logweights``); kle; cd; bot; rd), the weights w_cd, w_bot
+    (``entropy.se_logweights``); kle; cd; bot; rd), the weights w_cd, w_bot
     = clip(1 - alpha_G u^2, 0, 1), w_rd = 1 + alpha_G RD, the Seed-GRPO/KLE weights w_se, w_se_lw, w_kle,
     n_clusters, mean_reward, success_rate (when ``success`` is present). Rollouts are ordered by
     rollout_id inside each group, which fixes the greedy clustering's order.
@@ -99,20 +79,23 @@ def score_groups(
     ``make_embedder`` or an object with ``encode``, wrapped in an ``Embedder`` (de-duplicated,
     L2-normalised). ``nli_threshold``: the clustering's entailment threshold (``threshold`` is
     its deprecated old name).
+
+    Each measure is an entry of ``registry.MEASURE_REGISTRY`` (what it needs, its values over the
+    groups of one size, its weight); this function only turns the frame into groups and back.
     """
     from ..rewards import math_fallbacks
-    from .modulators import modulate
     from .prepare import measurement_tools, prepare_groups
 
     nli_threshold = renamed_setting("threshold", "nli_threshold", threshold, nli_threshold, NLI_THRESHOLD)
     measures = parse_measures(measures)
+    chosen = [MEASURE_REGISTRY[m] for m in measures]
     check_alpha_base(alpha_base)
     fallbacks_before = math_fallbacks()
     df = validate_rollouts(rollouts)
-    for m in measures:
-        col = MEASURE_COLUMNS.get(m)
-        if col and col not in df.columns:
-            raise ValueError(f"measure {m!r} needs the rollouts column {col!r}, which is missing")
+    for m in chosen:
+        for col in m.columns:
+            if col not in df.columns:
+                raise ValueError(f"measure {m.name!r} needs the rollouts column {col!r}, which is missing")
     # auto (None): the full completion when every rollout's dataset is a math one (vocab)
     text_col = "completion" if full_completion(use_full_completion, df.get("dataset")) else "answer"
     df = df.sort_values(["query_id", "rollout_id"], kind="stable")
@@ -123,8 +106,9 @@ def score_groups(
     rewards = [g["reward"].to_numpy(float) for g in groups]
     sizes = np.array([len(g) for g in groups])
 
-    needs = set().union(*(MEASURES[m] for m in measures))
-    meta = {
+    needs: set[str] = set().union(*(m.needs for m in chosen))
+    read = {c for m in chosen for c in m.columns + m.optional_columns if c in df.columns}
+    meta: dict[str, Any] = {
         "measures": measures,
         "alpha_base": alpha_base,
         "r_min": r_min,
@@ -145,18 +129,18 @@ def score_groups(
 
         embedder = make_embedder(embedder)  # the frame's embeddings are always de-duplicated and normalised
     embedder, judge = measurement_tools(needs, embedder, judge)
+    columns = {FEATURE_OF_COLUMN[c]: [g[c].to_numpy(float) for g in groups] for c in read}
     prepared, stats = prepare_groups(
         texts,
         rewards,
-        needs,
+        needs | set(columns),
         embedder=embedder,
         judge=judge,
         nli_threshold=nli_threshold,
         progress=progress,
         answers=[g["answer"].tolist() for g in groups],
+        **columns,
     )
-    embeddings = [g.embeddings for g in prepared]
-    clusters = [g.clusters for g in prepared]
     if EMBEDDINGS in needs:
         meta["embedder"] = embedder.describe()
     if CLUSTERS in needs:
@@ -168,49 +152,24 @@ def score_groups(
     if "success" in df.columns:
         out["success_rate"] = [g["success"].astype(float).mean() for g in groups]
     if CLUSTERS in needs:
-        out["n_clusters"] = [len(np.unique(c)) for c in clusters]
+        out["n_clusters"] = [len(np.unique(np.asarray(g.clusters))) for g in prepared]
 
-    # vectorised measures: one call per distinct group size
+    # every measure on the groups of each size (cd, bot and rd vectorised over them)
+    values: dict[str, np.ndarray] = {}
     for G in np.unique(sizes):
         idx = np.flatnonzero(sizes == G)
-        if "rd" in measures:
-            rd = reward_dispersion_batch(np.stack([rewards[i] for i in idx]), r_min, r_max)
-            out.loc[idx, "rd"] = rd
-            out.loc[idx, "w_rd"] = rd_weight(rd, int(G), alpha_base)
-        if "cd" in measures:
-            cd = cosine_dispersion_batch(np.stack([embeddings[i] for i in idx]))
-            out.loc[idx, "cd"] = cd
-            out.loc[idx, "w_cd"] = geometry_weight(cd, int(G), alpha_base)
-        if "bot" in measures:
-            bot = barycentric_transport_batch(
-                np.stack([embeddings[i] for i in idx]), np.stack([clusters[i] for i in idx])
-            )
-            out.loc[idx, "bot"] = bot
-            out.loc[idx, "w_bot"] = geometry_weight(bot, int(G), alpha_base)
-
-    if "token_entropy" in measures:
-        out["token_entropy"] = [g["token_entropy"].mean() for g in groups]
-    if "pe" in measures:
-        from .entropy import predictive_entropy
-
-        out["pe"] = [predictive_entropy(g["logprob"].to_numpy(float)) for g in groups]
-    for name in ("se", "se_lw", "kle"):
-        if name not in measures:
-            continue
-        modulator, weight_col = BASELINE_WEIGHTS[name]
-        values, weights = [], []
-        for group, g in zip(prepared, groups):
-            if name == "se_lw":  # se stays discrete (empirical cluster mass, BoT's Pi_k)
-                group = dataclasses.replace(
-                    group,
-                    logprobs=g["logprob"].to_numpy(float),
-                    n_tokens=g["n_tokens"].to_numpy(float) if "n_tokens" in g.columns else None,
-                )
-            _, info = modulate(modulator, group, alpha_base=alpha_base, r_min=r_min, r_max=r_max)
-            values.append(info[modulator])
-            weights.append(info["w_" + modulator])
-        out[name] = values
-        out[weight_col] = weights
+        same_size = [prepared[i] for i in idx]
+        for m in chosen:
+            u = m.values(same_size, r_min, r_max)
+            values.setdefault(m.name, np.empty(len(groups)))[idx] = u
+            if m.weight is not None and m.weight_column is not None:
+                values.setdefault(m.weight_column, np.empty(len(groups)))[idx] = m.weight(u, int(G), alpha_base)
+    for name in FRAME_ORDER:
+        m = MEASURE_REGISTRY[name]
+        if name in values:
+            out[name] = values[name]
+            if m.weight_column is not None:
+                out[m.weight_column] = values[m.weight_column]
     if "se" in measures:
         meta["se"] = "discrete: C_k = |k| / G (empirical cluster mass, the mass BoT uses)"
     if "se_lw" in measures:
