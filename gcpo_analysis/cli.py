@@ -91,8 +91,8 @@ def _add_score(sub):
 
 
 def _run_score(args) -> int:
-    from .frames import write_frame, write_text
-    from .measures.score import parse_measures, score_groups
+    from .frames import check_logprob_convention, write_frame, write_text
+    from .measures.score import MEASURE_COLUMNS, parse_measures, score_groups
 
     measures = parse_measures(args.measures)  # fail on a typo before any model loads
     out = Path(args.output)
@@ -109,6 +109,12 @@ def _run_score(args) -> int:
             )
         check_output(target, [source], "-o")  # not inside a checkpoint or a run's pruned folders
     rollouts, full = _read_rollouts(args, measures)
+    # token_entropy and logprob must be pi_theta's at temperature 1 in every row (docs/conventions.md)
+    mixed = check_logprob_convention(rollouts, {MEASURE_COLUMNS[m] for m in measures if m in MEASURE_COLUMNS})
+    if mixed:
+        import warnings
+
+        warnings.warn(f"{args.rollouts}: {mixed}", stacklevel=2)
     groups = score_groups(
         rollouts,
         measures,
@@ -123,6 +129,8 @@ def _run_score(args) -> int:
         progress=True,
     )
     meta = dict(groups.attrs.get("gcpo", {}), source=str(args.rollouts))
+    if mixed:  # recorded with the scores it concerns
+        meta["logprob_convention_warning"] = mixed
     groups.attrs = {}
     write_frame(groups, out)
     if args.csv:

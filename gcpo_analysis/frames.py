@@ -3,8 +3,13 @@
 rollouts frame (long, one row per rollout)
     required: query_id, rollout_id, completion, answer, reward
     optional: references (list[str]), token_entropy (mean per-token entropy),
-              logprob (sum of token log-probabilities), success (bool), dataset, step,
+              logprob (sum of token log-probabilities), temperature (the sampling
+              temperature), n_tokens, success (bool), dataset, step,
               ratio_var (Var_t of the policy ratio, for R2VPO)
+    token_entropy and logprob describe the policy pi_theta itself, at temperature 1 (softmax of
+    the raw logits), whatever temperature the rollouts were sampled at; ``gcpo study`` and
+    ``gcpo train`` both write them so (``check_logprob_convention`` warns on a frame that may
+    not).
 groups frame (one row per query)
     required: query_id, G
     optional: one column per measure (token_entropy, se, kle, cd, bot, rd, ...), weights
@@ -24,6 +29,11 @@ import pandas as pd
 ROLLOUT_REQUIRED = ("query_id", "rollout_id", "completion", "answer", "reward")
 ROLLOUT_NUMERIC = ("reward", "token_entropy", "logprob", "ratio_var")
 GROUP_REQUIRED = ("query_id", "G")
+# the columns that describe pi_theta at temperature 1 (docs/conventions.md, "The frames")
+POLICY_COLUMNS = ("token_entropy", "logprob")
+# columns only gcpo train's own loop writes: a frame with them and no temperature column is one of
+# its frames from before the convention, whose POLICY_COLUMNS were at the sampling temperature
+TRAINER_COLUMNS = ("advantage", "reward_failed")
 
 
 def _show(value) -> str:
@@ -66,10 +76,20 @@ def validate_rollouts(df: pd.DataFrame, source: str | None = None) -> pd.DataFra
         raise FrameError(f"rollouts frame{' in ' + source if source else ''} is empty")
     for col in ("query_id", "rollout_id"):
         _check_ids(df, col, "rollouts", source)
-    for col in ROLLOUT_NUMERIC:
+    for col in ROLLOUT_NUMERIC + ("temperature",):
         if col in df.columns:
             _check_numeric(df, col, "rollouts", source)
     _check_finite(df, [c for c in ROLLOUT_NUMERIC if c in df.columns], "rollouts", source)
+    if "temperature" in df.columns:  # NaN: not recorded (frames of two gcpo versions pooled)
+        t = pd.to_numeric(df["temperature"], errors="coerce").to_numpy(dtype=float)
+        bad = ~((t > 0) & np.isfinite(t)) & ~np.isnan(t)
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            raise FrameError(
+                f"rollouts frame{' in ' + source if source else ''}: column 'temperature' must be a "
+                f"sampling temperature > 0, got {_show(df['temperature'].iloc[row])} at row {row} "
+                f"(query_id={df['query_id'].iloc[row]!r})"
+            )
     for col in ("completion", "answer"):
         nulls = df[col].map(lambda v: v is None or (isinstance(v, float) and np.isnan(v))).to_numpy()
         if nulls.any():
@@ -91,6 +111,44 @@ def validate_rollouts(df: pd.DataFrame, source: str | None = None) -> pd.DataFra
     if "references" in out.columns:
         out["references"] = out["references"].map(_as_str_list)
     return out
+
+
+def check_logprob_convention(df: pd.DataFrame, columns) -> str | None:
+    """A warning text when the ``POLICY_COLUMNS`` among ``columns`` (those the requested measures
+    read) may not mean one thing across the frame, else None. Three cases can be seen:
+    (1) rows sampled at different temperatures: each value is pi_theta's, but over completions of
+    different samplers (pe = -(1/G) sum_i log pi(y_i) estimates pi_theta's entropy only for y_i
+    drawn at temperature 1), so such groups measure different things; (2) rows without a
+    temperature (NaN) beside rows with one: frames of two gcpo versions pooled; (3) no temperature
+    column but ``TRAINER_COLUMNS``: a trainer frame of gcpo <= 0.1.0, whose values are the
+    sampler's softmax(z / T) unless its T was 1 (the frame does not say). Any other frame without
+    a temperature column is trusted (the study's older frames are pi_theta's already)."""
+    read = [c for c in POLICY_COLUMNS if c in set(columns) and c in df.columns]
+    if not read:
+        return None
+    what = " and ".join(repr(c) for c in read)
+    if "temperature" not in df.columns:
+        if not all(c in df.columns for c in TRAINER_COLUMNS):
+            return None
+        return (
+            f"{what} may be the sampler's, not pi_theta's: the frame has gcpo train's columns "
+            f"{list(TRAINER_COLUMNS)} and no 'temperature', so gcpo <= 0.1.0 wrote it, at its sampling "
+            f"temperature (logits / T); unless that T was 1 its measures are not comparable with a "
+            f"study's (add a column temperature = 1 if it was)"
+        )
+    t = pd.to_numeric(df["temperature"], errors="coerce")
+    known = sorted(float(v) for v in t.dropna().unique())
+    if t.isna().any() and known:
+        return (
+            f"{what}: {int(t.isna().sum())} row(s) have no 'temperature' beside rows sampled at {known} "
+            f"(frames of two gcpo versions pooled); those may hold the sampler's values, not pi_theta's"
+        )
+    if len(known) > 1:
+        return (
+            f"{what} mix rollouts sampled at temperatures {known}: each value is pi_theta's, but over "
+            f"completions of different samplers, so their groups measure different things; score them apart"
+        )
+    return None
 
 
 def message_text(value):

@@ -12,8 +12,9 @@ Aggregation (``loss_aggregation``), with m_{i,t} the completion mask:
 Both are written as a sum over a micro-batch divided by a step-wide normaliser (``n_seqs`` or
 ``n_tokens``), so chunked gradient accumulation gives the same gradient as one big batch.
 
-Ã_i is the modulated advantage from ``gcpo_analysis.measures.modulators`` (Section 3.4).
-Hand-written in torch: TRL is not a dependency and its loss is a method of its trainer.
+Ã_i is the modulated advantage from ``gcpo_analysis.measures.modulators`` (Section 3.4); the
+log-probabilities come from the forward pass in ``logprobs`` (at the sampling temperature, as
+TRL's). Hand-written in torch: TRL is not a dependency and its loss is a method of its trainer.
 """
 
 from __future__ import annotations
@@ -102,121 +103,3 @@ def grpo_loss(
         clip_frac = per_rollout_mean(is_clipped.to(m.dtype), mask)
         kl_seq = per_rollout_mean(kl, mask)
     return LossOutput(loss=loss, kl=kl_seq.detach(), clip_frac=clip_frac)
-
-
-def token_logprobs_and_entropy(
-    model, input_ids, attention_mask, n_completion: int, temperature: float = 1.0, with_entropy: bool = True
-):
-    """Per-token log π(y_t | y_<t) of the last ``n_completion`` tokens and their entropies.
-
-    Logits are divided by the sampling temperature (as TRL does) so that ρ and the KL compare
-    the distributions the rollouts were drawn from. Entropy H_t = −Σ_v p_v log p_v (nats).
-    Returns (logp (B,T), entropy (B,T) or None).
-    """
-    from .policy import forward_parameters
-
-    accepted, kwargs = forward_parameters(model), {}
-    if "logits_to_keep" in accepted:
-        # only the completion's logits are needed; the LM head over the prompt as well would
-        # cost a (B, P, vocab) tensor (hundreds of MB for a 49k vocabulary)
-        kwargs["logits_to_keep"] = n_completion + 1
-    if "position_ids" in accepted:
-        # positions count real tokens, as in generate(): a left-padded row then scores exactly
-        # the tokens it sampled (without them, absolute position embeddings would shift)
-        kwargs["position_ids"] = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-    out = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **kwargs)
-    return _logprobs_of(
-        out.logits[:, -n_completion - 1 : -1, :], input_ids[:, -n_completion:], temperature, with_entropy
-    )
-
-
-def group_logprobs_and_entropy(
-    model,
-    prompt_ids,
-    completion_ids,
-    completion_mask,
-    temperature: float = 1.0,
-    with_entropy: bool = True,
-    prompt_model=None,
-    prompt_mask=None,
-):
-    """``token_logprobs_and_entropy`` for g rollouts that continue one prompt, running the prompt once.
-
-    The prompt's keys and values are computed once (P tokens instead of g·P) and repeated g
-    times (``Cache.batch_repeat_interleave``); the completions run on top of them (g·(T−1)
-    tokens), and the first completion token's distribution is the prompt's last logit. The same
-    numbers as the plain forward up to float rounding, gradients included: the backward of the
-    repeat sums the g rollouts' gradients into the shared prompt. prompt_ids (1, P) unpadded;
-    completion_ids, completion_mask (g, T). ``prompt_model`` runs the prompt (the model inside a
-    DDP wrapper, so that DDP sees one forward per backward; default ``model``). ``prompt_mask``
-    (1, P): the attention mask of a left-padded prompt (TRL's batches); None = all ones.
-    """
-    from .policy import run_prompt_once
-
-    torch = require("torch")
-    g, T = completion_ids.shape
-    P = prompt_ids.shape[1]
-    prompt = run_prompt_once(model if prompt_model is None else prompt_model, prompt_ids, g, attention_mask=prompt_mask)
-    logits = prompt.logits[:, -1:, :].expand(g, 1, -1)
-    if T > 1:
-        ones = (
-            torch.ones(g, P, dtype=completion_mask.dtype, device=completion_mask.device)
-            if prompt_mask is None
-            else prompt_mask.to(completion_mask.dtype).expand(g, -1)
-        )
-        positions = torch.arange(P, P + T - 1, device=completion_ids.device).expand(g, -1)
-        rest = model(
-            input_ids=completion_ids[:, :-1],
-            attention_mask=torch.cat([ones, completion_mask[:, :-1]], dim=1),
-            past_key_values=prompt.past_key_values,
-            position_ids=positions,
-            use_cache=True,
-        )
-        logits = torch.cat([logits, rest.logits], dim=1)
-    return _logprobs_of(logits, completion_ids, temperature, with_entropy)
-
-
-def rollout_chunks(batch, group_size: int, micro_batch_size: int, shared_prompt: bool) -> list[tuple]:
-    """Micro-batches of at most ``micro_batch_size`` rollouts of a ``policy.TokenBatch``, as
-    (group, rows). With ``shared_prompt`` a chunk stays inside one group, whose prompt then runs
-    once per chunk; otherwise (gradient checkpointing, a model that takes no cache) chunks are
-    (None, rows) of the plain full-sequence forward."""
-    n = batch.completion_mask.shape[0]
-    if not (shared_prompt and batch.prompt_ids):
-        return [(None, slice(i, min(n, i + micro_batch_size))) for i in range(0, n, micro_batch_size)]
-    return [
-        (k, slice(k * group_size + i, k * group_size + min(group_size, i + micro_batch_size)))
-        for k in range(n // group_size)
-        for i in range(0, group_size, micro_batch_size)
-    ]
-
-
-def chunk_logprobs(model, batch, chunk, temperature: float = 1.0, with_entropy: bool = True, prompt_model=None):
-    """Token log-probs (and entropies) of one chunk from ``rollout_chunks``."""
-    group, rows = chunk
-    if group is None:
-        return token_logprobs_and_entropy(
-            model, batch.input_ids[rows], batch.attention_mask[rows], batch.n_completion, temperature, with_entropy
-        )
-    return group_logprobs_and_entropy(
-        model,
-        batch.prompt_ids[group],
-        batch.completion_ids[rows],
-        batch.completion_mask[rows],
-        temperature,
-        with_entropy,
-        prompt_model,
-    )
-
-
-def _logprobs_of(logits, targets, temperature: float, with_entropy: bool):
-    """log π(target) per position from (B, T, V) logits at ``temperature``, and the entropies."""
-    torch = require("torch")
-    # float32 for half-precision models; a float64 model (exactness tests) stays float64
-    logsm = torch.log_softmax((logits if logits.dtype == torch.float64 else logits.float()) / temperature, dim=-1)
-    logp = logsm.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    ent = None
-    if with_entropy:
-        with torch.no_grad():
-            ent = -(logsm.exp() * logsm).sum(-1)
-    return logp, ent

@@ -14,6 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from gcpo_analysis.models import require
+from gcpo_analysis.tokens import completion_mask
+
+from .logprobs import run_prompt_once
 
 LORA_CANDIDATES = (
     "q_proj",
@@ -80,28 +83,6 @@ class Reference:
             yield self.copy
 
 
-def forward_parameters(model) -> set:
-    """Names of the keyword arguments the underlying model's ``forward`` takes (through DDP and peft)."""
-    import inspect
-
-    base = getattr(model, "module", model)  # DDP wrapper
-    if hasattr(base, "get_base_model"):  # peft forwards kwargs to the base model
-        base = base.get_base_model()
-    return set(inspect.signature(base.forward).parameters)
-
-
-def run_prompt_once(model, prompt_ids, repeats: int, attention_mask=None, **model_kwargs):
-    """The forward of one prompt (1, P) with its keys/values then repeated ``repeats`` times in
-    the batch (``Cache.batch_repeat_interleave``): the cache the G rollouts of a group continue
-    from, computed once instead of G times. Only the last position's logits are kept where the
-    model allows it. Returns the model output (``.logits``, ``.past_key_values``).
-    ``model_kwargs`` go to the forward (e.g. generate's ``position_ids`` for left-padded prompts)."""
-    keep = {"logits_to_keep": 1} if "logits_to_keep" in forward_parameters(model) else {}
-    out = model(input_ids=prompt_ids, attention_mask=attention_mask, use_cache=True, **keep, **model_kwargs)
-    out.past_key_values.batch_repeat_interleave(repeats)
-    return out
-
-
 @dataclass
 class TokenBatch:
     """The tokens of one generation batch: Q prompts × G rollouts as ids, masks and decoded
@@ -121,16 +102,6 @@ class TokenBatch:
     @property
     def n_completion(self) -> int:
         return int(self.completion_mask.shape[1])
-
-
-def completion_mask_from_ids(ids, eos_ids):
-    """1 up to and including the first EOS token of each row, 0 after it."""
-    torch = require("torch")
-    is_eos = torch.zeros_like(ids, dtype=torch.bool)
-    for e in eos_ids:
-        is_eos |= ids == e
-    after = torch.cumsum(is_eos.int(), dim=1) - is_eos.int()  # EOS before this position
-    return (after == 0).long()
 
 
 def eos_ids_of(tokenizer, model) -> list[int]:
@@ -263,7 +234,7 @@ def _generate(
     comp = seqs[:, n_prompt:]
     if comp.shape[1] == 0:
         raise RuntimeError("generate returned no new tokens; check max_new_tokens")
-    cmask = completion_mask_from_ids(comp, eos)
+    cmask = completion_mask(comp, eos)  # up to and including the first EOS
     att_full = torch.cat([att.repeat_interleave(group_size, dim=0), cmask.to(att.dtype)], dim=1)
     texts = [tokenizer.decode(row[m.bool()], skip_special_tokens=True).strip() for row, m in zip(comp, cmask)]
     return TokenBatch(input_ids=seqs, attention_mask=att_full, completion_mask=cmask, texts=texts, n_prompt=n_prompt)

@@ -40,14 +40,15 @@ class BeforeUpdate:
     something reads it (``GCPOLoopTrainer._logprobs_before_update``)."""
 
     n_tokens: np.ndarray  # (B,) completion tokens, at least 1
-    old_logp: Any = None  # torch.Tensor (B, T) log π_old(y_t), no grad
-    ref_logp: Any = None  # torch.Tensor (B, T) log π_ref(y_t), no grad
-    token_entropy: np.ndarray | None = None  # (B,) mean per-token entropy H_t of each rollout
-    seq_logprob: np.ndarray | None = None  # (B,) Σ_t log π(y_t): the sequence log-probability
-    ratio_var: np.ndarray | None = None  # (B,) Var_t π_θ/π_ref (R²VPO)
+    old_logp: Any = None  # torch.Tensor (B, T) log π_old(y_t) at the sampling temperature (the loss's), no grad
+    ref_logp: Any = None  # torch.Tensor (B, T) log π_ref(y_t) at the sampling temperature, no grad
+    token_entropy: np.ndarray | None = None  # (B,) mean per-token entropy H_t of π_θ (temperature 1)
+    seq_logprob: np.ndarray | None = None  # (B,) Σ_t log π_θ(y_t) at temperature 1: the sequence log-probability
+    ratio_var: np.ndarray | None = None  # (B,) Var_t π_θ/π_ref at the sampling temperature, as ρ (R²VPO)
 
     def set_rollout_stats(self, logp, token_entropy, mask) -> None:
-        """Per-rollout mean token entropy and sequence log-probability from (B, T) tensors."""
+        """Per-rollout mean token entropy and sequence log-probability from (B, T) tensors of π_θ
+        at temperature 1 (``logprobs.TokenLogprobs.policy_*``; docs/conventions.md, "The frames")."""
         from .loss import per_rollout_mean
 
         self.token_entropy = per_rollout_mean(token_entropy, mask).cpu().numpy()
@@ -191,9 +192,15 @@ def group_columns(
 
 
 def rollouts_frame(
-    step: int, rollouts: StepRollouts, before: BeforeUpdate, advantages: np.ndarray, dataset: str
+    step: int,
+    rollouts: StepRollouts,
+    before: BeforeUpdate,
+    advantages: np.ndarray,
+    dataset: str,
+    temperature: float,
 ) -> pd.DataFrame:
-    """The step's rollouts frame (docs/conventions.md), one row per rollout."""
+    """The step's rollouts frame (docs/conventions.md), one row per rollout: ``token_entropy`` and
+    ``logprob`` of π_θ itself (temperature 1), ``temperature`` the one the rollouts were sampled at."""
     from gcpo_analysis.rewards import is_success
 
     queries = rollouts.queries
@@ -210,6 +217,7 @@ def rollouts_frame(
             "token_entropy": before.token_entropy,
             "logprob": before.seq_logprob,
             "n_tokens": before.n_tokens.astype(int),
+            "temperature": float(temperature),
             "advantage": advantages,
             "reward_failed": rollouts.reward_failed,
             "dataset": dataset,

@@ -21,6 +21,10 @@ Design choices where the paper is silent:
   undone by a factor N); gradients sync once per update (``no_sync`` on all but the last
   micro-batch); the log row is computed from every process's gathered values, not averaged
   means; the main process writes the log, the step's whole rollouts frame and checkpoints.
+- The rollouts frame's ``token_entropy`` and ``logprob``, and the token entropies and sequence
+  log-probs the modulators read (se, eg_spo), are π_θ's own, at temperature 1; the loss's ρ and
+  KL use log-probs at the sampling temperature, as TRL's. Both come from the same logits
+  (``logprobs.TokenLogprobs``); the frame records the sampling ``temperature`` beside them.
 - Cost: modulators that read token entropy / log-probs / ratio variance before the update
   (se, eg_spo, r2vpo) and μ > 1 need one extra no-grad policy pass (``time_logprobs``); the
   others take old log-probs from the gradient pass itself (ρ ≡ 1, as π_old = π_θ there).
@@ -46,9 +50,10 @@ from gcpo_analysis.models import require
 
 from . import checkpoint as ckpt
 from .config import TrainConfig
-from .loss import chunk_logprobs, grpo_loss, masked_var, rollout_chunks
+from .logprobs import TokenLogprobs, cat_token_logprobs, chunk_logprobs, forward_parameters, rollout_chunks
+from .loss import grpo_loss, masked_var
 from .modulation import GroupModulator
-from .policy import Reference, forward_parameters, generate_groups, load_model_and_tokenizer, wrap_lora
+from .policy import Reference, generate_groups, load_model_and_tokenizer, wrap_lora
 from .run_folder import RunFolder, write_run_info
 from .splits import load_split, query_indices
 from .step_data import BeforeUpdate, StepRollouts, StepTimer, UpdateStats, group_columns, rollouts_frame, summarize_step
@@ -121,7 +126,7 @@ class GCPOLoopTrainer:
         if cfg.gradient_checkpointing:
             model.gradient_checkpointing_enable()
         # the rollouts of a group share their prompt: run it once per chunk (exact; see
-        # loss.group_logprobs_and_entropy) unless recomputation or the model rules out a cache
+        # logprobs.group_logprobs_and_entropy) unless recomputation or the model rules out a cache
         self.share_prompt = (
             cfg.share_prompt and not cfg.gradient_checkpointing and "past_key_values" in forward_parameters(model)
         )
@@ -178,30 +183,36 @@ class GCPOLoopTrainer:
         positions = np.array_split(np.arange(len(idx)), acc.num_processes)[acc.process_index]
         return self.queries.iloc[idx[positions]].reset_index(drop=True), positions.tolist()
 
-    def _forward(self, model, batch, chunk, grad: bool, entropy: bool = True):
+    def _forward(self, model, batch, chunk, grad: bool, policy_stats: bool = False) -> TokenLogprobs:
+        """Log-probs at the sampling temperature (the loss's); with ``policy_stats`` also π_θ's own
+        log-probs and entropies at temperature 1 (the rollouts frame's), from the same logits."""
         torch = require("torch")
         with torch.enable_grad() if grad else torch.no_grad():
             return chunk_logprobs(
-                model, batch, chunk, self.config.temperature, entropy, prompt_model=self.accelerator.unwrap_model(model)
+                model,
+                batch,
+                chunk,
+                self.config.temperature,
+                prompt_model=self.accelerator.unwrap_model(model),
+                policy_stats=policy_stats,
             )
 
     def _chunks(self, batch, share_prompt: bool | None = None) -> list[tuple]:
         share = self.share_prompt if share_prompt is None else share_prompt
         return rollout_chunks(batch, self.config.group_size, self.config.micro_batch_size, share)
 
-    def _no_grad_logprobs(self, batch, reference: bool = False):
-        torch = require("torch")
-        logps, ents = [], []
+    def _no_grad_logprobs(self, batch, reference: bool = False) -> TokenLogprobs:
+        """One no-grad pass over the batch: π_ref's log-probs, or the policy's with its own
+        (temperature 1) log-probs and entropies."""
+        parts = []
         for chunk in self._chunks(batch):
             if reference:
                 assert self.reference is not None  # asked for only when there is one
                 with self.reference.model(self.policy) as ref:
-                    lp, _ = self._forward(ref, batch, chunk, grad=False, entropy=False)
+                    parts.append(self._forward(ref, batch, chunk, grad=False))
             else:
-                lp, ent = self._forward(self.model, batch, chunk, grad=False)
-                ents.append(ent)
-            logps.append(lp)
-        return torch.cat(logps), (torch.cat(ents) if ents else None)
+                parts.append(self._forward(self.model, batch, chunk, grad=False, policy_stats=True))
+        return cat_token_logprobs(parts)
 
     # ------------------------------------------------------------------ one step, in phases
     def train_step(self, step: int) -> tuple[dict, pd.DataFrame]:
@@ -230,7 +241,9 @@ class GCPOLoopTrainer:
         if update.gradvar is not None:  # part of forward_backward, reported on its own
             timer.seconds.update(gradvar=update.time_gradvar)
         row = self._log_row(step, rollouts, advantages, infos, cluster_stats, update, timer)
-        frame = rollouts_frame(step, rollouts, before, advantages.cpu().numpy(), self.config.dataset)
+        frame = rollouts_frame(
+            step, rollouts, before, advantages.cpu().numpy(), self.config.dataset, self.config.temperature
+        )
         if update.gradvar is not None:
             frame = group_columns(frame, update.gradvar, infos, advantages.cpu().numpy(), self.config.group_size)
         return row, frame
@@ -288,15 +301,17 @@ class GCPOLoopTrainer:
     def _logprobs_before_update(self, batch) -> BeforeUpdate:
         """Token log-probabilities under π_old and π_ref, computed only when something reads them
         before the update: μ > 1, a modulator that needs token entropy, log-probs or ratio
-        variance (an extra no-grad pass), β > 0 (the reference pass)."""
+        variance (an extra no-grad pass), β > 0 (the reference pass). π_old and π_ref are at the
+        sampling temperature (the loss's); the rollout stats the modulators read are π_θ's own."""
         torch = require("torch")
         cfg, needs, mask = self.config, self.group_modulator.needs, batch.completion_mask
         before = BeforeUpdate(n_tokens=mask.float().sum(-1).clamp(min=1).cpu().numpy())
         if cfg.num_iterations > 1 or needs & {"token_entropy", "logprobs", "ratio_var"}:
-            before.old_logp, token_entropies = self._no_grad_logprobs(batch)
-            before.set_rollout_stats(before.old_logp, token_entropies, mask)
+            old = self._no_grad_logprobs(batch)
+            before.old_logp = old.logp
+            before.set_rollout_stats(old.policy_logp, old.policy_entropy, mask)
         if self.reference is not None:
-            before.ref_logp, _ = self._no_grad_logprobs(batch, reference=True)
+            before.ref_logp = self._no_grad_logprobs(batch, reference=True).logp
         if self.need_ratio:
             before.ratio_var = masked_var(torch.exp(before.old_logp - before.ref_logp), mask).cpu().numpy()
         return before
@@ -336,14 +351,14 @@ class GCPOLoopTrainer:
             float(acc.reduce(mask.sum().float(), reduction="sum")) if acc.num_processes > 1 else float(mask.sum())
         )
         chunks = self._chunks(batch)
-        # without an extra pass, π_old = π_θ at the first update: take it (and the token
-        # entropies the modulators did not need earlier) from the gradient pass itself
+        # without an extra pass, π_old = π_θ at the first update: take it (and π_θ's own log-probs
+        # and entropies, which the modulators did not need earlier) from the gradient pass itself
         from_gradient_pass = before.old_logp is None
         stats = UpdateStats(lr=float(self.scheduler.get_last_lr()[0]))  # the rate of the first update
         self.model.train()
         for iteration in range(cfg.num_iterations):
             t_start = time.perf_counter()
-            loss, kl, clip_frac, logps, entropies = 0.0, [], [], [], []
+            loss, kl, clip_frac, passes = 0.0, [], [], []
             # V_train of every group rides the first update's backward (gradvar_tracking)
             tracker = self._gradvar_tracker(mask.shape[0]) if cfg.track_gradvar and iteration == 0 else None
             # a shared prompt's layers would see the sum of its rollouts' gradients, not each one's:
@@ -354,9 +369,8 @@ class GCPOLoopTrainer:
                 sync = contextlib.nullcontext() if k == len(pass_chunks) - 1 else acc.no_sync(self.model)
                 track = tracker.chunk(rows) if tracker is not None else contextlib.nullcontext()
                 with sync, track:
-                    logp, entropy = self._forward(
-                        self.model, batch, (group, rows), grad=True, entropy=from_gradient_pass
-                    )
+                    token = self._forward(self.model, batch, (group, rows), grad=True, policy_stats=from_gradient_pass)
+                    logp = token.logp
                     old = logp.detach() if from_gradient_pass else before.old_logp[rows]
                     out = grpo_loss(
                         logp,
@@ -375,8 +389,7 @@ class GCPOLoopTrainer:
                 kl.append(out.kl)
                 clip_frac.append(out.clip_frac)
                 if iteration == 0 and from_gradient_pass:
-                    logps.append(logp.detach())
-                    entropies.append(entropy)
+                    passes.append(token._replace(logp=None))  # keep π_θ's stats, not the graph
             if tracker is not None:
                 tracker.remove()
                 stats.gradvar, stats.time_gradvar = tracker.results(), tracker.seconds
@@ -396,8 +409,9 @@ class GCPOLoopTrainer:
             stats.loss.append(loss)
             stats.kl.append(torch.cat(kl).cpu().numpy())
             stats.clip_frac.append(torch.cat(clip_frac).cpu().numpy())
-            if logps:
-                before.set_rollout_stats(torch.cat(logps), torch.cat(entropies), mask)
+            if passes:
+                own = cat_token_logprobs(passes)
+                before.set_rollout_stats(own.policy_logp, own.policy_entropy, mask)
         return stats
 
     def _gradvar_tracker(self, n_rows: int):

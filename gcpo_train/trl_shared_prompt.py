@@ -4,9 +4,9 @@ TRL's ``GRPOTrainer._get_per_token_logps_and_entropies`` runs every row [prompt 
 in full, so a group's prompt runs G times in the training forward and backward, the old-policy
 pass and the reference pass. ``SharedPromptMixin`` overrides that hook: inside each of TRL's
 chunks (its ``batch_size``), the rows whose prompt tokens and prompt mask are identical form one
-group; the prompt runs once (``policy.run_prompt_once``, left padding and all), its keys/values
+group; the prompt runs once (``logprobs.run_prompt_once``, left padding and all), its keys/values
 are repeated for the group's rows and the completions run on that cache — the code of
-``loss.group_logprobs_and_entropy``, the same path our own loop uses. The numbers are TRL's up
+``logprobs.group_logprobs_and_entropy``, the same path our own loop uses. The numbers are TRL's up
 to float rounding:
 
     log pi(c_t | prompt, c_<t) from the prompt's last logit (t = 0) and the completion logits
@@ -14,9 +14,10 @@ to float rounding:
 
 Generation (transformers, not vLLM): TRL's ``generate`` call gets G copies of each prompt and
 prefills all of them. ``_generate_single_turn`` wraps that call (not a copy of TRL's method):
-each distinct prompt but its last token runs once (``policy.run_prompt_once`` at generate's
-positions), its cache is copied to its rows and ``generate`` continues from there, with its own
-sampler and random draws (metric ``gcpo/shared_prefill``).
+each distinct prompt but its last token runs once (``logprobs.run_prompt_once`` at generate's
+positions, ``gcpo_analysis.tokens.position_ids``), its cache is copied to its rows and
+``generate`` continues from there, with its own sampler and random draws (metric
+``gcpo/shared_prefill``).
 
 The idea (one prompt forward, a cache shared by its G completions) is the one of TRL's
 unmerged "GRPO VRAM Optimization" pull request (huggingface/trl #2669); the code is ours.
@@ -73,7 +74,7 @@ def hook_matches(cls) -> bool:
 def static_fallback(trainer, base_cls, generation: bool = False) -> str | None:
     """Why the shared-prompt pass (``generation``: the shared prefill) cannot run for this
     trainer at all (None: it can)."""
-    from .policy import forward_parameters
+    from .logprobs import forward_parameters
 
     args = trainer.args
     if not getattr(args, "share_prompt", False):
@@ -148,9 +149,10 @@ def shared_prompt_logps(
     prompt_model=None,
 ):
     """TRL's per-token log-probs (and entropies) of [prompt | completion] rows, each distinct
-    prompt of a chunk run once (``loss.group_logprobs_and_entropy``). Returns (logps, entropies
-    or None), both (B, logits_to_keep), zero where the completion mask is 0 (as TRL's)."""
-    from .loss import group_logprobs_and_entropy
+    prompt of a chunk run once (``logprobs.group_logprobs_and_entropy``). Returns (logps, entropies
+    or None), both (B, logits_to_keep) at TRL's temperature, zero where the completion mask is 0
+    (as TRL's)."""
+    from .logprobs import group_logprobs_and_entropy
 
     T = logits_to_keep
     batch_size = batch_size or input_ids.size(0)
@@ -177,9 +179,9 @@ def shared_prompt_logps(
             order.extend(rows)
         inverse = torch.argsort(torch.as_tensor(order, device=ids.device))
         mask = c_mask.to(torch.float32)
-        logps.append(torch.cat([lp for lp, _ in parts])[inverse] * mask)
+        logps.append(torch.cat([p.logp for p in parts])[inverse] * mask)
         if compute_entropy:
-            entropies.append(torch.cat([e for _, e in parts])[inverse] * mask)
+            entropies.append(torch.cat([p.entropy for p in parts])[inverse] * mask)
     return torch.cat(logps), (torch.cat(entropies) if compute_entropy else None)
 
 
@@ -198,11 +200,13 @@ def prefill_plan(input_ids, attention_mask):
 def shared_prefill_generate(model, generate):
     """``generate`` (a model's bound method, TRL's call ``generate(input_ids=..., attention_mask=...,
     generation_config=...)``) whose prompts' prefill runs once per distinct prompt: all but the
-    last prompt token run through ``policy.run_prompt_once`` at generate's own positions
-    (attention-mask cumsum), the cache is copied to the prompt's rows, and ``generate`` continues
+    last prompt token run through ``logprobs.run_prompt_once`` at generate's own positions
+    (``gcpo_analysis.tokens.position_ids``), the cache is copied to the prompt's rows, and ``generate`` continues
     from it (only the last prompt token and the new tokens run per row). The sampler and its
     random draws are generate's, so the samples are the plain call's up to float rounding."""
-    from .policy import run_prompt_once
+    from gcpo_analysis.tokens import position_ids
+
+    from .logprobs import run_prompt_once
 
     def wrapped(*args, input_ids=None, attention_mask=None, **kwargs):
         plan = (
@@ -213,7 +217,7 @@ def shared_prefill_generate(model, generate):
         if plan is None:
             return generate(*args, input_ids=input_ids, attention_mask=attention_mask, **kwargs)
         firsts, index = plan
-        positions = (attention_mask.long().cumsum(-1) - 1).masked_fill(attention_mask == 0, 0)  # generate's rule
+        positions = position_ids(attention_mask)  # generate's rule
         with torch.no_grad():
             cache = run_prompt_once(
                 model,

@@ -33,6 +33,7 @@ LAYER_OF_PREFIX = {
     "gcpo_analysis.errors": "base",
     "gcpo_analysis.outputs": "base",
     "gcpo_analysis.tiny_models": "base",
+    "gcpo_analysis.tokens": "base",
     "gcpo_analysis.testing": "base",
     "gcpo_analysis._moved": "base",
     "gcpo_analysis.rewards": "rewards",

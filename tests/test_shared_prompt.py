@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from gcpo_analysis.tiny_models import tiny_causal_lm  # noqa: E402
-from gcpo_train.loss import group_logprobs_and_entropy, token_logprobs_and_entropy  # noqa: E402
+from gcpo_train.logprobs import group_logprobs_and_entropy, token_logprobs_and_entropy  # noqa: E402
 
 FAMILIES = ["llama", "llama-tied", "qwen2", "gpt2"]
 
@@ -35,7 +35,7 @@ def test_shared_prompt_logprobs_and_gradients_equal_the_full_forward(family, T):
 
     def run(fn):
         model.zero_grad()
-        logp, ent = fn()
+        logp, ent, *_ = fn()
         ((logp * mask).sum() + (logp * mask).pow(2).sum()).backward()  # a loss that weighs tokens unequally
         return logp.detach(), ent, [p.grad.clone() for p in params]
 

@@ -18,7 +18,8 @@ from test_train_trainer import _launch_two_processes, queries, word_reward  # no
 from gcpo_analysis.gradvar import gradient_variance  # noqa: E402
 from gcpo_analysis.tiny_models import tiny_causal_lm, tiny_tokenizer  # noqa: E402
 from gcpo_train.config import TrainConfig  # noqa: E402
-from gcpo_train.loss import grpo_loss, token_logprobs_and_entropy  # noqa: E402
+from gcpo_train.logprobs import token_logprobs_and_entropy  # noqa: E402
+from gcpo_train.loss import grpo_loss  # noqa: E402
 from gcpo_train.trainer import GCPOLoopTrainer  # noqa: E402
 
 
@@ -74,9 +75,9 @@ def naive_gradients(tr, batch, advantages, before):
     for i in range(mask.shape[0]):
         r = slice(i, i + 1)
         with torch.enable_grad():
-            logp, _ = token_logprobs_and_entropy(
-                tr.policy, batch.input_ids[r], batch.attention_mask[r], batch.n_completion, cfg.temperature, False
-            )
+            logp = token_logprobs_and_entropy(
+                tr.policy, batch.input_ids[r], batch.attention_mask[r], batch.n_completion, cfg.temperature
+            ).logp
             old = logp.detach() if before.old_logp is None else before.old_logp[r]
             out = grpo_loss(
                 logp,

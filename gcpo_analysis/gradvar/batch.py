@@ -10,12 +10,7 @@ from __future__ import annotations
 import inspect
 
 from ..models import require
-
-
-def _position_ids(attention_mask):
-    """Position ids as HF ``generate`` builds them: count of attended tokens before, 1 on pads."""
-    pos = attention_mask.long().cumsum(-1) - 1
-    return pos.masked_fill(attention_mask == 0, 1)
+from ..tokens import position_ids
 
 
 def check_batch(input_ids, attention_mask, completion_mask):
@@ -57,7 +52,7 @@ def sequence_logprobs(model, input_ids, attention_mask, completion_mask):
         # lm_head output and its gradient over the prompt)
         kwargs["logits_to_keep"] = ids.shape[1] - int(torch.nonzero(cm.any(0))[0, 0]) + 1
     logits = model(
-        input_ids=ids, attention_mask=am.long(), position_ids=_position_ids(am), use_cache=False, **kwargs
+        input_ids=ids, attention_mask=am.long(), position_ids=position_ids(am), use_cache=False, **kwargs
     ).logits
     o = ids.shape[1] - logits.shape[1]  # logits[:, k] predicts token o + k + 1
     target = cm[:, o + 1 :]

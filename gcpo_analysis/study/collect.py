@@ -5,15 +5,17 @@ the policy, scored with the task reward, and -- when asked -- the query's gradie
 V(q) (``gcpo_analysis.gradvar``) is computed with GRPO advantages. The output is the
 rollouts frame and the groups frame of ``gcpo_analysis.frames``.
 
-Conventions chosen here (the spec is silent on them):
+Conventions chosen here (the spec is silent on them; docs/conventions.md, "The frames"):
 - ``token_entropy`` is the mean over a rollout's generated tokens of the entropy of the
   model's *untempered* next-token distribution softmax(logits); ``logprob`` is
   sum_t log softmax(logits_t)[y_t], also untempered: both describe the policy pi_theta, not
-  the sampler (temperature only shapes exploration).
+  the sampler (temperature only shapes exploration). The trainer's frames follow the same
+  convention; ``temperature`` records the sampling temperature beside them.
 - Sampling uses temperature and top_p only (``top_k=0``: no top-k truncation, overriding a
   generation config's default of 50).
-- The completion ends at the first EOS, which is part of the completion's tokens (it is a
-  policy action: counted in n_tokens, logprob, entropy and the gradient) but not of its text.
+- The completion ends at the first EOS (``tokens.completion_mask``), which is part of the
+  completion's tokens (it is a policy action: counted in n_tokens, logprob, entropy and the
+  gradient) but not of its text.
 - The prompt is tokenised as is (``add_special_tokens=False``): it is already chat-formatted.
 """
 
@@ -32,6 +34,7 @@ from ..frames import validate_groups, validate_rollouts, write_frame, write_json
 from ..gradvar import gradient_variance, group_gradient_gram
 from ..measures.advantages import grpo_advantages
 from ..models import require
+from ..tokens import completion_mask
 
 QUERY_COLUMNS = ("query_id", "prompt", "references", "task")
 
@@ -79,9 +82,7 @@ def _sample_group(model, tokenizer, prompt, G, temperature, top_p, max_new_token
     pad = tokenizer.pad_token_id
     gen = torch.cat([torch.nn.functional.pad(g, (0, N - g.shape[1]), value=pad) for g in gens])
     lg = torch.cat([torch.nn.functional.pad(x, (0, 0, 0, N - x.shape[1])) for x in logits]).float()
-    is_eos = gen == tokenizer.eos_token_id
-    first = torch.where(is_eos.any(1), is_eos.float().argmax(1) + 1, torch.full_like(gen[:, 0], N))
-    mask = torch.arange(N, device=dev)[None] < first[:, None]
+    mask = completion_mask(gen, tokenizer.eos_token_id)
     logp = torch.log_softmax(lg, -1)
     ent = -(logp.exp() * logp).sum(-1)
     chosen = logp.gather(-1, gen[..., None])[..., 0]
@@ -133,6 +134,7 @@ def _query_parts(
             references=refs,
             token_entropy=float(entropy[i]),
             logprob=float(logprob[i]),
+            temperature=float(temperature),
             success=bool(success_fn(task, reward)),
             n_tokens=int(n[i]),
         )
@@ -272,6 +274,8 @@ def collect_rollouts(
                     f"{parts / stem}.parquet holds {len(part)} rollouts, not G = {G}; delete it "
                     f"(and its .groups.parquet) to collect that query again"
                 )
+            if "temperature" not in part.columns:  # a part of an older run: the settings say which
+                part = part.assign(temperature=float(temperature))
             rollouts.append(part)
             groups.append(pd.read_parquet(parts / f"{stem}.groups.parquet"))
             gram_part = parts / f"{stem}.gram.parquet"

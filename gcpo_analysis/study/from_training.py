@@ -71,6 +71,7 @@ def read_training_run(run) -> tuple[pd.DataFrame, list[str], dict]:
         "references",
         "token_entropy",
         "logprob",
+        "temperature",
         "n_tokens",
         "advantage",
         "reward_failed",
