@@ -33,7 +33,7 @@ def test_version_has_one_source(capsys):
     with pytest.raises(SystemExit):
         main(["--version"])
     assert capsys.readouterr().out.strip() == f"gcpo {gcpo_analysis.__version__}"
-    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    project = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
     assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
     assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "gcpo_analysis.__version__"}
     assert importlib.metadata.version("gcpo") == gcpo_analysis.__version__

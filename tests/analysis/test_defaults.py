@@ -9,7 +9,7 @@ from dataclasses import fields
 
 import pandas as pd
 import pytest
-from conftest import HashEmbedder
+from helpers.embedders import HashEmbedder
 
 from gcpo_analysis import models, vocab
 from gcpo_analysis.cli import build_parser, main

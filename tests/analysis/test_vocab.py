@@ -8,7 +8,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pytest
-from conftest import HashEmbedder
+from helpers.embedders import HashEmbedder
 
 from gcpo_analysis import vocab
 from gcpo_analysis.cli import main
@@ -18,7 +18,7 @@ from gcpo_analysis.measures.score import MEASURES, score_groups
 from gcpo_analysis.study import StudyConfig
 from gcpo_analysis.study.run import _ROLLOUT_KEYS, _rollout_settings, _settings_hash
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CODE = [p for d in ("gcpo_analysis", "gcpo_train", "bench") for p in sorted((ROOT / d).rglob("*.py"))]
 VOCAB = ROOT / "gcpo_analysis" / "vocab.py"
 EXAMPLE = ROOT / "examples" / "rollouts_small.jsonl"

@@ -6,7 +6,7 @@ import ast
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "architecture.md"
 # an identifier, or a comma-separated list of them, followed by the file that defines them
 ATTACHED = re.compile(r"((?:`\w+`(?:, )?)+) \(((?:gcpo_analysis|gcpo_train)/[\w/]+\.py)\)")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # .to_csv() / .to_csv(index=False) return the text (then written by write_text); a first
 # positional argument is a path
 WRITES = re.compile(

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "check_recorded_outputs.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "check_recorded_outputs.py"
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ import ast
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("gcpo_analysis", "gcpo_train")
 
 # Each gcpo_analysis module's layer, by its longest matching prefix; every module must match one

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CODE = [p for pkg in ("gcpo_analysis", "gcpo_train") for p in sorted((ROOT / pkg).rglob("*.py"))]
 
 

@@ -19,7 +19,7 @@ from gcpo_analysis.stats import gap_study
 from gcpo_analysis.stats.decomposition import DECOMPOSITION_COLUMNS
 from gcpo_analysis.theory.simulate import entropy_filter_effect, simulate_study
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / "figures" / "default_study"
 
 

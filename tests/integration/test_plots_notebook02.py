@@ -14,7 +14,7 @@ from gcpo_analysis import plots
 from gcpo_analysis.stats import gap_study
 from gcpo_analysis.theory.simulate import entropy_filter_effect, simulate_study
 
-NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "02_gap_proofs.ipynb"
+NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "02_gap_proofs.ipynb"
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RUN = ROOT / "figures" / "cpu_math"
 NAMES = {
     "token entropy": "token_entropy",

@@ -11,7 +11,7 @@ import pytest
 from gcpo_analysis.cli import main
 from gcpo_analysis.theory.proofs import check_all
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

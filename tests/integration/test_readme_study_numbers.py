@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RUNS = {"default": "default_study", "cpu-large": "cpu_large", "cpu-math": "cpu_math"}
 LABELS = {
     "token entropy": "token_entropy",

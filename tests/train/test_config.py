@@ -164,7 +164,7 @@ def test_generated_configs_load_and_match_the_table():
     import runpy
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1] / "configs"
+    root = Path(__file__).resolve().parents[2] / "configs"
     mod = runpy.run_path(str(root / "make_configs.py"))
     for bench in mod["BENCHMARKS"]:
         for method, modulator in mod["METHODS"].items():

@@ -12,8 +12,7 @@ pytest.importorskip("peft")
 pytest.importorskip("accelerate")
 
 import transformers  # noqa: E402
-from test_hostile import _Exploit  # noqa: E402
-from test_train_trainer import make  # noqa: E402
+from helpers.loop_setup import Exploit, make  # noqa: E402
 
 from gcpo_analysis.cli import main  # noqa: E402
 from gcpo_train.checkpoint import UnreadableCheckpoint, load_trained  # noqa: E402
@@ -108,7 +107,7 @@ def test_a_crafted_trainable_pt_is_refused_and_a_run_folder_falls_back(tmp_path)
     run = tmp_path / "run"
     marker = tmp_path / "code-ran"
     bad = run / "checkpoints" / "step_000002" / "trainable.pt"
-    torch.save({"weight": _Exploit(marker)}, bad)
+    torch.save({"weight": Exploit(marker)}, bad)
     with pytest.raises(UnreadableCheckpoint, match="trainable.pt.*other than tensors"):
         export_checkpoint(bad.parent, tmp_path / "out")
     assert not marker.exists() and not (tmp_path / "out").exists()

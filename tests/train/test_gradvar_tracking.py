@@ -12,8 +12,8 @@ pytest.importorskip("torch")
 pytest.importorskip("peft")
 pytest.importorskip("accelerate")
 
-from conftest import HashEmbedder  # noqa: E402
-from test_train_trainer import _launch_two_processes, queries, word_reward  # noqa: E402
+from helpers.embedders import HashEmbedder  # noqa: E402
+from helpers.loop_setup import launch_two_processes, queries, word_reward  # noqa: E402
 
 from gcpo_analysis.gradvar import gradient_variance  # noqa: E402
 from gcpo_analysis.tiny_models import tiny_causal_lm, tiny_tokenizer  # noqa: E402
@@ -233,9 +233,9 @@ TWO = {
 
 def test_two_processes_give_one_process_v(tmp_path):
     """2 gloo processes (rank 0: groups 1-2, rank 1: group 3; micro-batches of 3) give the V of one process."""
-    from test_train_trainer import make as make_f32
+    from helpers.loop_setup import make as make_f32
 
-    _launch_two_processes(tmp_path / "two", TWO)
+    launch_two_processes(tmp_path / "two", TWO)
     make_f32(tmp_path / "one", "gv", **TWO["gv"]).train()
     positive = np.zeros(12, dtype=bool)
     for step, rtol in ((1, 1e-4), (2, 1e-3)):  # step 2 starts from float32-rounded, Adam-updated weights

@@ -73,7 +73,8 @@ def test_training_step_with_and_without_the_shared_prompt(tmp_path):
     """One step (two groups, micro-batches of 3 inside a group of 4, β > 0, sequence loss) with
     share_prompt on and off (generation's prefill and the log-prob passes): same samples, same
     log row, same updated LoRA."""
-    from test_train_trainer import _strip, make
+    from helpers.loop_setup import make
+    from test_trainer import _strip
 
     steps = {}
     for shared in (True, False):

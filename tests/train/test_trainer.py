@@ -1,7 +1,6 @@
 """GCPOLoopTrainer (the own loop) end to end on a tiny random llama (offline, CPU, a few seconds per run)."""
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -11,66 +10,12 @@ pytest.importorskip("torch")
 pytest.importorskip("peft")
 pytest.importorskip("accelerate")
 
-from conftest import HashEmbedder  # noqa: E402
+from helpers.embedders import HashEmbedder  # noqa: E402
+from helpers.loop_setup import launch_two_processes, make  # noqa: E402
 
 from gcpo_analysis.measures.clustering import batched_greedy_clusters  # noqa: E402
 from gcpo_analysis.measures.judges import make_judge  # noqa: E402
 from gcpo_analysis.measures.modulators import MODULATORS, GroupFeatures, modulate  # noqa: E402
-from gcpo_train.config import TrainConfig  # noqa: E402
-from gcpo_train.trainer import GCPOLoopTrainer  # noqa: E402
-
-WORDS = "the king queen city house ship war love father son who what answer".split()
-
-
-def queries(n=6):
-    qs = [
-        "who is the king ?",
-        "what is the city ?",
-        "where is the ship ?",
-        "who did it ?",
-        "what was the war ?",
-        "who is his father ?",
-    ]
-    return pd.DataFrame(
-        {
-            "query_id": [f"q{i}" for i in range(n)],
-            "dataset": "narrativeqa",
-            "split": "train",
-            "question": qs[:n],
-            "context": "the king had a son . the ship was in the city .",
-            "references": [["the king"], ["the city"], ["the house"], ["he"], ["the war"], ["the man"]][:n],
-            "task": "qa_f1",
-        }
-    )
-
-
-def word_reward(task, completion, references):
-    # dense, deterministic reward in [0, 2] so groups rarely tie
-    toks = completion.split()
-    return 2.0 * sum(t in WORDS for t in toks) / max(1, len(toks))
-
-
-def make(tmp_path, name="run", **kw):
-    base = dict(
-        model="tiny:llama",
-        dataset="narrativeqa",
-        modulator="none",
-        group_size=4,
-        queries_per_step=2,
-        steps=2,
-        max_new_tokens=6,
-        max_context_tokens=16,
-        judge="lexical",
-        output_dir=str(tmp_path / name),
-        checkpoint_every=0,
-        progress=False,
-        learning_rate=5e-3,
-        beta=0.05,
-        device="cpu",
-        micro_batch_size=8,
-    )
-    base.update(kw)
-    return GCPOLoopTrainer(TrainConfig(**base), queries=queries(), reward_fn=word_reward, embedder=HashEmbedder())
 
 
 def read_log(path):
@@ -235,48 +180,6 @@ def test_rollouts_frame_schema(tmp_path):
         assert key in row, key
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:  # a fixed port collides with other launches on the machine
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _launch_two_processes(root: Path, runs: dict) -> None:
-    import os
-    import subprocess
-    import sys
-
-    repo = Path(__file__).resolve().parents[1]
-    env = {
-        **os.environ,
-        "OMP_NUM_THREADS": "1",
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(repo), str(repo / "tests"), os.environ.get("PYTHONPATH")])),
-    }
-    cmd = [
-        sys.executable,
-        "-m",
-        "accelerate.commands.launch",
-        "--multi_gpu",
-        "--num_processes",
-        "2",
-        "--num_machines",
-        "1",
-        "--mixed_precision",
-        "no",
-        "--dynamo_backend",
-        "no",
-        "--main_process_port",
-        str(_free_port()),
-        str(repo / "tests" / "helpers" / "gcpo_two_process.py"),
-        str(root),
-        *[f"{name}={json.dumps(overrides)}" for name, overrides in runs.items()],
-    ]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-
-
 # 3 queries per step split 2 + 1 over two processes, micro-batches of 3 (rank 0: 3+3+2 rollouts,
 # rank 1: 3+1), so the step-wide normalisers, the single gradient sync and the gathered log all count
 EQUAL_RUNS = {
@@ -300,7 +203,7 @@ def test_two_processes_equal_one_process(tmp_path):
     look 2 s late; without the barrier it refused the fresh run as an existing one)."""
     import torch
 
-    _launch_two_processes(tmp_path / "two", EQUAL_RUNS)
+    launch_two_processes(tmp_path / "two", EQUAL_RUNS)
     for name, overrides in EQUAL_RUNS.items():
         make(tmp_path / "one", name, **overrides).train()
         one, two = tmp_path / "one" / name, tmp_path / "two" / name

@@ -13,7 +13,7 @@ import pytest
 trl = pytest.importorskip("trl")
 pytest.importorskip("datasets")
 
-from conftest import HashEmbedder  # noqa: E402
+from helpers.embedders import HashEmbedder  # noqa: E402
 from helpers.trl_setup import config_kwargs, dataset, recording_advantages, word_reward  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402
 
@@ -23,7 +23,7 @@ from gcpo_analysis.measures.modulators import GroupFeatures, modulate  # noqa: E
 from gcpo_train.modulation import GroupModulator  # noqa: E402
 from gcpo_train.trl import GCPOConfig, GCPOTrainer, gcpo_config_fields, group_weights, modulation_settings  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture()

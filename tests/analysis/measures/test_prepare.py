@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from conftest import HashEmbedder
+from helpers.embedders import HashEmbedder
 
 from gcpo_analysis.measures.clustering import greedy_nli_clusters
 from gcpo_analysis.measures.judges import LexicalJudge

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import HashEmbedder
+from helpers.embedders import HashEmbedder
 
 from gcpo_analysis import frames
 from gcpo_analysis.cli import main
@@ -17,7 +17,7 @@ from gcpo_analysis.measures.entropy import kernel_language_entropy, semantic_ent
 from gcpo_analysis.measures.judges import LexicalJudge
 from gcpo_analysis.measures.score import score_groups
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "rollouts_small.jsonl"
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "rollouts_small.jsonl"
 
 
 @pytest.fixture(scope="module")

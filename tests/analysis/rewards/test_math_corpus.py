@@ -10,13 +10,13 @@ import pytest
 
 from gcpo_analysis.rewards.math.grading import math_equiv, math_fallbacks
 
-CORPUS = Path(__file__).parent / "data" / "math_corpus.jsonl"
+CORPUS = Path(__file__).resolve().parents[2] / "data" / "math_corpus.jsonl"
 ROWS = [json.loads(line) for line in CORPUS.read_text().splitlines() if line.strip()]
 
 
 @pytest.fixture(autouse=True)
 def roomy_budget(monkeypatch):
-    """Correctness, not speed, is tested here (test_hostile_answers.py holds the 2 s bound): a
+    """Correctness, not speed, is tested here (test_rewards_hostile.py holds the 2 s bound): a
     loaded CI machine must not turn a verdict into a time fallback."""
     from gcpo_analysis.rewards.math import grading as math_grading
 

@@ -6,7 +6,7 @@ import time
 
 import pandas as pd
 import pytest
-from conftest import HashEmbedder as _HashEmbedder
+from helpers.embedders import HashEmbedder as _HashEmbedder
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import HashEmbedder
+from helpers.embedders import HashEmbedder
 from scipy import stats
 
 from gcpo_analysis.stats.lipschitz import (

@@ -16,7 +16,7 @@ from gcpo_analysis import stats as S
 from gcpo_analysis.stats.size_control import holm, partial_spearman, size_control
 from gcpo_analysis.study.output import paper_table_names
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _residual_partial(u, v, s):

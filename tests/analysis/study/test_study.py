@@ -14,7 +14,7 @@ import transformers  # noqa: E402
 from gcpo_analysis.cli import main  # noqa: E402
 from gcpo_analysis.study import StudyConfig, run_study  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 SETTINGS = dict(
     n_queries=12, group_size=3, max_new_tokens=4, max_context_tokens=12, judge="lexical", n_boot=300, trim=1, k_folds=3
 )

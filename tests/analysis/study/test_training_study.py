@@ -9,8 +9,8 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("peft")
 
-from conftest import HashEmbedder  # noqa: E402
-from test_train_trainer import make  # noqa: E402
+from helpers.embedders import HashEmbedder  # noqa: E402
+from helpers.loop_setup import make  # noqa: E402
 
 from gcpo_analysis.study.from_training import phase_of, read_training_run, rho_windows, run_training_study  # noqa: E402
 
