@@ -1,10 +1,9 @@
-"""Hostile input, round two (issue 20), frames and numbers: columns that are what they claim,
-numbers that are refused, bounded work, one line per error. One test per probe; each failed on
-the code before the issue (a57d336)."""
+"""Hostile frames (gcpo_analysis.frames; issues "Trust" and 20): columns that are what they
+claim, ids and numbers that are refused naming the row, one line per error. One test per probe;
+the round-two probes each failed on the code before the issue (a57d336). The other hostile
+tests live beside the tests of the module they attack (tests/**/test_*_hostile.py)."""
 
 import json
-import time
-import warnings
 
 import numpy as np
 import pandas as pd
@@ -147,109 +146,41 @@ def test_one_column_for_completion_and_answer(tmp_path, capsys):
     assert pd.read_parquet(tmp_path / "g.parquet")["se"].iloc[0] == pytest.approx(np.log(2))
 
 
-def test_unknown_modulator_params_are_refused_under_trl(tmp_path):
-    pytest.importorskip("trl")
-    from gcpo_train.trl import GCPOConfig
-
-    with pytest.raises(ValueError, match="q_alfa.*accepted keys"):
-        GCPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to=[], modulator_params={"q_alfa": 50})
-
-
 # ----------------------------------------------------------------------------- 5. numbers
 def test_a_negative_grad_var_is_refused():
     with pytest.raises(FrameError, match=r"'grad_var' must be a finite number >= 0.*-0.5 at row 1"):
         validate_groups(pd.DataFrame({"query_id": ["a", "b"], "G": [4, 4], "grad_var": [0.1, -0.5]}))
 
 
-def test_grpo_advantages_refuse_an_overflow():
-    from gcpo_analysis.measures import grpo_advantages_batch
-    from gcpo_analysis.measures.advantages import grpo_advantages
-
-    with pytest.raises(ValueError, match="overflow"):
-        grpo_advantages([1e308, -1e308, 1e308])
-    with pytest.raises(ValueError, match="overflow"):
-        grpo_advantages_batch([[1e308, -1e308, 1e308]])
-
-
-def test_a_study_part_with_fewer_rollouts_than_g_is_refused(tmp_path):
-    torch = pytest.importorskip("torch")
-    from gcpo_analysis.study.collect import collect_rollouts
-    from gcpo_analysis.tiny_models import tiny_causal_lm, tiny_tokenizer
-
-    tok = tiny_tokenizer()
-    tok.pad_token = tok.pad_token or tok.eos_token
-    model = tiny_causal_lm("llama", vocab_size=len(tok)).eval()
-    queries = pd.DataFrame(
-        {
-            "query_id": ["a", "b"],
-            "prompt": ["who is the king ?", "the city"],
-            "references": [["the king"], ["city"]],
-            "task": "qa_f1",
-        }
-    )
-    kw = dict(G=3, max_new_tokens=3, grad_var=False, out_dir=tmp_path, progress=False)
-    torch.manual_seed(0)
-    collect_rollouts(model, tok, queries, **kw)
-    part = [p for p in (tmp_path / "parts").glob("00000_*.parquet") if ".groups" not in p.name][0]
-    pd.read_parquet(part).iloc[:2].to_parquet(part)  # a part of 2 rollouts, G = 3
-    with pytest.raises(ValueError, match="holds 2 rollouts, not G = 3"):
-        collect_rollouts(model, tok, queries, **kw)
+# ----------------------------------------------------------------------------- ids and rewards
+def _frame(**cols):
+    base = {
+        "query_id": np.repeat([0, 1], 2),
+        "rollout_id": np.tile([0, 1], 2),
+        "completion": ["a"] * 4,
+        "answer": ["a"] * 4,
+        "reward": [0.0, 1.0, 1.0, 2.0],
+    }
+    base.update(cols)
+    return pd.DataFrame(base)
 
 
-# ----------------------------------------------------------------------------- 6. bounded work
-def test_plot_train_downsamples_a_long_log(tmp_path):
-    pytest.importorskip("matplotlib")
-    from gcpo_train.plot_train import MAX_POINTS, plot_training
-
-    n = 60_000
-    steps = np.arange(1, n + 1)
-    lines = [json.dumps({"step": int(s), "reward_mean": float(np.sin(s / 1000)), "kl": 0.0}) for s in steps]
-    (tmp_path / "log.jsonl").write_text("\n".join(lines) + "\n")
-    t0 = time.perf_counter()
-    with pytest.warns(UserWarning, match=f"{n} logged steps drawn as {MAX_POINTS}"):
-        paths = plot_training(tmp_path)
-    assert time.perf_counter() - t0 < 30
-    svg = [p for p in paths if str(p).endswith(".svg")][0]
-    assert svg.stat().st_size < 2_000_000
-
-
-def test_a_hub_name_goes_offline_first(monkeypatch):
-    pytest.importorskip("transformers")
-    from gcpo_analysis.models import load_policy
-
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    t0 = time.perf_counter()
-    with pytest.raises(OSError, match="not in the local Hugging Face cache.*HF_HUB_OFFLINE"):
-        load_policy("gcpo-test-org/no-such-model-xyz")
-    assert time.perf_counter() - t0 < 5
-
-
-# ----------------------------------------------------------------------------- 7. one line
-def test_a_degenerate_top_split_reports_rho_and_says_why_it_skips(tmp_path):
-    from gcpo_analysis.stats import gap_study
-
-    rng = np.random.default_rng(0)
-    n = 40
-    frame = pd.DataFrame(
-        {
-            "query_id": [f"q{i}" for i in range(n)],
-            "G": 8,
-            "grad_var": np.r_[np.zeros(36), rng.random(4) + 1],
-            "cd": rng.random(n),
-            "rd": rng.random(n),
-        }
-    )
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        res = gap_study(frame, measures=["cd", "rd"], reference="rd", n_boot=50)
-    assert np.isfinite(res.spearman["rho"]).all()
-    assert res.retrieval["auc"].isna().all()
-    assert any("AUC and precision skipped" in str(w.message) and "tied at the cut" in str(w.message) for w in caught)
-
-
-def test_traceback_flag_shows_the_rest(tmp_path, capsys):
-    missing = tmp_path / "none.parquet"
-    rc, err = _cli(["score", str(missing), "-o", str(tmp_path / "g.parquet")], capsys)
-    assert rc == 2 and len(err) == 1
-    with pytest.raises(FileNotFoundError):
-        main(["--traceback", "score", str(missing), "-o", str(tmp_path / "g.parquet")])
+@pytest.mark.parametrize(
+    "cols, msg",
+    [
+        ({"query_id": [0, None, 1, 1]}, "'query_id' is null at row 1"),
+        (
+            {"query_id": pd.Series([1, "1", 2, 2], dtype=object)},
+            "'query_id' mixes types: 1 \\(number\\) at row 0 and '1' \\(text\\) at row 1",
+        ),
+        ({"rollout_id": pd.Series([0, "0", 0, 1], dtype=object)}, "'rollout_id' mixes types"),
+        (
+            {"reward": pd.Series([0.0, "1.5", 1.0, 2.0], dtype=object)},
+            "'reward' must be numeric, got '1.5' \\(str\\) at row 1",
+        ),
+        ({"reward": [True, False, True, True]}, "'reward' must be numeric, got True \\(bool\\) at row 0"),
+    ],
+)
+def test_bad_ids_and_rewards_name_the_row(cols, msg):
+    with pytest.raises(FrameError, match=msg):
+        validate_rollouts(_frame(**cols))

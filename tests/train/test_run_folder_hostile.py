@@ -1,9 +1,11 @@
-"""Hostile input, round two (issue 20): one test per probe, each with its input and the outcome
-class (refused with a message matching X; a correct number; a file left byte for byte), and a
-2 s bound where it matters. Every probe here failed on the code before the issue (a57d336)."""
+"""Hostile input, round two (issue 20), run folders and checkpoints: nothing deleted that gcpo did
+not write, one run per folder, no NaN checkpoint resumed or exported. One test per probe, each
+with its input and the outcome class (refused with a message matching X; a correct number; a
+file left byte for byte). Every probe here failed on the code before the issue (a57d336). The
+round's configuration probes are in test_config_hostile.py, its `gcpo score` probe in
+tests/analysis/test_cli_hostile.py."""
 
 import json
-import math
 import os
 import subprocess
 import sys
@@ -15,11 +17,11 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 
-from test_train_trainer import make  # noqa: E402
+from helpers.loop_setup import make  # noqa: E402
 
-from gcpo_train.config import TrainConfig, load_config  # noqa: E402
+from gcpo_train.config import TrainConfig  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run(tmp_path, steps=2, **kw):
@@ -46,12 +48,6 @@ def _cli(argv, capsys):
 
 
 # ----------------------------------------------------------------------------- 1. nothing deleted
-def test_save_total_limit_below_one_is_refused():
-    for bad in (-1, 0):
-        with pytest.raises(ValueError, match="save_total_limit must be >= 1"):
-            TrainConfig(save_total_limit=bad)
-
-
 @pytest.mark.parametrize("target", ["data file", "state.json"])
 def test_eval_output_over_its_input_is_refused_and_the_file_kept(tmp_path, capsys, target):
     run = _run(tmp_path, steps=1)
@@ -112,16 +108,8 @@ def test_export_into_its_own_checkpoint_is_refused(tmp_path, capsys):
         assert rc == 2 and ("inside" in err or "holds" in err) and not out.exists(), err
 
 
-def test_score_output_inside_a_runs_rollouts_is_refused(tmp_path, capsys):
-    run = _run(tmp_path, steps=1)
-    frame = run / "rollouts" / "step_000001.parquet"
-    before = _snapshot(run)
-    rc, err = _cli(["score", str(frame), "-o", str(run / "rollouts" / "groups.parquet"), "--measures", "rd"], capsys)
-    assert rc == 2 and "prunes and replaces" in err and _snapshot(run) == before
-
-
 def test_a_failed_start_leaves_the_folder_as_found(tmp_path):
-    from test_train_trainer import queries, word_reward
+    from helpers.loop_setup import queries, word_reward
 
     from gcpo_train.trainer import GCPOLoopTrainer
 
@@ -361,45 +349,7 @@ def test_disk_full_during_a_checkpoint_is_one_line_and_leaves_no_tmp(tmp_path, m
     assert ckpt.latest_checkpoint(tmp_path / "run") is None
 
 
-# ----------------------------------------------------------------------------- configs
-def test_unknown_modulator_params_key_is_refused_with_the_accepted_keys():
-    with pytest.raises(ValueError, match=r"unknown key 'q_alfa'.*accepted keys: .*q_alpha"):
-        TrainConfig(modulator_params={"q_alfa": 50})
-
-
-@pytest.mark.parametrize("field,value", [("r_max", math.inf), ("use_full_completion", "no"), ("alpha_base", "0.6")])
-def test_gcpo_config_validates_like_train_config(tmp_path, field, value):
-    pytest.importorskip("trl")
-    from gcpo_train.trl import GCPOConfig
-
-    with pytest.raises(ValueError, match=field):
-        GCPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to=[], **{field: value})
-
-
-def test_a_yaml_alias_bomb_is_refused_within_2_seconds(tmp_path):
-    lines = ["modulator_params:", "  a: &a [x, x, x, x, x, x, x, x, x, x]"]
-    for k, name in enumerate("bcdefgh"):
-        prev = "abcdefgh"[k]
-        lines.append(f"  {name}: &{name} [" + ", ".join([f"*{prev}"] * 10) + "]")
-    path = tmp_path / "bomb.yaml"
-    path.write_text("\n".join(lines) + "\n")
-    t0 = time.perf_counter()
-    with pytest.raises(ValueError, match="alias"):
-        load_config(path).config_hash()
-    assert time.perf_counter() - t0 < 2
-
-
-def test_a_yaml_syntax_error_is_one_line(tmp_path, capsys):
-    path = tmp_path / "bad.yaml"
-    path.write_text("steps: 3\nlora_target_modules: [q_proj, v_proj\nbeta: 0.1\n")
-    rc, err = _cli(["train", "--config", str(path)], capsys)
-    assert rc == 2 and len(err.splitlines()) == 1 and "bad.yaml" in err and "line" in err
-
-
-def test_report_to_none_as_a_string_is_accepted():
-    assert TrainConfig(report_to="none").report_to == []
-
-
+# ----------------------------------------------------------------------------- a checkpoint's config
 def test_an_unknown_key_in_a_checkpoints_config_json_is_one_line(tmp_path, capsys):
     run = _run(tmp_path, steps=1)
     ckpt = run / "checkpoints" / "step_000001"
