@@ -24,6 +24,7 @@ def test_an_old_path_is_the_new_module_with_a_future_warning(old):
     assert module is importlib.import_module(_moved.MOVED[old])
 
 
+@pytest.mark.slow
 def test_the_warning_points_at_the_import_line(tmp_path):
     script = tmp_path / "user_code.py"
     script.write_text("import warnings\nwarnings.simplefilter('always')\nfrom gcpo_analysis import rank_stats\n")

@@ -100,6 +100,7 @@ def test_the_shared_names_are_assigned_only_in_vocab():
     assert not found, found
 
 
+@pytest.mark.slow
 def test_no_second_list_of_datasets():
     found = []
     for path, tree in _trees():

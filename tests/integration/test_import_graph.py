@@ -16,6 +16,8 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("gcpo_analysis", "gcpo_train")
 
@@ -228,6 +230,7 @@ def test_no_import_circle():
     assert _cycle(g) is None, " -> ".join(_cycle(g))
 
 
+@pytest.mark.slow
 def test_the_trainer_code_does_not_import_test_helpers():
     g = _graph()
     for name, edges in g.items():
@@ -240,10 +243,12 @@ def test_the_layer_contract_holds():
     assert layer_violations(_graph(sources), shims()) == []
 
 
+@pytest.mark.slow
 def test_gcpo_train_uses_only_public_gcpo_analysis_names():
     assert private_uses(_sources()) == []
 
 
+@pytest.mark.slow
 def test_the_shims_are_the_flat_modules_and_nothing_imports_them():
     s = shims()
     assert {"gcpo_analysis.collect", "gcpo_analysis.proofs", "gcpo_analysis.rank_stats"} <= s
@@ -253,6 +258,7 @@ def test_the_shims_are_the_flat_modules_and_nothing_imports_them():
     assert not importers, importers
 
 
+@pytest.mark.slow
 def test_the_only_edge_to_gcpo_train_is_the_subcommands_table():
     """No module of gcpo_analysis names a gcpo_train module in a string (importlib) except the
     SUBCOMMANDS table of cli.py, whose entries are lazy "module:function" strings."""
@@ -277,6 +283,7 @@ def test_the_only_edge_to_gcpo_train_is_the_subcommands_table():
     assert found == []
 
 
+@pytest.mark.slow
 def test_every_subcommand_target_resolves():
     """Each "module:function" of SUBCOMMANDS names a function that exists (checked on the source,
     without importing gcpo_train)."""
@@ -290,6 +297,7 @@ def test_every_subcommand_target_resolves():
         assert function in defined, (command, target)
 
 
+@pytest.mark.slow
 def test_one_did_you_mean_helper_and_one_main():
     """The close-match hint lives in one helper (gcpo_analysis.errors.did_you_mean), and the one
     command-line entry point is gcpo_analysis.cli.main (no third CLI such as proofs.main)."""

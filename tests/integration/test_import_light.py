@@ -4,6 +4,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 
 def _run(code: str) -> subprocess.CompletedProcess:
     # torch, transformers and sentence_transformers made unimportable, as on a light install
@@ -20,6 +22,7 @@ def _run(code: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_measures_import_and_compute_without_torch():
     proc = _run("""
         import numpy as np

@@ -61,6 +61,7 @@ def test_group_features_old_name_warns():
     assert "GroupRollouts" not in measures.__all__ and "GroupFeatures" in measures.__all__
 
 
+@pytest.mark.slow
 def test_rollout_containers_have_distinct_names():
     classes = {name for name, _ in _defined(ast.ClassDef)}
     assert {"GroupFeatures", "StepRollouts", "TokenBatch"} <= classes

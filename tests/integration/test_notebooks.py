@@ -76,6 +76,7 @@ def _texts(fig):
     return out
 
 
+@pytest.mark.slow
 def test_decomposition_draws_the_contract_frame(tmp_path):
     frame = _hand_frame()
     fig = plots.decomposition(frame, path=tmp_path / "decomposition")
@@ -97,6 +98,7 @@ def test_decomposition_draws_the_contract_frame(tmp_path):
     assert np.allclose(np.sort(seg, axis=1), frame[["auc_pos_ci_low", "auc_pos_ci_high"]].to_numpy())
 
 
+@pytest.mark.slow
 def test_decomposition_names_a_missing_column_and_a_missing_table(sim):
     with pytest.raises(ValueError, match="rho_pos_ci_high"):
         plots.decomposition(_hand_frame().drop(columns="rho_pos_ci_high"))
@@ -108,6 +110,7 @@ def test_decomposition_names_a_missing_column_and_a_missing_table(sim):
         plots.decomposition(res_old)
 
 
+@pytest.mark.slow
 def test_figure1_legends_reference_line_zero_bars_and_human_titles(sim):
     res, _ = sim
     retrieval = res.retrieval.copy()
@@ -126,6 +129,7 @@ def test_figure1_legends_reference_line_zero_bars_and_human_titles(sim):
     assert len(legend) == 2 and legend[0].startswith("MAE ÷ mean V (mean V = ") and legend[1].startswith("Spearman")
 
 
+@pytest.mark.slow
 def test_heatmap_explains_its_stars(sim):
     res, _ = sim
     fig = plots.correlation_heatmap({"lipschitz=False": res})
@@ -134,6 +138,7 @@ def test_heatmap_explains_its_stars(sim):
     assert rows[0].startswith("Simulated: gradients unrelated to the embedding")
 
 
+@pytest.mark.slow
 def test_simulation_gaps_legend_off_the_bars_tau_and_cis(sim, tmp_path):
     res, groups = sim
     rho = pd.concat([res.spearman.assign(setting=s) for s in ("lipschitz=True", "lipschitz=False")])
@@ -167,6 +172,8 @@ def test_entropy_filter_bootstrap_matches_a_loop():
     assert out.loc["all", "rel_grad_var_ci_low"] == out.loc["all", "rel_grad_var_ci_high"] == 1.0
 
 
+@pytest.mark.slow
+@pytest.mark.notebook
 @pytest.mark.skipif(not (SHIPPED / "groups.parquet").exists(), reason="no shipped figures/default_study")
 def test_notebook_01_falls_back_to_the_shipped_study_and_shows_figures_inline(tmp_path, monkeypatch):
     nbformat = pytest.importorskip("nbformat")

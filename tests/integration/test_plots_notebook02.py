@@ -14,6 +14,8 @@ from gcpo_analysis import plots
 from gcpo_analysis.stats import gap_study
 from gcpo_analysis.theory.simulate import entropy_filter_effect, simulate_study
 
+pytestmark = pytest.mark.slow
+
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "02_gap_proofs.ipynb"
 
 
@@ -55,6 +57,7 @@ def test_ablation_and_simulation_plots(study, tmp_path):
     assert all(f.exists() for s in ("abl", "sim") for f in _written(tmp_path / s))
 
 
+@pytest.mark.notebook
 def test_notebook_runs_and_writes_figures(tmp_path, monkeypatch):
     import nbclient
     import nbformat

@@ -123,6 +123,7 @@ def naive_v(h, G):
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "family,use_lora,aggregation",
     [("llama", True, "sequence"), ("llama", False, "token"), ("gpt2", True, "token"), ("gpt2", False, "sequence")],
@@ -156,6 +157,7 @@ def test_v_train_step1_float32_gpt2_full(tmp_path):
     np.testing.assert_allclose(groups["grad_norm2_mean"].to_numpy(), n2, rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_tracking_changes_no_weight(tmp_path):
     """Trained weights with and without tracking are bit-identical (2 steps, LoRA and full)."""
     import torch
@@ -170,6 +172,7 @@ def test_tracking_changes_no_weight(tmp_path):
             assert torch.equal(a, b), name
 
 
+@pytest.mark.slow
 def test_log_and_frame_columns(tmp_path):
     tr = make(tmp_path, float64=False, queries_per_step=6, steps=1, micro_batch_size=8)
     tr.train()
@@ -192,6 +195,7 @@ def test_config_refuses_gradient_checkpointing():
     assert TrainConfig(model="tiny:llama", track_gradvar=True).share_prompt  # allowed: see below
 
 
+@pytest.mark.slow
 def test_shared_prompt_tracks_the_same_v(tmp_path):
     """With share_prompt on, generation and the no-grad passes share the prompt and the tracked
     gradient pass runs full sequences: V equals the naive per-rollout loop (relative 1e-6, float64),
@@ -231,6 +235,8 @@ TWO = {
 }
 
 
+@pytest.mark.slow
+@pytest.mark.multiprocess
 def test_two_processes_give_one_process_v(tmp_path):
     """2 gloo processes (rank 0: groups 1-2, rank 1: group 3; micro-batches of 3) give the V of one process."""
     from helpers.loop_setup import make as make_f32

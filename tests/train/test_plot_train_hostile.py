@@ -7,6 +7,8 @@ import time
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.slow
+
 
 def test_plot_train_downsamples_a_long_log(tmp_path):
     pytest.importorskip("matplotlib")

@@ -200,6 +200,7 @@ def _train_argv(data, out, steps, *extra):
     ]
 
 
+@pytest.mark.slow
 def test_a_second_run_in_a_busy_folder_is_refused_naming_the_pid(tmp_path):
     import signal
 

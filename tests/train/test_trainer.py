@@ -106,6 +106,7 @@ def _strip(rows):
     return [{k: v for k, v in r.items() if not (k.startswith("time_") or k == "tokens_per_s")} for r in rows]
 
 
+@pytest.mark.slow
 def test_resume_equals_uninterrupted(tmp_path):
     make(tmp_path, "full", steps=4, checkpoint_every=2, modulator="cd_rd").train()
 
@@ -196,6 +197,8 @@ EQUAL_RUNS = {
 }
 
 
+@pytest.mark.slow
+@pytest.mark.multiprocess
 def test_two_processes_equal_one_process(tmp_path):
     """gcpo's loop under `accelerate launch` with 2 CPU processes (gloo) gives the rollouts,
     weights, log rows and trained weights of a 1-process run on the same queries. Every rank

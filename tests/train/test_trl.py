@@ -64,6 +64,8 @@ def _logged(trainer):
     return [(h["loss"], h["grad_norm"]) for h in trainer.state.log_history if "loss" in h]
 
 
+@pytest.mark.slow
+@pytest.mark.trl
 def test_modulator_none_is_exactly_trl(model_dir, tmp_path, record):
     base = _run(trl.GRPOTrainer, trl.GRPOConfig, model_dir, tmp_path / "trl")
     trl_adv = [a.clone() for a in record]
@@ -77,6 +79,8 @@ def test_modulator_none_is_exactly_trl(model_dir, tmp_path, record):
     assert np.all(ours.gcpo_last["weights"] == 1.0)
 
 
+@pytest.mark.slow
+@pytest.mark.trl
 def test_bot_advantages_are_trl_advantages_times_the_modulate_weights(model_dir, tmp_path, record, monkeypatch):
     final = []
     real = GCPOTrainer._generate_and_score_completions
@@ -152,6 +156,9 @@ def test_every_gcpo_field_has_help():
     assert all(len(fields[n].metadata.get("help", "")) > 20 for n in added)
 
 
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.trl
 def test_two_processes_split_groups_and_agree_with_one(model_dir, tmp_path):
     out = tmp_path / "two"
     out.mkdir()
@@ -203,6 +210,8 @@ def test_two_processes_split_groups_and_agree_with_one(model_dir, tmp_path):
         np.testing.assert_allclose(r["after"], np.asarray(r["before"]) * np.repeat(weights, G)[lo:hi], rtol=1e-6)
 
 
+@pytest.mark.slow
+@pytest.mark.trl
 def test_gcpo_train_backend_trl_runs_a_shipped_config(tmp_path, capsys):
     from gcpo_analysis.cli import main
 

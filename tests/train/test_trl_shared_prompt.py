@@ -107,6 +107,8 @@ def _close(a, b, rel=1e-5):
     return torch.allclose(a.detach().double(), b.detach().double(), rtol=rel, atol=rel * float(b.abs().max()))
 
 
+@pytest.mark.slow
+@pytest.mark.trl
 def test_shared_prompt_gives_trls_numbers(model_dir, tmp_path):
     checks = []
     ours = _train(model_dir, tmp_path / "on", checks=checks)
@@ -146,6 +148,8 @@ def _same_update(ours, plain, model_dir):
     assert moved > 1e-5  # the weights did train
 
 
+@pytest.mark.slow
+@pytest.mark.trl
 def test_shared_prompt_under_peft_reference_by_disabled_adapter(tmp_path):
     peft = pytest.importorskip("peft")
     path = tmp_path / "llama"
@@ -176,6 +180,8 @@ def test_dropout_falls_back_named():
     assert "dropout" in sp.call_fallback(False, {}, dropout=True)
 
 
+@pytest.mark.slow
+@pytest.mark.trl
 def test_gradient_checkpointing_falls_back_named_and_counted(tmp_path, caplog):
     path = tmp_path / "llama"
     tok = tiny_tokenizer()

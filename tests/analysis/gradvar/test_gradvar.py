@@ -202,6 +202,7 @@ def test_gradient_variance_bad_input():
         gradient_variance(-np.eye(2), np.array([1.0, -1.0]))
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(os.environ.get("GCPO_SLOW") != "1", reason="loads SmolLM2-135M (~45 s); set GCPO_SLOW=1")
 def test_smollm2_tied_gram():
     from gcpo_analysis.models import load_policy

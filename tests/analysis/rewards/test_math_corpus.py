@@ -30,6 +30,7 @@ def test_the_corpus_is_large_and_balanced():
     assert len({(r["answer"], r["reference"]) for r in ROWS}) == len(ROWS)
 
 
+@pytest.mark.slow
 def test_every_verdict_of_the_corpus_is_right():
     pytest.importorskip("math_verify")
     math_equiv("1", "1")  # start the worker

@@ -233,6 +233,7 @@ def test_task_metrics():
         R.task_metrics("math", [], [])
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(
     task=st.sampled_from(["qa_f1", "hotpot"]),

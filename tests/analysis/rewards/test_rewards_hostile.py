@@ -118,6 +118,7 @@ def test_strip_think_is_the_regex_rule(text):
     assert rewards.strip_think(text) == re.sub(r"<think>.*?</think>", " ", text, flags=re.S | re.I)
 
 
+@pytest.mark.slow
 def test_a_comparison_past_the_time_limit_is_killed_counted_and_the_next_one_is_right(monkeypatch):
     from gcpo_analysis.rewards.math import sympy_worker
 
@@ -329,6 +330,7 @@ ANSWER = st.one_of(
 )
 
 
+@pytest.mark.slow
 @settings(
     max_examples=1000,
     deadline=int(ANSWER_BUDGET_S * 1000),

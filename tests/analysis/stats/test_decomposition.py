@@ -40,6 +40,7 @@ def test_top_labels_and_precision_batch_equal_the_single_versions():
         )
 
 
+@pytest.mark.slow
 def test_retrieval_bootstrap_equals_a_loop():
     rng = np.random.default_rng(2)
     N, B = 60, 200
@@ -64,6 +65,7 @@ def test_retrieval_bootstrap_equals_a_loop():
             assert got.delta == pytest.approx(point)
 
 
+@pytest.mark.slow
 def test_decomposition_recovers_a_planted_v_zero_block():
     _, g = simulate_study(n_queries=240, G=8, zero_reward_frac=0.3, seed=3)
     planted = g["rd"] == 0
@@ -85,6 +87,7 @@ def test_decomposition_recovers_a_planted_v_zero_block():
     assert full.loc["rd", "rho"] > d.loc["rd", "rho_pos"]
 
 
+@pytest.mark.slow
 def test_the_new_tables_round_trip(tmp_path):
     _, g = simulate_study(n_queries=80, G=8, zero_reward_frac=0.2, seed=4)
     res = gap_study(g, measures=["cd", "bot", "rd"], n_boot=200, trim=0)

@@ -105,6 +105,7 @@ def _sim_summary(lipschitz, shuffle=False, seed=3):
     return summarise(pairs, per_group, n_boot=100).set_index("statistic")
 
 
+@pytest.mark.slow
 def test_simulator_lipschitz_shuffled_and_non_lipschitz_are_told_apart():
     lip, shuffled, non = _sim_summary(True), _sim_summary(True, shuffle=True), _sim_summary(False)
     assert lip.loc["mean_rho", "estimate"] > 0.9 and lip.loc["pooled_rho", "estimate"] > 0.9
@@ -222,6 +223,7 @@ def test_study_adapter_uses_the_measures_embeddings_and_checks_ids():
         lipschitz_study(bad, grams, embedder=HashEmbedder())
 
 
+@pytest.mark.slow
 def test_write_lipschitz_from_a_study_folder(tmp_path):
     rollouts, grams = _study_frames(n=6)
     rollouts.to_parquet(tmp_path / "rollouts.parquet")

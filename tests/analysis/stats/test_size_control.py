@@ -61,6 +61,7 @@ def test_partial_spearman_matches_lstsq_residuals_and_t_test(ties):
     assert p == pytest.approx(2 * sps.t.sf(abs(t), n - 3), rel=1e-9)
 
 
+@pytest.mark.slow
 def test_planted_size_tracker_has_partial_rho_near_zero():
     df = _planted()
     with warnings.catch_warnings():
@@ -80,6 +81,7 @@ def test_planted_size_tracker_has_partial_rho_near_zero():
     assert np.isnan(t.loc[("all", "partial", "u_signal"), "delta"])
 
 
+@pytest.mark.slow
 def test_bootstrap_ci_equals_a_plain_loop_and_v_zero_rows():
     df = _planted(60, seed=3)
     df.loc[:14, "grad_var"] = 0.0  # 15 groups with V = 0: ratio 0 there
@@ -99,6 +101,7 @@ def test_bootstrap_ci_equals_a_plain_loop_and_v_zero_rows():
     assert (table.loc[table.subset == "v_pos", "n"] == 45).all()
 
 
+@pytest.mark.slow
 def test_zero_or_negative_norm():
     df = _planted(40)
     df.loc[3, ["grad_norm2_mean", "grad_var"]] = 0.0
@@ -127,6 +130,7 @@ def _holm_by_hand(p):
     return out
 
 
+@pytest.mark.slow
 def test_holm_against_hand_worked_values_statsmodels_and_a_loop():
     p = np.array([0.01, 0.04, 0.03, 0.005])
     # by hand: 0.005*4 = 0.02, 0.01*3 = 0.03, 0.03*2 = 0.06, 0.04*1 = 0.04 -> max(0.06, 0.04) = 0.06
@@ -143,6 +147,7 @@ def test_holm_against_hand_worked_values_statsmodels_and_a_loop():
         holm([0.1, 1.5])
 
 
+@pytest.mark.slow
 def test_every_multi_measure_table_has_holm_next_to_raw():
     rng = np.random.default_rng(2)
     n = 120
@@ -177,6 +182,7 @@ def test_table_names_follow_the_domain():
     assert paper_table_names("asdiv", target="success_rate")["target"] == "spearman_success_rate"
 
 
+@pytest.mark.slow
 def test_paper_tables_written_under_the_domain_name(tmp_path):
     from gcpo_analysis.study.output import _write_paper_tables
 
@@ -202,6 +208,7 @@ def test_paper_tables_written_under_the_domain_name(tmp_path):
     assert "p (Holm)" in (tmp_path / "table4_grad_var.md").read_text()
 
 
+@pytest.mark.slow
 def test_restat_rewrites_a_study_folder_from_its_frames(tmp_path, capsys):
     dataset = "narrativeqa"
     src = ROOT / "figures" / "default_study"

@@ -180,6 +180,7 @@ def test_trim_top_counts_and_fractions():
 
 
 # --------------------------------------------------------------------------- the study
+@pytest.mark.slow
 def test_gap_study_tables_agree_with_direct_computation():
     df = _frame(150)
     with warnings.catch_warnings():
@@ -197,6 +198,7 @@ def test_gap_study_tables_agree_with_direct_computation():
     assert res.success is not None and len(res.success) == 4
 
 
+@pytest.mark.slow
 def test_gap_study_bad_input_policy():
     df = _frame(120)
     df.loc[[3, 7], "cd"] = np.nan
@@ -217,6 +219,7 @@ def test_gap_study_bad_input_policy():
         S.gap_study(_frame(9), measures=("bot",), trim=0, n_boot=10)
 
 
+@pytest.mark.slow
 def test_tables_layout_format_and_roundtrip(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

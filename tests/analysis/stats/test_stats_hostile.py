@@ -44,12 +44,14 @@ def test_gap_study_refuses_what_would_shift_its_numbers():
         gap_study(g.iloc[:0], measures=["cd", "bot"], n_boot=50, trim=0)
 
 
+@pytest.mark.slow
 def test_an_all_nan_success_rate_skips_only_its_table():
     with pytest.warns(UserWarning, match="success-rate table .* is skipped"):
         res = gap_study(_groups().assign(success_rate=np.nan), measures=["cd", "bot"], n_boot=50, trim=0)
     assert res.success is None and len(res.spearman) == 2 and math.isfinite(res.spearman["rho"].iloc[0])
 
 
+@pytest.mark.slow
 def test_a_degenerate_top_split_reports_rho_and_says_why_it_skips(tmp_path):
     from gcpo_analysis.stats import gap_study
 

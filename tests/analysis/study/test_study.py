@@ -44,6 +44,7 @@ def study(tiny_model_dir, tmp_path_factory):
     return out, groups, result
 
 
+@pytest.mark.slow
 def test_study_writes_every_output(study):
     out, groups, result = study
     for name in (
@@ -71,6 +72,7 @@ def test_study_writes_every_output(study):
     assert set(card["spearman"]) >= {"cd", "bot", "se"} and card["n_after_trim"] == 11
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_without_recomputing(study, tiny_model_dir, tmp_path, monkeypatch):
     out_full, groups_full, _ = study
     out = tmp_path / "resumed"
@@ -99,6 +101,7 @@ def test_killed_run_resumes_without_recomputing(study, tiny_model_dir, tmp_path,
     )
 
 
+@pytest.mark.slow
 def test_other_settings_in_the_same_folder_are_refused(study, tiny_model_dir):
     out, _, _ = study
     cfg = StudyConfig(model=str(tiny_model_dir), output=str(out), **{**SETTINGS, "group_size": 4})
@@ -106,6 +109,7 @@ def test_other_settings_in_the_same_folder_are_refused(study, tiny_model_dir):
         run_study(cfg)
 
 
+@pytest.mark.slow
 def test_from_rollouts_reruns_measures_and_statistics(study, tmp_path):
     out, groups, _ = study
     rc = main(
@@ -131,6 +135,7 @@ def test_from_rollouts_reruns_measures_and_statistics(study, tmp_path):
         assert again[col].to_numpy() == pytest.approx(groups[col].to_numpy())
 
 
+@pytest.mark.slow
 def test_from_rollouts_without_a_target_is_a_clear_error(study, tmp_path, capsys):
     out, _, _ = study
     lone = tmp_path / "lone" / "rollouts.parquet"
@@ -140,6 +145,8 @@ def test_from_rollouts_without_a_target_is_a_clear_error(study, tmp_path, capsys
     assert rc == 2 and "no 'grad_var' for these rollouts" in capsys.readouterr().err
 
 
+@pytest.mark.slow
+@pytest.mark.notebook
 def test_notebook_01_regenerates_the_figures(study, tmp_path):
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
@@ -163,6 +170,7 @@ def test_notebook_01_regenerates_the_figures(study, tmp_path):
         assert (tmp_path / "figs" / name).exists(), name
 
 
+@pytest.mark.slow
 def test_from_rollouts_default_output_is_a_new_folder_that_keeps_every_column(study):
     out, _, _ = study
     before = (out / "groups.parquet").read_bytes()
@@ -191,6 +199,7 @@ def test_from_rollouts_default_output_is_a_new_folder_that_keeps_every_column(st
         assert again[col].to_numpy() == pytest.approx(original[col].to_numpy())
 
 
+@pytest.mark.slow
 def test_from_rollouts_refuses_to_write_over_what_it_reads(study, capsys):
     out, _, _ = study
     before = (out / "groups.parquet").read_bytes()

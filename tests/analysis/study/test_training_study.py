@@ -26,6 +26,7 @@ def run(tmp_path_factory):
     return root / "run"
 
 
+@pytest.mark.slow
 def test_from_training_tables_and_groups(run, tmp_path):
     card = run_training_study(
         run,
