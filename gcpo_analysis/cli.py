@@ -210,7 +210,7 @@ def _run_proofs(args) -> int:
 
 # The one table of subcommands: name -> "module:function" that adds its parser, imported only
 # when the parser is built. The gcpo_train entries are the only gcpo_analysis -> gcpo_train edge
-# (docs/architecture.md; tests/test_import_graph.py holds this table to it).
+# (docs/architecture.md; tests/integration/test_import_graph.py holds this table to it).
 SUBCOMMANDS = {
     "study": "gcpo_analysis.study.cli:add_parser",
     "score": "gcpo_analysis.cli:_add_score",

@@ -39,7 +39,7 @@ R_MIN, R_MAX = 0.0, 2.0
 
 # --- One default per knob -------------------------------------------------------------------
 # Every setting that TrainConfig, GCPOConfig (gcpo_train/trl.py), StudyConfig and `gcpo score`
-# (score_groups) share takes its default from here. tests/test_vocab.py holds them to it.
+# (score_groups) share takes its default from here. tests/analysis/test_vocab.py holds them to it.
 
 JUDGE = "embedding"
 """The clustering judge: the offline MiniLM-similarity judge, the same for training, the study and

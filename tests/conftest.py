@@ -1,39 +1,17 @@
-"""Fakes and fixtures shared by the test files: a model-free embedder and a tiny saved policy.
+"""Fixtures shared by the test files: a model-free embedder and a tiny saved policy.
 
-Test modules and helper scripts import the class by name (``from conftest import HashEmbedder``;
-pytest puts this folder on ``sys.path``); fixtures need no import.
+Shared code lives in tests/helpers/ (``from helpers.embedders import HashEmbedder``,
+``from helpers.loop_setup import make``): pytest puts this folder on ``sys.path`` when it
+imports this file, and the helper scripts launched in subprocesses put it there themselves.
+Fixtures need no import.
 """
 
-import zlib
-
 import numpy as np
+import pandas as pd
 import pytest
+from helpers.embedders import HashEmbedder
 
-
-class HashEmbedder:
-    """Deterministic unit vectors from a text's CRC-32: no model, and the same vector for the
-    same text in every call and every process (a multi-process run agrees with one process).
-
-    ``encode(texts, **kwargs)`` -> (n, dim) float32 rows of norm 1; it takes the keyword
-    arguments ``Embedder`` passes a sentence-transformers model and ignores them, so it works
-    both bare (gcpo_train accepts any ``encode(texts)``) and wrapped in an ``Embedder``.
-    ``calls`` counts the ``encode`` calls.
-    """
-
-    def __init__(self, dim: int = 8):
-        self.dim = dim
-        self.calls = 0
-
-    def encode(self, texts, **kwargs):
-        self.calls += 1
-        texts = list(texts)
-        if not texts:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        out = np.stack([np.random.default_rng(zlib.crc32(t.encode())).normal(size=self.dim) for t in texts])
-        return (out / np.linalg.norm(out, axis=1, keepdims=True)).astype(np.float32)
-
-    def describe(self) -> dict:
-        return {"kind": "hash", "dim": self.dim}
+from gcpo_analysis.frames import write_frame
 
 
 @pytest.fixture()
@@ -53,4 +31,22 @@ def tiny_model_dir(tmp_path_factory):
     tok = tiny_tokenizer()
     tiny_causal_lm("llama", vocab_size=len(tok), seed=0).save_pretrained(path)
     tok.save_pretrained(path)
+    return path
+
+
+@pytest.fixture()
+def rollouts_file(tmp_path):
+    """A 3-group rollouts file (G = 3) written with write_frame: the input of the hostile
+    `gcpo score` tests (analysis/test_cli_hostile.py, analysis/measures/test_measures_hostile.py)."""
+    df = pd.DataFrame(
+        {
+            "query_id": np.repeat([0, 1, 2], 3),
+            "rollout_id": np.tile([0, 1, 2], 3),
+            "completion": list("abcabcabc"),
+            "answer": list("abcaacbbb"),
+            "reward": [0, 1, 2, 1, 1, 1, 0, 0, 2.0],
+        }
+    )
+    path = tmp_path / "r.parquet"
+    write_frame(df, path)
     return path

@@ -12,7 +12,7 @@ Pure numpy cores, pandas adapters on top. Per measure u and target V (docs/conve
   rho(u, mean||g||^2)); every table that lists several measures carries Holm-adjusted p-values
   (``*_holm``, statsmodels) beside the raw ones.
 
-Bad-input policy (tested in tests/test_stats.py):
+Bad-input policy (tested in tests/analysis/stats/test_stats.py):
 * NaN/inf in a measure or the target: those rows are dropped for that measure only, with a
   ``warnings.warn`` giving the count; the counts are kept in ``GapStudyResult.dropped``.
 * A measure name that is not a column of the frame is an error unless it is one of the known

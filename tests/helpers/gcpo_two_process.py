@@ -1,4 +1,4 @@
-"""Run by `accelerate launch --multi_gpu --num_processes 2` (CPU, gloo) from tests/test_train_trainer.py:
+"""Run by `accelerate launch --multi_gpu --num_processes 2` (CPU, gloo) from tests/train/test_trainer.py:
 gcpo's own loop on fresh output folders. argv: ROOT, then NAME=JSON-overrides per run (each
 trains into ROOT/NAME). Rank 1 looks at each folder 2 s late, so a rank 0 that wrote run.json
 without waiting is caught."""
@@ -12,9 +12,8 @@ from pathlib import Path
 warnings.filterwarnings("ignore")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from test_train_trainer import make  # noqa: E402
-
 from gcpo_train.trainer import GCPOLoopTrainer  # noqa: E402
+from helpers.loop_setup import make  # noqa: E402
 
 check_folder = GCPOLoopTrainer._prepare_output
 

@@ -1,4 +1,4 @@
-"""A tiny TRL/GCPO run shared by tests/test_trl.py and the 2-process script (no network)."""
+"""A tiny TRL/GCPO run shared by tests/train/test_trl.py and the 2-process script (no network)."""
 
 WORDS = {"king", "city", "house", "war", "man", "the"}
 PROMPTS = ["who is the king ?", "what is the city ?", "where is the house ?", "who won the war ?"]

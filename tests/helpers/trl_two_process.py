@@ -1,4 +1,4 @@
-"""Run by `accelerate launch --multi_gpu --num_processes 2` (CPU, gloo) from tests/test_trl.py: one GCPO step in
+"""Run by `accelerate launch --multi_gpu --num_processes 2` (CPU, gloo) from tests/train/test_trl.py: one GCPO step in
 which each group of G = 4 completions is split over the two processes (2 per process). Each
 rank writes what it saw: the gathered texts and rewards, the weights, and its local advantages
 before and after GCPO's multiplication."""
@@ -12,10 +12,10 @@ warnings.filterwarnings("ignore")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import trl  # noqa: E402
-from conftest import HashEmbedder  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402
 
 from gcpo_train.trl import GCPOConfig, GCPOTrainer  # noqa: E402
+from helpers.embedders import HashEmbedder  # noqa: E402
 from helpers.trl_setup import config_kwargs, dataset, recording_advantages, word_reward  # noqa: E402
 
 model_dir, out_dir = sys.argv[1], Path(sys.argv[2])

@@ -1,0 +1,79 @@
+"""Hostile numbers for gcpo_analysis.measures (issues "Trust" and 20): NaN, infinite and
+overflowing inputs are refused naming the value, huge and tiny embeddings are rescaled, and an
+invalid alpha_base is refused by the function and by `gcpo score`."""
+
+import numpy as np
+import pytest
+
+from gcpo_analysis.cli import main
+from gcpo_analysis.measures import (
+    barycentric_transport,
+    barycentric_transport_batch,
+    cosine_dispersion,
+    gcpo_advantages,
+    geometry_weight,
+    grpo_advantages_batch,
+    rd_weight,
+    semantic_entropy,
+)
+
+
+def test_alpha_base_must_be_finite_and_non_negative(rollouts_file, capsys):
+    r = np.array([0.0, 1.0, 2.0])
+    e = np.eye(3)
+    for bad in (-3, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="alpha_base must be a finite number >= 0"):
+            gcpo_advantages(r, e, geometry="cd", alpha_base=bad)
+    assert (
+        main(
+            [
+                "score",
+                str(rollouts_file),
+                "-o",
+                str(rollouts_file.with_name("g.parquet")),
+                "--measures",
+                "rd",
+                "--alpha-base",
+                "-5",
+            ]
+        )
+        == 2
+    )
+    assert "alpha_base" in capsys.readouterr().err
+    assert not rollouts_file.with_name("g.parquet").exists()
+
+
+def test_nan_is_refused_not_propagated():
+    with pytest.raises(ValueError, match="NaN"):
+        geometry_weight(float("nan"), 8)
+    with pytest.raises(ValueError, match="NaN"):
+        rd_weight(float("nan"), 8)
+    with pytest.raises(ValueError, match="missing"):
+        semantic_entropy([0.0, float("nan"), 1.0])
+    e = np.random.default_rng(0).normal(size=(4, 5))
+    with pytest.raises(ValueError, match="missing"):
+        barycentric_transport(e, [0.0, np.nan, 1.0, 1.0])
+    with pytest.raises(ValueError, match="missing"):
+        barycentric_transport_batch(e[None], np.array([[0.0, np.nan, 1.0, 1.0]]))
+    with pytest.raises(ValueError, match="NaN or infinite reward at index \\(1, 0\\)"):
+        grpo_advantages_batch([[0.0, 1.0], [np.inf, 1.0]])
+
+
+def test_huge_and_tiny_embeddings_are_rescaled_not_refused():
+    e = np.random.default_rng(1).normal(size=(6, 8))
+    assert cosine_dispersion(e * 1e200) == pytest.approx(cosine_dispersion(e), rel=1e-12)
+    assert cosine_dispersion(e * 1e-200) == pytest.approx(cosine_dispersion(e), rel=1e-12)
+    labels = [0, 0, 1, 1, 2, 2]
+    assert barycentric_transport(e * 1e200, labels) == pytest.approx(barycentric_transport(e, labels), rel=1e-9)
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        cosine_dispersion(np.full((2, 3), np.inf))
+
+
+def test_grpo_advantages_refuse_an_overflow():
+    from gcpo_analysis.measures import grpo_advantages_batch
+    from gcpo_analysis.measures.advantages import grpo_advantages
+
+    with pytest.raises(ValueError, match="overflow"):
+        grpo_advantages([1e308, -1e308, 1e308])
+    with pytest.raises(ValueError, match="overflow"):
+        grpo_advantages_batch([[1e308, -1e308, 1e308]])

@@ -1,0 +1,74 @@
+"""Hostile input for the gap study (gcpo_analysis.stats; issues "Trust" and 20): what would shift
+its numbers is refused naming the row, an all-NaN success rate skips only its table, and a
+degenerate top split reports ρ and says why it skips."""
+
+import math
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gcpo_analysis.stats import gap_study
+
+
+def _groups(n=30, seed=0):
+    rng = np.random.default_rng(seed)
+    v = rng.gamma(2.0, size=n)
+    return pd.DataFrame(
+        {
+            "query_id": np.arange(n),
+            "G": 8,
+            "grad_var": v,
+            "cd": v + rng.normal(size=n),
+            "bot": v + rng.normal(size=n),
+            "success_rate": rng.uniform(size=n),
+        }
+    )
+
+
+def test_gap_study_refuses_what_would_shift_its_numbers():
+    g = _groups()
+    dup = pd.concat([g, g.iloc[:3]], ignore_index=True)
+    with pytest.raises(ValueError, match="query_id 0 appears 2 times"):
+        gap_study(dup, measures=["cd", "bot"], n_boot=50, trim=0)
+    nul = g.astype({"query_id": object})
+    nul.loc[4, "query_id"] = None
+    with pytest.raises(ValueError, match="query_id is null at row 4"):
+        gap_study(nul, measures=["cd", "bot"], n_boot=50, trim=0)
+    with pytest.raises(ValueError, match="'grad_var' has no finite value"):
+        gap_study(g.assign(grad_var=np.nan), measures=["cd", "bot"], n_boot=50, trim=0)
+    with pytest.raises(ValueError, match="n_boot must be an integer >= 1"):
+        gap_study(g, measures=["cd", "bot"], n_boot=0, trim=0)
+    with pytest.raises(ValueError, match="no query matched"):
+        gap_study(g.iloc[:0], measures=["cd", "bot"], n_boot=50, trim=0)
+
+
+@pytest.mark.slow
+def test_an_all_nan_success_rate_skips_only_its_table():
+    with pytest.warns(UserWarning, match="success-rate table .* is skipped"):
+        res = gap_study(_groups().assign(success_rate=np.nan), measures=["cd", "bot"], n_boot=50, trim=0)
+    assert res.success is None and len(res.spearman) == 2 and math.isfinite(res.spearman["rho"].iloc[0])
+
+
+@pytest.mark.slow
+def test_a_degenerate_top_split_reports_rho_and_says_why_it_skips(tmp_path):
+    from gcpo_analysis.stats import gap_study
+
+    rng = np.random.default_rng(0)
+    n = 40
+    frame = pd.DataFrame(
+        {
+            "query_id": [f"q{i}" for i in range(n)],
+            "G": 8,
+            "grad_var": np.r_[np.zeros(36), rng.random(4) + 1],
+            "cd": rng.random(n),
+            "rd": rng.random(n),
+        }
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = gap_study(frame, measures=["cd", "rd"], reference="rd", n_boot=50)
+    assert np.isfinite(res.spearman["rho"]).all()
+    assert res.retrieval["auc"].isna().all()
+    assert any("AUC and precision skipped" in str(w.message) and "tied at the cut" in str(w.message) for w in caught)

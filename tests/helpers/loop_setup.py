@@ -1,0 +1,120 @@
+"""A tiny run of gcpo's own loop (GCPOLoopTrainer), shared by the training, export, study and
+hostile tests and by the 2-process script gcpo_two_process.py (no network); the TRL
+counterpart is trl_setup.py. It imports gcpo_train.trainer: importers skip first when
+torch/peft/accelerate are missing (``pytest.importorskip``)."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from gcpo_train.config import TrainConfig
+from gcpo_train.trainer import GCPOLoopTrainer
+from helpers.embedders import HashEmbedder
+
+REPO = Path(__file__).resolve().parents[2]
+WORDS = "the king queen city house ship war love father son who what answer".split()
+
+
+def queries(n=6):
+    qs = [
+        "who is the king ?",
+        "what is the city ?",
+        "where is the ship ?",
+        "who did it ?",
+        "what was the war ?",
+        "who is his father ?",
+    ]
+    return pd.DataFrame(
+        {
+            "query_id": [f"q{i}" for i in range(n)],
+            "dataset": "narrativeqa",
+            "split": "train",
+            "question": qs[:n],
+            "context": "the king had a son . the ship was in the city .",
+            "references": [["the king"], ["the city"], ["the house"], ["he"], ["the war"], ["the man"]][:n],
+            "task": "qa_f1",
+        }
+    )
+
+
+def word_reward(task, completion, references):
+    # dense, deterministic reward in [0, 2] so groups rarely tie
+    toks = completion.split()
+    return 2.0 * sum(t in WORDS for t in toks) / max(1, len(toks))
+
+
+def make(tmp_path, name="run", **kw):
+    base = dict(
+        model="tiny:llama",
+        dataset="narrativeqa",
+        modulator="none",
+        group_size=4,
+        queries_per_step=2,
+        steps=2,
+        max_new_tokens=6,
+        max_context_tokens=16,
+        judge="lexical",
+        output_dir=str(tmp_path / name),
+        checkpoint_every=0,
+        progress=False,
+        learning_rate=5e-3,
+        beta=0.05,
+        device="cpu",
+        micro_batch_size=8,
+    )
+    base.update(kw)
+    return GCPOLoopTrainer(TrainConfig(**base), queries=queries(), reward_fn=word_reward, embedder=HashEmbedder())
+
+
+def free_port() -> int:
+    with socket.socket() as sock:  # a fixed port collides with other launches on the machine
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def launch_two_processes(root: Path, runs: dict) -> None:
+    """gcpo_two_process.py under `accelerate launch` with 2 CPU processes (gloo): each run of
+    ``runs`` (name -> TrainConfig overrides of ``make``) trains into root/name."""
+    repo = REPO
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(repo), str(repo / "tests"), os.environ.get("PYTHONPATH")])),
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--main_process_port",
+        str(free_port()),
+        str(repo / "tests" / "helpers" / "gcpo_two_process.py"),
+        str(root),
+        *[f"{name}={json.dumps(overrides)}" for name, overrides in runs.items()],
+    ]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+class Exploit:
+    """A pickle that runs code when loaded (it touches ``marker``): the payload of a crafted
+    checkpoint file."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (Path.touch, (Path(self.marker),))

