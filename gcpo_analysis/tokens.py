@@ -22,7 +22,7 @@ def position_ids(attention_mask: Any) -> Any:
     also what gcpo computed before it had one helper ((Σ m) − 1 clamped at 0, or with pads set
     to 1): those formulas differ only on padded tokens, whose position is a convention: the
     attention mask hides a padded key from every query, and a padded query's output is masked
-    out of every log-probability and gradient (``tests/test_tokens.py`` checks both claims).
+    out of every log-probability and gradient (``tests/analysis/test_tokens.py`` checks both claims).
     (B, T) in, (B, T) long out.
     """
     m = attention_mask.long()
