@@ -75,10 +75,11 @@ def _field(groups: Groups, name: str) -> list[np.ndarray]:
 
 # ------------------------------------------------------------------ batch functions
 def token_entropy_values(groups: Groups, r_min: float, r_max: float) -> np.ndarray:
-    """Mean over the G rollouts of each rollout's mean per-token entropy (the rollouts column).
+    """Mean over the G rollouts of each rollout's mean per-token entropy (the rollouts column),
+    in the column's own dtype (a trainer frame's float32 stays float32, as pandas' mean keeps it).
     Unlike ``entropy.mean_token_entropy`` a group of one keeps its rollout's value (the groups
     frame has always done so)."""
-    return np.array([float(np.mean(np.asarray(h, dtype=np.float64))) for h in _field(groups, "token_entropy")])
+    return np.array([np.mean(h) for h in _field(groups, "token_entropy")])
 
 
 def pe_values(groups: Groups, r_min: float, r_max: float) -> np.ndarray:

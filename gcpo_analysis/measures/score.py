@@ -7,6 +7,7 @@ equal size. The judge and embedder used are recorded in ``groups.attrs['gcpo']``
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 from collections.abc import Iterable
@@ -141,6 +142,12 @@ def score_groups(
         answers=[g["answer"].tolist() for g in groups],
         **columns,
     )
+    if "token_entropy" in read:
+        # prepare_groups holds features in float64; the mean token entropy is taken in the
+        # column's own dtype (a trainer frame's float32), as the groups frame always has
+        prepared = [
+            dataclasses.replace(p, token_entropy=g["token_entropy"].to_numpy()) for p, g in zip(prepared, groups)
+        ]
     if EMBEDDINGS in needs:
         meta["embedder"] = embedder.describe()
     if CLUSTERS in needs:
@@ -161,7 +168,7 @@ def score_groups(
         same_size = [prepared[i] for i in idx]
         for m in chosen:
             u = m.values(same_size, r_min, r_max)
-            values.setdefault(m.name, np.empty(len(groups)))[idx] = u
+            values.setdefault(m.name, np.empty(len(groups), dtype=np.asarray(u).dtype))[idx] = u
             if m.weight is not None and m.weight_column is not None:
                 values.setdefault(m.weight_column, np.empty(len(groups)))[idx] = m.weight(u, int(G), alpha_base)
     for name in FRAME_ORDER:

@@ -228,3 +228,16 @@ def test_score_groups_names_a_missing_column():
     # n_tokens is optional: without it SE-LW weighs by the sequence log-probabilities
     out = score_groups(df.drop(columns="n_tokens").query("query_id == 0"), "se_lw", judge="lexical", progress=False)
     assert out["se_lw"].iloc[0] == pytest.approx(_naive_se([0, 0, 1, 2], np.exp(-1.0 - np.arange(4))), abs=1e-12)
+
+
+def test_token_entropy_keeps_a_float32_column_in_float32():
+    # a trainer frame stores token_entropy in float32; the groups frame has always averaged it in
+    # that dtype (pandas' mean), so the registry must not widen it to float64 first
+    df, _, _ = _frame()
+    df["token_entropy"] = (df["token_entropy"] * 1.1 + 0.123).astype(np.float32)
+    out = score_groups(df, "token_entropy", progress=False)
+    expected = [g["token_entropy"].mean() for _, g in df.sort_values(["query_id", "rollout_id"]).groupby("query_id")]
+    assert out["token_entropy"].dtype == np.float32
+    assert out["token_entropy"].tolist() == [float(v) for v in expected]  # exact, not approximate
+    wide = score_groups(df.astype({"token_entropy": np.float64}), "token_entropy", progress=False)
+    assert wide["token_entropy"].dtype == np.float64
