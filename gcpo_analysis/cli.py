@@ -92,7 +92,7 @@ def _add_score(sub):
 
 def _run_score(args) -> int:
     from .frames import check_logprob_convention, write_frame, write_text
-    from .measures.registry import MEASURE_REGISTRY
+    from .measures.registry import rollouts_columns
     from .measures.score import parse_measures, score_groups
 
     measures = parse_measures(args.measures)  # fail on a typo before any model loads
@@ -111,7 +111,7 @@ def _run_score(args) -> int:
         check_output(target, [source], "-o")  # not inside a checkpoint or a run's pruned folders
     rollouts, full = _read_rollouts(args, measures)
     # token_entropy and logprob must be pi_theta's at temperature 1 in every row (docs/conventions.md)
-    mixed = check_logprob_convention(rollouts, {c for m in measures for c in MEASURE_REGISTRY[m].columns})
+    mixed = check_logprob_convention(rollouts, rollouts_columns(measures))
     if mixed:
         import warnings
 

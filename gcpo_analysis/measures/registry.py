@@ -20,7 +20,7 @@ max(0, 1 - alpha_base u / ln G) (Seed-GRPO's linear scaling).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -161,3 +161,9 @@ MEASURE_REGISTRY: dict[str, Measure] = {
         Measure("rd", rd_values, rewards=True, weight_column="w_rd", weight=rd_weight, source="GCPO"),
     ]
 }
+
+
+def rollouts_columns(measures: Iterable[str]) -> set[str]:
+    """The rollouts columns the named measures read (``Measure.columns``): what
+    ``frames.check_logprob_convention`` must look at before they are computed."""
+    return {c for m in measures if m in MEASURE_REGISTRY for c in MEASURE_REGISTRY[m].columns}

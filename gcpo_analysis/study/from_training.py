@@ -243,6 +243,10 @@ def run_training_study(
         measures=measures, target="grad_var", reference=reference, trim=trim, n_boot=n_boot, k_folds=k_folds, seed=seed
     )
     card = {"run": str(run), "settings": {**study_kw, "judge": judge, "n_windows": n_windows}, **notes}
+    # a run of gcpo <= 0.1.0 wrote the sampler's (tempered) token_entropy and logprob
+    from .run import _check_convention
+
+    _check_convention(rollouts, measures, card, run)
     phase_rho = {}
     for name in ("pooled", *PHASES):
         part = groups if name == "pooled" else groups[groups["phase"] == name]

@@ -221,3 +221,36 @@ def test_pilot_gate_bounds():
     assert not pilot_gate(groups([0.95] * 4, [1.0, 1.0, 1.0, 1.0]))["passed"]  # solved
     assert pilot_gate(groups([0.5] * 5, [1.0, 0.0, 0.0, 0.0, 1.0]))["passed"]  # 40% with V > 0: enough
     assert not pilot_gate(groups([0.5] * 5, [1.0, 0.0, 0.0, 0.0, 0.0]))["passed"]  # 20%: too few
+
+
+@pytest.mark.slow
+def test_from_rollouts_warns_on_a_trainer_frame_of_gcpo_0_1(study, tmp_path):
+    # a trainer frame of gcpo <= 0.1.0 (its columns, no temperature) held the sampler's tempered
+    # token_entropy: the re-analysis says so in a warning and in its run card; the study's own frame does not
+    out, _, _ = study
+    frame = pd.read_parquet(out / "rollouts.parquet").drop(columns="temperature")
+    frame["advantage"], frame["reward_failed"] = 0.0, False
+    src = tmp_path / "old" / "rollouts.parquet"
+    src.parent.mkdir()
+    frame.to_parquet(src)
+    (tmp_path / "old" / "groups.parquet").write_bytes((out / "groups.parquet").read_bytes())
+    args = [
+        "--judge",
+        "lexical",
+        "--n-boot",
+        "100",
+        "--trim",
+        "1",
+        "--k-folds",
+        "3",
+        "--measures",
+        "token_entropy,bot,rd",
+    ]
+    with pytest.warns(UserWarning, match="gcpo <= 0.1.0"):
+        assert main(["study", "--from-rollouts", str(src), "--output", str(tmp_path / "re"), *args]) == 0
+    card = json.loads((tmp_path / "re" / "run_card.json").read_text())
+    assert "gcpo <= 0.1.0" in card["logprob_convention_warning"]
+    assert (
+        main(["study", "--from-rollouts", str(out / "rollouts.parquet"), "--output", str(tmp_path / "own"), *args]) == 0
+    )
+    assert "logprob_convention_warning" not in json.loads((tmp_path / "own" / "run_card.json").read_text())

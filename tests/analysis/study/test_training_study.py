@@ -104,3 +104,19 @@ def test_cli_dispatch(monkeypatch):
     run, out, kw = seen[0]
     assert (run, out) == ("runs/x", "o")
     assert kw["measures"] == ["bot", "rd"] and kw["n_boot"] == 200 and kw["trim"] == 0 and kw["judge"] == "lexical"
+
+
+@pytest.mark.slow
+def test_a_run_of_gcpo_0_1_is_named_in_a_warning_and_the_card(run, tmp_path):
+    # gcpo <= 0.1.0 wrote the sampler's (tempered) token_entropy and no temperature column
+    import shutil
+
+    old = tmp_path / "old_run"
+    shutil.copytree(run, old, ignore=shutil.ignore_patterns("checkpoints", "training_study"))
+    for f in (old / "rollouts").glob("step_*.parquet"):
+        pd.read_parquet(f).drop(columns="temperature").to_parquet(f)
+    kw = dict(measures=MEASURES, n_boot=50, k_folds=3, trim=0, embedder=HashEmbedder(), judge="lexical", n_windows=3)
+    with pytest.warns(UserWarning, match="gcpo <= 0.1.0"):
+        card = run_training_study(old, tmp_path / "out_old", **kw)
+    assert "gcpo <= 0.1.0" in card["logprob_convention_warning"]
+    assert "logprob_convention_warning" not in run_training_study(run, tmp_path / "out_new", **kw)
