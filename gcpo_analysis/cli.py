@@ -91,7 +91,7 @@ def _add_score(sub):
 
 
 def _run_score(args) -> int:
-    from .frames import check_logprob_convention, write_frame, write_text
+    from .frames import note_logprob_convention, write_frame, write_text
     from .measures.registry import rollouts_columns
     from .measures.score import parse_measures, score_groups
 
@@ -111,11 +111,8 @@ def _run_score(args) -> int:
         check_output(target, [source], "-o")  # not inside a checkpoint or a run's pruned folders
     rollouts, full = _read_rollouts(args, measures)
     # token_entropy and logprob must be pi_theta's at temperature 1 in every row (docs/conventions.md)
-    mixed = check_logprob_convention(rollouts, rollouts_columns(measures))
-    if mixed:
-        import warnings
-
-        warnings.warn(f"{args.rollouts}: {mixed}", stacklevel=2)
+    notes: dict = {}
+    note_logprob_convention(rollouts, rollouts_columns(measures), notes, args.rollouts)
     groups = score_groups(
         rollouts,
         measures,
@@ -129,9 +126,7 @@ def _run_score(args) -> int:
         r_max=args.r_max,
         progress=True,
     )
-    meta = dict(groups.attrs.get("gcpo", {}), source=str(args.rollouts))
-    if mixed:  # recorded with the scores it concerns
-        meta["logprob_convention_warning"] = mixed
+    meta = dict(groups.attrs.get("gcpo", {}), source=str(args.rollouts), **notes)  # with the scores it concerns
     groups.attrs = {}
     write_frame(groups, out)
     if args.csv:

@@ -151,6 +151,18 @@ def check_logprob_convention(df: pd.DataFrame, columns) -> str | None:
     return None
 
 
+def note_logprob_convention(df: pd.DataFrame, columns, record: dict, source) -> None:
+    """``check_logprob_convention``'s text, when there is one, as a warning naming ``source`` and
+    in ``record`` (a run card or a ``.meta.json``) under ``logprob_convention_warning``: what
+    ``gcpo score`` and the study's re-analyses (``--from-rollouts``, ``--from-training``) do with it."""
+    mixed = check_logprob_convention(df, columns)
+    if mixed:
+        import warnings
+
+        record["logprob_convention_warning"] = mixed
+        warnings.warn(f"{source}: {mixed}", stacklevel=3)
+
+
 def message_text(value):
     """A TRL conversational cell (a list of {"role", "content"} messages) as its text: the last
     assistant message's content (the completion), else the last message's; None when ``value``

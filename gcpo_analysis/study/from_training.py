@@ -30,7 +30,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..frames import write_figure, write_frame, write_json, write_text
+from ..frames import note_logprob_convention, write_figure, write_frame, write_json, write_text
+from ..measures.registry import rollouts_columns
 from ..vocab import DEFAULT_MEASURES, JUDGE, full_completion
 
 log = logging.getLogger(__name__)
@@ -244,9 +245,7 @@ def run_training_study(
     )
     card = {"run": str(run), "settings": {**study_kw, "judge": judge, "n_windows": n_windows}, **notes}
     # a run of gcpo <= 0.1.0 wrote the sampler's (tempered) token_entropy and logprob
-    from .run import _check_convention
-
-    _check_convention(rollouts, measures, card, run)
+    note_logprob_convention(rollouts, rollouts_columns(measures), card, run)
     phase_rho = {}
     for name in ("pooled", *PHASES):
         part = groups if name == "pooled" else groups[groups["phase"] == name]

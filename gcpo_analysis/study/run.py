@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..frames import read_frame, write_frame, write_json, write_text
+from ..frames import note_logprob_convention, read_frame, write_frame, write_json, write_text
+from ..measures.registry import rollouts_columns
 from ..measures.score import parse_measures
 from ..vocab import full_completion
 from .config import StudyConfig
@@ -192,18 +193,6 @@ def _default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def _check_convention(rollouts: pd.DataFrame, measures, card: dict, source) -> None:
-    """Warn, and note it in the run card, when the columns the measures read may not be
-    pi_theta's at temperature 1 in every row (``frames.check_logprob_convention``)."""
-    from ..frames import check_logprob_convention
-    from ..measures.registry import rollouts_columns
-
-    mixed = check_logprob_convention(rollouts, rollouts_columns(measures))
-    if mixed:
-        card["logprob_convention_warning"] = mixed
-        warnings.warn(f"{source}: {mixed}", stacklevel=3)
-
-
 def _from_rollouts(cfg: StudyConfig, timer: _Timer, card: dict):
     assert cfg.from_rollouts is not None  # called for a re-analysis only
     with timer("read rollouts"):
@@ -259,7 +248,7 @@ def run_study(cfg: StudyConfig):
     if "token_entropy" in measures and "token_entropy" not in rollouts.columns:
         raise ValueError("measure 'token_entropy' needs the rollouts column 'token_entropy'")
     if cfg.from_rollouts is not None:  # a frame from elsewhere: its token_entropy/logprob may be tempered
-        _check_convention(rollouts, measures, card, cfg.from_rollouts)
+        note_logprob_convention(rollouts, rollouts_columns(measures), card, cfg.from_rollouts)
 
     with timer("measures (embedding, clustering, scores)"):
         use_full = full_completion(None, cfg.dataset)  # the study has no setting of its own: auto
