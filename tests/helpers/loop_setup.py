@@ -4,10 +4,6 @@ counterpart is trl_setup.py. It imports gcpo_train.trainer: importers skip first
 torch/peft/accelerate are missing (``pytest.importorskip``)."""
 
 import json
-import os
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -15,8 +11,8 @@ import pandas as pd
 from gcpo_train.config import TrainConfig
 from gcpo_train.trainer import GCPOLoopTrainer
 from helpers.embedders import HashEmbedder
+from helpers.launch import REPO, accelerate_two_processes
 
-REPO = Path(__file__).resolve().parents[2]
 WORDS = "the king queen city house ship war love father son who what answer".split()
 
 
@@ -48,7 +44,8 @@ def word_reward(task, completion, references):
     return 2.0 * sum(t in WORDS for t in toks) / max(1, len(toks))
 
 
-def make(tmp_path, name="run", **kw):
+def loop_config(tmp_path, name="run", **kw) -> dict:
+    """TrainConfig keywords of a tiny run into tmp_path/name (``kw`` override them)."""
     base = dict(
         model="tiny:llama",
         dataset="narrativeqa",
@@ -68,45 +65,22 @@ def make(tmp_path, name="run", **kw):
         micro_batch_size=8,
     )
     base.update(kw)
-    return GCPOLoopTrainer(TrainConfig(**base), queries=queries(), reward_fn=word_reward, embedder=HashEmbedder())
+    return base
 
 
-def free_port() -> int:
-    with socket.socket() as sock:  # a fixed port collides with other launches on the machine
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def make(tmp_path, name="run", **kw):
+    config = TrainConfig(**loop_config(tmp_path, name, **kw))
+    return GCPOLoopTrainer(config, queries=queries(), reward_fn=word_reward, embedder=HashEmbedder())
 
 
 def launch_two_processes(root: Path, runs: dict) -> None:
     """gcpo_two_process.py under `accelerate launch` with 2 CPU processes (gloo): each run of
     ``runs`` (name -> TrainConfig overrides of ``make``) trains into root/name."""
-    repo = REPO
-    env = {
-        **os.environ,
-        "OMP_NUM_THREADS": "1",
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(repo), str(repo / "tests"), os.environ.get("PYTHONPATH")])),
-    }
-    cmd = [
-        sys.executable,
-        "-m",
-        "accelerate.commands.launch",
-        "--multi_gpu",
-        "--num_processes",
-        "2",
-        "--num_machines",
-        "1",
-        "--mixed_precision",
-        "no",
-        "--dynamo_backend",
-        "no",
-        "--main_process_port",
-        str(free_port()),
-        str(repo / "tests" / "helpers" / "gcpo_two_process.py"),
+    accelerate_two_processes(
+        REPO / "tests" / "helpers" / "gcpo_two_process.py",
         str(root),
         *[f"{name}={json.dumps(overrides)}" for name, overrides in runs.items()],
-    ]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    )
 
 
 class Exploit:

@@ -13,7 +13,7 @@ pytest.importorskip("peft")
 pytest.importorskip("accelerate")
 
 from helpers.embedders import HashEmbedder  # noqa: E402
-from helpers.loop_setup import launch_two_processes, queries, word_reward  # noqa: E402
+from helpers.loop_setup import launch_two_processes, loop_config, queries, word_reward  # noqa: E402
 
 from gcpo_analysis.gradvar import gradient_variance  # noqa: E402
 from gcpo_analysis.tiny_models import tiny_causal_lm, tiny_tokenizer  # noqa: E402
@@ -26,27 +26,10 @@ from gcpo_train.trainer import GCPOLoopTrainer  # noqa: E402
 def make(tmp_path, family="llama", float64=True, name="run", **kw):
     import torch
 
-    base = dict(
-        model=f"tiny:{family}",
-        dataset="narrativeqa",
-        modulator="bot_rd",
-        group_size=4,
-        queries_per_step=2,
-        steps=2,
-        max_new_tokens=6,
-        max_context_tokens=16,
-        judge="lexical",
-        output_dir=str(tmp_path / name),
-        checkpoint_every=0,
-        progress=False,
-        learning_rate=5e-3,
-        beta=0.05,
-        device="cpu",
-        micro_batch_size=3,
-        share_prompt=False,
-        track_gradvar=True,
+    tracked = dict(
+        model=f"tiny:{family}", modulator="bot_rd", micro_batch_size=3, share_prompt=False, track_gradvar=True
     )
-    base.update(kw)
+    base = loop_config(tmp_path, name, **{**tracked, **kw})
     tok = tiny_tokenizer()
     # no dropout (GPT-2's config has 0.1): the naive loop must see the same network as the step
     nodrop = dict(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0) if family == "gpt2" else {}

@@ -1,9 +1,6 @@
 """gcpo_train.trl: GCPO inside TRL's GRPOTrainer, on a tiny random model (no network)."""
 
 import json
-import os
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 
@@ -14,6 +11,7 @@ trl = pytest.importorskip("trl")
 pytest.importorskip("datasets")
 
 from helpers.embedders import HashEmbedder  # noqa: E402
+from helpers.launch import accelerate_two_processes  # noqa: E402
 from helpers.trl_setup import config_kwargs, dataset, recording_advantages, word_reward  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402
 
@@ -163,34 +161,7 @@ def test_every_gcpo_field_has_help():
 def test_two_processes_split_groups_and_agree_with_one(model_dir, tmp_path):
     out = tmp_path / "two"
     out.mkdir()
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), str(ROOT / "tests"), os.environ.get("PYTHONPATH")])),
-        "OMP_NUM_THREADS": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-    }
-    # --multi_gpu is accelerate's torchrun launcher; with no GPU the processes run on CPU over gloo.
-    cmd = [
-        sys.executable,
-        "-m",
-        "accelerate.commands.launch",
-        "--multi_gpu",
-        "--num_processes",
-        "2",
-        "--num_machines",
-        "1",
-        "--mixed_precision",
-        "no",
-        "--dynamo_backend",
-        "no",
-        "--main_process_port",
-        "29533",
-        str(ROOT / "tests" / "helpers" / "trl_two_process.py"),
-        model_dir,
-        str(out),
-    ]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    accelerate_two_processes(ROOT / "tests" / "helpers" / "trl_two_process.py", model_dir, str(out), timeout=600)
     ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert ranks[0]["world"] == 2
     # both ranks gathered the same batch and computed the same weights
