@@ -5,9 +5,10 @@
                                [--track-gradvar] [--track-full] [--set use_lora=false]
 
 ``--track-gradvar`` runs each modulator four ways: the default step (shared prompt), that step with
-``track_gradvar`` on (generation and the no-grad passes share the prompt, the tracked gradient
-pass runs full sequences), the step without prompt sharing, and that step with ``track_gradvar``;
-the ``gradvar`` column is the hooks' Gram work inside forward_backward. ``--track-full`` adds
+``track_gradvar`` on (the prompt still runs once; G − 1 input-gradient passes per group take each
+rollout's own gradient back through it), the step without prompt sharing, and that step with
+``track_gradvar``; the ``gradvar`` column is the hooks' Gram work inside forward_backward and
+``gradvar_prompt`` the per-rollout prompt passes (also inside it). ``--track-full`` adds
 ``track_gradvar: full`` (the above plus the study's V over all parameters, one extra
 forward+backward per group, timed in ``gradvar``). The four trainers are
 built first and then stepped in turn (step 1 of each, step 2 of each, ...), so a change in the
@@ -40,6 +41,7 @@ STAGES = (
     "time_measure",
     "time_forward_backward",
     "time_gradvar",
+    "time_gradvar_prompt",
     "time_gradvar_full",
     "time_step",
     "time_total",
@@ -188,7 +190,8 @@ def main(argv=None) -> None:
             print(
                 f"# {name}: tracked step / default step = {shared_tracked['time_total'] / base['time_total']:.2f}x "
                 f"(forward_backward {base['time_forward_backward']:.2f} -> "
-                f"{shared_tracked['time_forward_backward']:.2f} s, Gram work {shared_tracked['time_gradvar']:.2f} s); "
+                f"{shared_tracked['time_forward_backward']:.2f} s, Gram work {shared_tracked['time_gradvar']:.2f} s, "
+                f"per-rollout prompt passes {shared_tracked['time_gradvar_prompt']:.2f} s); "
                 f"unshared: tracked / untracked = {tracked['time_total'] / plain['time_total']:.2f}x "
                 f"(forward_backward {plain['time_forward_backward']:.2f} -> {tracked['time_forward_backward']:.2f} s, "
                 f"Gram work {tracked['time_gradvar']:.2f} s)"

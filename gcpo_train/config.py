@@ -107,9 +107,9 @@ class TrainConfig:
         "of the step's objective over the trainable parameters, from the training backward "
         "(hooks; docs/conventions.md). 'full' also records the study's V (all parameters, "
         "sequence log-probs, GRPO advantages) with one extra forward+backward per group. "
-        "Needs no gradient checkpointing. With share_prompt, generation and the no-grad "
-        "passes still share the prompt; the tracked gradient pass runs each rollout's full "
-        "sequence (a shared prompt's layers would see the sum of the rollouts' gradients).",
+        "Needs no gradient checkpointing. With share_prompt the tracked pass still runs each "
+        "prompt once and adds G−1 input-gradient passes through it per group, for each "
+        "rollout's own prompt gradient; trained weights are unchanged, bit for bit.",
     )
     # --- data ---
     dataset: str = _f("narrativeqa", f"Benchmark: one of {', '.join(DATASETS)}.")

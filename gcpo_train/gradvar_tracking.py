@@ -17,6 +17,11 @@ are the step-wide normalisers. Per group q of G rollouts, K_ij = h_i·h_j and
 K comes from ``gcpo_analysis.gradvar.hooks.GramCapture`` riding the training backward: its
 hooks keep each trainable layer's input A and output gradient B per rollout, and each
 parameter's per-rollout Gram is taken when its last use has its gradient (``rules.param_gram``).
+A chunk whose rollouts share their prompt (``share_prompt``) runs it once, at batch 1, as
+the untracked step does: the training backward is untouched, and each rollout's gradient on
+the repeated keys/values and the first token's logits is back-propagated through the prompt
+on its own (``GramCapture.prompt_backward``: G − 1 input-gradient passes over the prompt, the
+last rollout's by subtraction), so the weights are those of the untracked run, bit for bit.
 A group split over micro-batches: the factors of its rollouts in earlier micro-batches are
 kept, per parameter, until the group is complete, and the cross blocks K_ij (i, j in different
 micro-batches) are taken then. A group never spans processes (each process generates whole
@@ -55,13 +60,24 @@ def _cat_padded(parts):
     return torch.cat(padded, 0)
 
 
+def _signature(term):
+    """What a term's factors look like: one-hot or dense L, and their widths."""
+    return (term.ids is not None, None if term.L is None else term.L.shape[-1], term.R.shape[-1])
+
+
 def _union(a_terms, a_vecs, b_terms, b_vecs):
-    """Terms of the samples of a followed by those of b (uses paired in their hook order)."""
+    """Terms of the samples of a followed by those of b. A sample's gradient is the sum of its
+    terms, so any pairing of a's and b's terms of one shape is exact; uses are paired by shape
+    because their hook order can differ between a shared-prompt chunk and a one-row chunk."""
     torch = require("torch")
-    if len(a_terms) != len(b_terms) or len(a_vecs) != len(b_vecs):
+    if sorted(map(_signature, a_terms), key=str) != sorted(map(_signature, b_terms), key=str) or len(a_vecs) != len(
+        b_vecs
+    ):
         raise RuntimeError("a parameter's uses differ between micro-batches; cannot join its factors")
+    rest = list(b_terms)
     terms = []
-    for x, y in zip(a_terms, b_terms):
+    for x in a_terms:
+        y = rest.pop(next(i for i, t in enumerate(rest) if _signature(t) == _signature(x)))
         terms.append(
             Term(
                 R=_cat_padded([x.R, y.R]),
@@ -118,19 +134,33 @@ class GradVarTracker:
         self.held: dict = {}  # (group, id(param)) -> [(positions in group, terms, vecs)] of earlier chunks
         self.rows: range | None = None
         self.seconds = 0.0  # time spent turning factors into Grams (inside the backward)
+        self.prompt_seconds = 0.0  # the per-rollout backward passes through shared prompts
+        self.shared: list = []  # a shared chunk's prompt tensors that its rollouts read ...
+        self.shared_grads: list = []  # ... and each rollout's gradient on them (``on_shared``)
         self.capture = GramCapture(model, params, 0, method, on_param=self._on_param, keep_float64=True)
 
     @contextlib.contextmanager
-    def chunk(self, rows: slice):
-        """Track the forward and backward of the flat rows ``rows`` (one micro-batch)."""
+    def chunk(self, rows: slice, shared_prompt: bool = False):
+        """Track the forward and backward of the flat rows ``rows`` (one micro-batch).
+
+        ``shared_prompt``: the rows continue one prompt run once; the forward must pass
+        ``self.on_shared`` to ``logprobs.group_logprobs_and_entropy`` and the backward must keep
+        the graph (``retain_graph=True``) for the per-rollout prompt passes at the chunk's end."""
         start, stop = rows.start or 0, rows.stop
         if self.seen[start:stop].any():
             raise RuntimeError(f"rows {start}..{stop - 1} were tracked twice in one update")
         self.rows = range(start, stop)
         self.chunk_K = self.torch.zeros(stop - start, stop - start, dtype=self.torch.float64)
-        self.capture.begin(stop - start)
+        self.capture.begin(stop - start, shared_prompt=shared_prompt)
+        self.shared, self.shared_grads = [], []
         try:
             yield
+            if shared_prompt:
+                gram0, t0 = self.seconds, time.perf_counter()
+                self.capture.prompt_backward(self.shared, self.shared_grads)
+                # the passes themselves; their Gram work is counted in ``seconds``
+                self.prompt_seconds += time.perf_counter() - t0 - (self.seconds - gram0)
+            self.shared, self.shared_grads = [], []
         except BaseException:  # a failed forward/backward leaves no hook behind
             self.remove()
             raise
@@ -147,6 +177,17 @@ class GradVarTracker:
                     del self.held[key]
         self.rows = None
         self.seconds += time.perf_counter() - t0
+
+    def on_shared(self, shared, repeated) -> None:
+        """``logprobs``' callback: the prompt tensors a shared chunk's rollouts read, before and
+        after their repeat; keeps each rollout's gradient on them from the training backward."""
+        for s, r in zip(shared, repeated):
+            if not r.requires_grad:  # nothing trainable upstream (a LoRA-free layer's keys)
+                continue
+            k = len(self.shared)
+            self.shared.append(s)
+            self.shared_grads.append(None)
+            r.register_hook(lambda g, k=k: self.shared_grads.__setitem__(k, g.detach()))
 
     def _groups(self):
         return range(self.rows.start // self.G, (self.rows.stop - 1) // self.G + 1)

@@ -55,15 +55,29 @@ def forward_parameters(model) -> set:
     return set(inspect.signature(base.forward).parameters)
 
 
-def run_prompt_once(model, prompt_ids, repeats: int, attention_mask=None, **model_kwargs):
+def run_prompt_once(model, prompt_ids, repeats: int, attention_mask=None, on_shared=None, **model_kwargs):
     """The forward of one prompt (1, P) with its keys/values then repeated ``repeats`` times in
     the batch (``Cache.batch_repeat_interleave``): the cache the G rollouts of a group continue
     from, computed once instead of G times. Only the last position's logits are kept where the
     model allows it. Returns the model output (``.logits``, ``.past_key_values``).
-    ``model_kwargs`` go to the forward (e.g. generate's ``position_ids`` for left-padded prompts)."""
+    ``model_kwargs`` go to the forward (e.g. generate's ``position_ids`` for left-padded prompts).
+    ``on_shared(shared, repeated)``: called with the cache's key/value tensors before and after
+    the repeat (``track_gradvar`` takes each rollout's gradient on them)."""
     keep = {"logits_to_keep": 1} if "logits_to_keep" in forward_parameters(model) else {}
     out = model(input_ids=prompt_ids, attention_mask=attention_mask, use_cache=True, **keep, **model_kwargs)
-    out.past_key_values.batch_repeat_interleave(repeats)
+    cache = out.past_key_values
+    if on_shared is None:
+        cache.batch_repeat_interleave(repeats)
+        return out
+    if not hasattr(cache, "layers"):
+        raise TypeError(f"{type(cache).__name__} has no per-layer keys/values to track gradients through")
+
+    def tensors():
+        return [t for layer in cache.layers for t in (layer.keys, layer.values)]
+
+    shared = tensors()
+    cache.batch_repeat_interleave(repeats)
+    on_shared(shared, tensors())
     return out
 
 
@@ -107,6 +121,7 @@ def group_logprobs_and_entropy(
     prompt_model=None,
     prompt_mask=None,
     policy_stats: bool = False,
+    on_shared=None,
 ) -> TokenLogprobs:
     """``token_logprobs_and_entropy`` for g rollouts that continue one prompt, running the prompt once.
 
@@ -118,12 +133,19 @@ def group_logprobs_and_entropy(
     completion_ids, completion_mask (g, T). ``prompt_model`` runs the prompt (the model inside a
     DDP wrapper, so that DDP sees one forward per backward; default ``model``). ``prompt_mask``
     (1, P): the attention mask of a left-padded prompt (TRL's batches); None = all ones.
+    ``on_shared(shared, repeated)``: called with the prompt's tensors that the g rollouts read
+    (keys/values, the last logits) before and after their repeat (``track_gradvar``).
     """
     torch = require("torch")
     g, T = completion_ids.shape
     P = prompt_ids.shape[1]
-    prompt = run_prompt_once(model if prompt_model is None else prompt_model, prompt_ids, g, attention_mask=prompt_mask)
-    logits = prompt.logits[:, -1:, :].expand(g, 1, -1)
+    prompt = run_prompt_once(
+        model if prompt_model is None else prompt_model, prompt_ids, g, attention_mask=prompt_mask, on_shared=on_shared
+    )
+    last = prompt.logits[:, -1:, :]
+    logits = last.expand(g, 1, -1)
+    if on_shared is not None:
+        on_shared([last], [logits])
     if T > 1:
         ones = (
             torch.ones(g, P, dtype=completion_mask.dtype, device=completion_mask.device)
@@ -168,8 +190,10 @@ def chunk_logprobs(
     with_entropy: bool = False,
     prompt_model=None,
     policy_stats: bool = False,
+    on_shared=None,
 ) -> TokenLogprobs:
-    """``TokenLogprobs`` of one chunk from ``rollout_chunks``."""
+    """``TokenLogprobs`` of one chunk from ``rollout_chunks`` (``on_shared``: see
+    ``group_logprobs_and_entropy``; unused for a chunk of full rows)."""
     group, rows = chunk
     if group is None:
         return token_logprobs_and_entropy(
@@ -190,6 +214,7 @@ def chunk_logprobs(
         with_entropy,
         prompt_model,
         policy_stats=policy_stats,
+        on_shared=on_shared,
     )
 
 

@@ -68,6 +68,7 @@ class UpdateStats:
     time_step: float = 0.0
     gradvar: list | None = None  # per group {grad_var, grad_norm2_mean} (track_gradvar)
     time_gradvar: float = 0.0  # of time_forward_backward, the hooks' Gram work
+    time_gradvar_prompt: float = 0.0  # of time_forward_backward, the per-rollout passes through shared prompts
 
 
 class StepTimer:

@@ -183,9 +183,10 @@ class GCPOLoopTrainer:
         positions = np.array_split(np.arange(len(idx)), acc.num_processes)[acc.process_index]
         return self.queries.iloc[idx[positions]].reset_index(drop=True), positions.tolist()
 
-    def _forward(self, model, batch, chunk, grad: bool, policy_stats: bool = False) -> TokenLogprobs:
+    def _forward(self, model, batch, chunk, grad: bool, policy_stats: bool = False, on_shared=None) -> TokenLogprobs:
         """Log-probs at the sampling temperature (the loss's); with ``policy_stats`` also π_θ's own
-        log-probs and entropies at temperature 1 (the rollouts frame's), from the same logits."""
+        log-probs and entropies at temperature 1 (the rollouts frame's), from the same logits.
+        ``on_shared``: ``GradVarTracker.on_shared`` of a tracked shared-prompt chunk."""
         torch = require("torch")
         with torch.enable_grad() if grad else torch.no_grad():
             return chunk_logprobs(
@@ -195,6 +196,7 @@ class GCPOLoopTrainer:
                 self.config.temperature,
                 prompt_model=self.accelerator.unwrap_model(model),
                 policy_stats=policy_stats,
+                on_shared=on_shared,
             )
 
     def _chunks(self, batch, share_prompt: bool | None = None) -> list[tuple]:
@@ -239,7 +241,7 @@ class GCPOLoopTrainer:
             update.gradvar = [{**g, **s} for g, s in zip(update.gradvar, study)]
         timer.seconds.update(forward_backward=update.time_forward_backward, step=update.time_step)
         if update.gradvar is not None:  # part of forward_backward, reported on its own
-            timer.seconds.update(gradvar=update.time_gradvar)
+            timer.seconds.update(gradvar=update.time_gradvar, gradvar_prompt=update.time_gradvar_prompt)
         row = self._log_row(step, rollouts, advantages, infos, cluster_stats, update, timer)
         frame = rollouts_frame(
             step, rollouts, before, advantages.cpu().numpy(), self.config.dataset, self.config.temperature
@@ -359,17 +361,24 @@ class GCPOLoopTrainer:
         for iteration in range(cfg.num_iterations):
             t_start = time.perf_counter()
             loss, kl, clip_frac, passes = 0.0, [], [], []
-            # V_train of every group rides the first update's backward (gradvar_tracking)
+            # V_train of every group rides the first update's backward (gradvar_tracking); a
+            # shared prompt's layers see the sum of its rollouts' gradients, so the tracker
+            # back-propagates each rollout's own through the prompt after the training backward
             tracker = self._gradvar_tracker(mask.shape[0]) if cfg.track_gradvar and iteration == 0 else None
-            # a shared prompt's layers would see the sum of its rollouts' gradients, not each one's:
-            # the tracked pass runs full sequences (generation and no-grad passes still share)
-            pass_chunks = self._chunks(batch, share_prompt=False) if tracker is not None else chunks
-            for k, (group, rows) in enumerate(pass_chunks):
+            for k, (group, rows) in enumerate(chunks):
                 # gradients sync once per update, in the last micro-batch's backward
-                sync = contextlib.nullcontext() if k == len(pass_chunks) - 1 else acc.no_sync(self.model)
-                track = tracker.chunk(rows) if tracker is not None else contextlib.nullcontext()
+                sync = contextlib.nullcontext() if k == len(chunks) - 1 else acc.no_sync(self.model)
+                shared = tracker is not None and group is not None
+                track = tracker.chunk(rows, shared_prompt=shared) if tracker is not None else contextlib.nullcontext()
                 with sync, track:
-                    token = self._forward(self.model, batch, (group, rows), grad=True, policy_stats=from_gradient_pass)
+                    token = self._forward(
+                        self.model,
+                        batch,
+                        (group, rows),
+                        grad=True,
+                        policy_stats=from_gradient_pass,
+                        on_shared=tracker.on_shared if (tracker is not None and shared) else None,
+                    )
                     logp = token.logp
                     old = logp.detach() if from_gradient_pass else before.old_logp[rows]
                     out = grpo_loss(
@@ -384,7 +393,8 @@ class GCPOLoopTrainer:
                         n_seqs=n_rollouts,
                         n_tokens=n_tokens,
                     )
-                    acc.backward(out.loss * acc.num_processes)
+                    # a tracked shared chunk keeps the graph for its per-rollout prompt passes
+                    acc.backward(out.loss * acc.num_processes, retain_graph=shared)
                 loss += float(out.loss.detach())
                 kl.append(out.kl)
                 clip_frac.append(out.clip_frac)
@@ -393,6 +403,7 @@ class GCPOLoopTrainer:
             if tracker is not None:
                 tracker.remove()
                 stats.gradvar, stats.time_gradvar = tracker.results(), tracker.seconds
+                stats.time_gradvar_prompt = tracker.prompt_seconds
             t_optimizer = time.perf_counter()
             stats.time_forward_backward += t_optimizer - t_start
             if cfg.max_grad_norm and cfg.max_grad_norm > 0:

@@ -7,14 +7,35 @@ contribution is computed when its last use has received its gradient, so at most
 terms are held at a time. Uses are grouped by parameter identity, so a tied weight's uses are
 combined before its Gram is taken.
 
+A shared prompt (``begin(G, shared_prompt=True)``): the G samples continue one prompt that ran
+once, at batch 1, so a prompt layer's output gradient in the backward is the *sum* of the
+samples' B_i. Those layers' uses are kept aside (``prompt_uses``); ``prompt_backward`` then
+back-propagates the samples' own cotangents on the shared tensors (the repeated keys/values,
+the first completion token's logits) through the prompt, one autograd.grad per sample but the
+last, whose B is the summed gradient minus the others' (the backward is linear in its
+cotangent), and hands each use its stacked (G, ...) B with its input broadcast to G samples:
+the same per-sample terms a forward of G prompt copies would give, at one prompt forward.
+
 Hand-written because Opacus / private-transformers compute per-sample gradient *norms*, the
 diagonal of K, and refuse shared parameters; we need the whole of K and tied weights.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import Any
+
 from ..models import require
 from .rules import Term, compact, module_kind, param_gram
+
+
+@dataclass
+class _PromptUse:
+    """A selected layer's use in a shared prompt's forward (batch 1) and its output gradients."""
+
+    args: tuple  # (module name, module, kind, own parameters, input x)
+    summed: Any = None  # B of the training backward: the sum over the samples
+    own: list = field(default_factory=list)  # B of each sample's prompt pass but the last
 
 
 class GramCapture:
@@ -34,6 +55,9 @@ class GramCapture:
         self.terms, self.vecs = {}, {}
         self.handles = []
         self.sources = []
+        self.prompt_uses: list | None = None  # shared-prompt uses of this pass (``begin``)
+        self.prompt_sources: list = []
+        self.prompt_phase: int | None = None  # the sample whose prompt backward runs, if any
         self.active = True
         owners: dict = {}
         for mname, module in model.named_modules():
@@ -61,6 +85,9 @@ class GramCapture:
             if not args or not self.torch.is_tensor(args[0]) or not self.torch.is_tensor(output):
                 raise ValueError(f"module {mname!r}: expected one tensor input and a tensor output")
             x = args[0]
+            if self.prompt_uses is not None and output.shape[0] == 1 and x.shape[0] == 1 and self.G > 1:
+                self._prompt_use(mname, module, kind, own, x, output)
+                return
             if output.shape[0] != self.G or x.shape[0] != self.G:
                 raise ValueError(
                     f"module {mname!r}: batch dimension {output.shape[0]} != G={self.G}; its "
@@ -75,6 +102,60 @@ class GramCapture:
                 self.sources.append(output)
 
         return hook
+
+    def _prompt_use(self, mname, module, kind, own, x, output):
+        """A use in the shared prompt's forward: its B per sample comes from ``prompt_backward``."""
+        if not output.requires_grad:
+            return
+        assert self.prompt_uses is not None  # only called in a shared-prompt pass
+        use = _PromptUse((mname, module, kind, own, x))
+        self.prompt_uses.append(use)
+        for _, p in own:
+            self.pending[id(p)] = self.pending.get(id(p), 0) + 1
+        output.register_hook(lambda g: self._on_prompt_grad(use, g))
+        if not x.requires_grad:
+            self.prompt_sources.append(output)
+
+    def _on_prompt_grad(self, use: _PromptUse, B: Any) -> None:
+        B = B.detach()
+        if self.prompt_phase is None:  # the training backward: the sum over the samples
+            use.summed = B
+        else:
+            use.own.append(B)
+
+    def prompt_backward(self, shared: list, per_sample: list) -> None:
+        """The per-sample terms of the shared prompt's uses (module docstring).
+
+        ``shared``: the prompt's output tensors (batch 1) that the samples read; ``per_sample``:
+        each one's gradient as the G samples saw it (G, ...), taken in the training backward,
+        which must have kept the graph (``retain_graph=True``)."""
+        torch, G = self.torch, self.G
+        uses = [u for u in (self.prompt_uses or []) if u.summed is not None]
+        pairs = [(s, g) for s, g in zip(shared, per_sample) if g is not None]
+        if uses and self.prompt_sources and pairs:
+            outs = [s for s, _ in pairs]
+            try:
+                for i in range(G - 1):
+                    self.prompt_phase = i
+                    torch.autograd.grad(
+                        outs,
+                        self.prompt_sources,
+                        grad_outputs=[g[i : i + 1] for _, g in pairs],
+                        retain_graph=True,
+                        allow_unused=True,
+                    )
+            finally:
+                self.prompt_phase = None
+        for use in uses:
+            if len(use.own) != G - 1:
+                raise RuntimeError(
+                    f"module {use.args[0]!r}: {len(use.own)} of {G - 1} per-sample prompt gradients arrived"
+                )
+            last = use.summed - sum(use.own) if use.own else use.summed
+            B = torch.cat([*use.own, last], 0)
+            mname, module, kind, own, x = use.args
+            self._on_grad(mname, module, kind, own, x.expand(G, *x.shape[1:]), B)
+        self.prompt_uses, self.prompt_sources = [], []
 
     def _on_grad(self, mname, module, kind, own, x, B):
         torch, G = self.torch, self.G
@@ -105,11 +186,13 @@ class GramCapture:
         t = t.detach()
         return t if (self.keep_float64 and t.dtype == self.torch.float64) else t.float()
 
-    def begin(self, G):
-        """Start a new forward/backward over G samples (a micro-batch of a training step)."""
+    def begin(self, G: int, shared_prompt: bool = False) -> None:
+        """Start a new forward/backward over G samples (a micro-batch of a training step);
+        ``shared_prompt``: they continue one prompt run at batch 1 (``prompt_backward``)."""
         self.G = G
         self.pending, self.terms, self.vecs = {}, {}, {}
         self.sources = []
+        self.prompt_uses, self.prompt_sources = ([] if shared_prompt else None), []
 
     def _norm_vecs(self, module, own, x, B):
         """Per-sample gradients of a norm's small weight/bias: vmap of grad of <module(x_i), B_i>."""

@@ -108,15 +108,19 @@ def naive_v(h, G):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("share_prompt", [False, True], ids=["full_rows", "shared_prompt"])
 @pytest.mark.parametrize(
     "family,use_lora,aggregation",
     [("llama", True, "sequence"), ("llama", False, "token"), ("gpt2", True, "token"), ("gpt2", False, "sequence")],
 )
-def test_v_train_equals_naive_per_rollout_backward(tmp_path, family, use_lora, aggregation):
-    """Micro-batches of 3 over groups of 4 (the second group is split 2 + 2 over two chunks,
-    the first 3 + 1), β > 0, float64: relative 1e-6. Dropping any one rollout's term from the
-    naive loop moves V further than that, so a tracker that lost a rollout would fail."""
-    tr = make(tmp_path, family, use_lora=use_lora, loss_aggregation=aggregation)
+def test_v_train_equals_naive_per_rollout_backward(tmp_path, family, use_lora, aggregation, share_prompt):
+    """Micro-batches of 3 over groups of 4, β > 0, float64: relative 1e-6. Full rows: the second
+    group is split 2 + 2 over two chunks, the first 3 + 1; a shared prompt: each group 3 + 1,
+    its prompt run once per chunk and each rollout's gradient taken back through it on its own.
+    Dropping any one rollout's term from the naive loop moves V further than that, so a tracker
+    that lost a rollout (or a rollout's prompt part) would fail."""
+    tr = make(tmp_path, family, use_lora=use_lora, loss_aggregation=aggregation, share_prompt=share_prompt)
+    assert tr.share_prompt == share_prompt
     # step 2: the policy has moved from the reference, so the KL term's gradient is live
     for fr, hh in (step_with_naive(tr, 1), step_with_naive(tr, 2)):
         groups = fr.groupby("query_id", sort=False).first()
@@ -131,9 +135,11 @@ def test_v_train_equals_naive_per_rollout_backward(tmp_path, family, use_lora, a
             assert not np.allclose(groups["grad_var"].to_numpy(), vd, rtol=1e-6), j
 
 
-def test_v_train_step1_float32_gpt2_full(tmp_path):
-    """float32 model (the trainer's own dtype), first step: relative 1e-4."""
-    tr = make(tmp_path, "gpt2", float64=False, use_lora=False)
+@pytest.mark.parametrize("share_prompt", [False, True], ids=["full_rows", "shared_prompt"])
+def test_v_train_step1_float32_gpt2_full(tmp_path, share_prompt):
+    """float32 model (the trainer's own dtype), first step: relative 1e-4 (with a shared prompt
+    the last rollout's prompt gradient is the summed one minus the others', in float32)."""
+    tr = make(tmp_path, "gpt2", float64=False, use_lora=False, share_prompt=share_prompt)
     frame, h = step_with_naive(tr, 1)
     groups = frame.groupby("query_id", sort=False).first()
     v, n2 = naive_v(h, 4)
@@ -142,13 +148,17 @@ def test_v_train_step1_float32_gpt2_full(tmp_path):
 
 
 @pytest.mark.slow
-def test_tracking_changes_no_weight(tmp_path):
-    """Trained weights with and without tracking are bit-identical (2 steps, LoRA and full)."""
+@pytest.mark.parametrize("share_prompt", [False, True], ids=["full_rows", "shared_prompt"])
+def test_tracking_changes_no_weight(tmp_path, share_prompt):
+    """Trained weights with and without tracking are bit-identical (2 steps, LoRA and full): the
+    tracker only reads the training backward (and, with a shared prompt, adds input-gradient
+    passes that write no .grad)."""
     import torch
 
     for use_lora in (True, False):
-        on = make(tmp_path, float64=False, name=f"on{use_lora}", use_lora=use_lora)
-        off = make(tmp_path, float64=False, name=f"off{use_lora}", use_lora=use_lora, track_gradvar=False)
+        kw = dict(float64=False, use_lora=use_lora, share_prompt=share_prompt)
+        on = make(tmp_path, name=f"on{use_lora}", **kw)
+        off = make(tmp_path, name=f"off{use_lora}", track_gradvar=False, **kw)
         for step in (1, 2):
             on.train_step(step)
             off.train_step(step)
@@ -181,29 +191,56 @@ def test_config_refuses_gradient_checkpointing():
 
 @pytest.mark.slow
 def test_shared_prompt_tracks_the_same_v(tmp_path):
-    """With share_prompt on, generation and the no-grad passes share the prompt and the tracked
-    gradient pass runs full sequences: V equals the naive per-rollout loop (relative 1e-6, float64),
-    and the trained weights equal an untracked shared-prompt run's up to float rounding (its
-    gradient pass runs the prompt once), which Adam's normalisation magnifies for near-zero gradients."""
+    """With share_prompt on, the tracked gradient pass runs each prompt once, as the untracked
+    one does: V equals the naive per-rollout loop (relative 1e-6, float64), the step reports the
+    per-rollout prompt passes' time, and the samples and trained weights are an untracked
+    shared-prompt run's, bit for bit."""
     import torch
 
     tr = make(tmp_path, "llama", share_prompt=True, name="shared")
     assert tr.share_prompt
+    rows = []
+    update = tr._update
+
+    def keep(*a):
+        rows.append(update(*a))
+        return rows[-1]
+
+    tr._update = keep
     for fr, hh in (step_with_naive(tr, 1), step_with_naive(tr, 2)):
         groups = fr.groupby("query_id", sort=False).first()
         v, n2 = naive_v(hh, 4)
         assert (v > 0).all()
         np.testing.assert_allclose(groups["grad_var"].to_numpy(), v, rtol=1e-6)
         np.testing.assert_allclose(groups["grad_norm2_mean"].to_numpy(), n2, rtol=1e-6)
+    assert all(r.time_gradvar_prompt > 0 for r in rows)  # the prompt passes ran
     off = make(tmp_path, "llama", share_prompt=True, track_gradvar=False, name="shared_off")
     texts = []
     for step in (1, 2):
         texts.append(off.train_step(step)[1]["completion"].tolist())
     assert texts[1] == fr["completion"].tolist()  # the same samples (shared prefill in both)
     for (name, a), b in zip(tr.policy.named_parameters(), off.policy.parameters()):
-        # Adam divides by sqrt(v): an entry whose gradient is rounding-small moves by up to ~lr.
-        # Seen here: <= 5.3e-7 (lr 5e-3, 2 steps); a different objective moves entries by ~lr.
-        torch.testing.assert_close(a, b, rtol=0, atol=1e-5, msg=name)
+        assert torch.equal(a, b), name
+
+
+def test_shared_prompt_tracking_needs_every_rollouts_prompt_pass(tmp_path, monkeypatch):
+    """Skipping the per-rollout passes through the prompt (the last rollout would get the whole
+    summed prompt gradient) changes V: the equality above is not met by chance."""
+    from gcpo_analysis.gradvar.hooks import GramCapture
+
+    tr = make(tmp_path, "llama", share_prompt=True, micro_batch_size=4, name="skip")
+    fr, hh = step_with_naive(tr, 1)
+    v, _ = naive_v(hh, 4)
+    np.testing.assert_allclose(fr.groupby("query_id", sort=False).first()["grad_var"].to_numpy(), v, rtol=1e-6)
+    real = GramCapture.prompt_backward
+
+    def skipped(self, shared, per_sample):
+        real(self, [], [])  # no pass: every use's "own" gradients are missing
+
+    monkeypatch.setattr(GramCapture, "prompt_backward", skipped)
+    broken = make(tmp_path, "llama", share_prompt=True, micro_batch_size=4, name="skip2")
+    with pytest.raises(RuntimeError, match="per-sample prompt gradients arrived"):
+        broken.train_step(1)
 
 
 TWO = {
