@@ -41,10 +41,11 @@ from gcpo_analysis.models import require
 
 
 def _subset(terms, vecs, idx):
-    """The terms and vectors of the samples ``idx`` (a list of row positions)."""
+    """The terms and vectors of the samples ``idx`` (a list of row positions); a factor with
+    batch 1 is every sample's (a shared prompt's input) and stays as it is."""
 
     def take(t):
-        return None if t is None else t[idx]
+        return None if t is None else (t if t.shape[0] == 1 else t[idx])
 
     return [Term(R=take(t.R), L=take(t.L), ids=take(t.ids)) for t in terms], [v[idx] for v in vecs]
 
@@ -74,6 +75,16 @@ def _union(a_terms, a_vecs, b_terms, b_vecs):
         b_vecs
     ):
         raise RuntimeError("a parameter's uses differ between micro-batches; cannot join its factors")
+
+    def samples(terms, vecs):  # factors shared by every sample (batch 1) are spelled out
+        n = max([f.shape[0] for t in terms for f in (t.R, t.L, t.ids) if f is not None] + [v.shape[0] for v in vecs])
+
+        def full(f):
+            return None if f is None else f.expand(n, *f.shape[1:])
+
+        return [Term(R=full(t.R), L=full(t.L), ids=full(t.ids)) for t in terms], [full(v) for v in vecs]
+
+    (a_terms, a_vecs), (b_terms, b_vecs) = samples(a_terms, a_vecs), samples(b_terms, b_vecs)
     rest = list(b_terms)
     terms = []
     for x in a_terms:

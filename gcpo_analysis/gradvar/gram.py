@@ -32,8 +32,8 @@ def group_gradient_gram(
     See ``gcpo_analysis.gradvar.rules`` for the per-layer rules (docs/conventions.md, gradient variance). ``params``:
     "all" (every parameter of the model), "lora" (names containing "lora_") or an iterable of
     parameters. Left or right padding; completion_mask marks the scored tokens. ``method``:
-    "auto" picks the cheaper of the ghost and materialised forms per weight, "ghost" or
-    "materialise" force one (for single-use weights; tied ones are always materialised). Returns a
+    "auto" picks the cheaper of the ghost and materialised forms per weight (a tied weight's uses
+    and their cross terms included), "ghost" or "materialise" force one. Returns a
     G x G float64 array. Parameters' ``requires_grad`` flags are restored afterwards and no
     ``.grad`` is written.
     """

@@ -154,30 +154,40 @@ class GramCapture:
             last = use.summed - sum(use.own) if use.own else use.summed
             B = torch.cat([*use.own, last], 0)
             mname, module, kind, own, x = use.args
-            self._on_grad(mname, module, kind, own, x.expand(G, *x.shape[1:]), B)
+            self._on_grad(mname, module, kind, own, x, B, shared_input=True)
         self.prompt_uses, self.prompt_sources = [], []
 
-    def _on_grad(self, mname, module, kind, own, x, B):
+    def _on_grad(
+        self, mname: str, module: Any, kind: str, own: list, x: Any, B: Any, shared_input: bool = False
+    ) -> None:
+        """A use's per-sample terms from its input x and output gradient B. ``shared_input``:
+        x has batch 1 and is every sample's (a shared prompt), kept so (``rules.Term``); such a
+        prompt's positions all carry gradient, so nothing is compacted."""
         torch, G = self.torch, self.G
+        n = 1 if shared_input else G
+
+        def keep(B, *others):
+            return (B, *others) if shared_input else compact(B, *others)
+
         with torch.no_grad():
             B = self._float(B).reshape(G, -1, B.shape[-1])  # fp32 even for a bf16 model
             for pname, p in own:
                 if kind == "linear" or kind == "conv1d":
-                    A = self._float(x).reshape(G, -1, x.shape[-1])
+                    A = self._float(x).reshape(n, -1, x.shape[-1])
                     if pname == "bias":
                         self.vecs.setdefault(id(p), []).append(B.sum(1))
                     else:
-                        Bc, Ac = compact(B, A)
+                        Bc, Ac = keep(B, A)
                         t = Term(R=Ac, L=Bc) if kind == "linear" else Term(R=Bc, L=Ac)
                         self.terms.setdefault(id(p), []).append(t)
                 elif kind == "embedding":
-                    ids = x.detach().reshape(G, -1)
+                    ids = x.detach().reshape(n, -1)
                     if module.padding_idx is not None:  # no gradient reaches the padding row
                         B = B * (ids != module.padding_idx)[..., None].to(B.dtype)
-                    Bc, idc = compact(B, ids)
+                    Bc, idc = keep(B, ids)
                     self.terms.setdefault(id(p), []).append(Term(R=Bc, ids=idc))
             if kind == "norm":
-                self._norm_vecs(module, own, x, B)
+                self._norm_vecs(module, own, x.expand(G, *x.shape[1:]) if shared_input else x, B)
             for _, p in own:
                 self._done(p)
         return None
