@@ -70,7 +70,10 @@ def run_prompt_once(model, prompt_ids, repeats: int, attention_mask=None, on_sha
         cache.batch_repeat_interleave(repeats)
         return out
     if not hasattr(cache, "layers"):
-        raise TypeError(f"{type(cache).__name__} has no per-layer keys/values to track gradients through")
+        raise TypeError(
+            f"{type(cache).__name__} has no per-layer keys/values to take each rollout's gradient "
+            "through the shared prompt; set share_prompt: false to track full rows"
+        )
 
     def tensors():
         return [t for layer in cache.layers for t in (layer.keys, layer.values)]

@@ -23,7 +23,8 @@ recorded in the outputs are the same for two checkouts. Steps (``--steps``, defa
   step; the committed run's own step files are not in the repository).
 - ``train``: ``gcpo train`` with the random ``tiny:llama`` model on a 12-record jsonl written here,
   3 steps, seed 0, modulator bot_rd with the lexical judge, rollouts saved; again for 2 steps with
-  the gradient variance tracked (which needs share_prompt false); and through ``--backend trl`` (2 steps).
+  the gradient variance tracked (with share_prompt false, as the committed run); and through
+  ``--backend trl`` (2 steps).
 - ``proofs``: ``gcpo proofs --json`` (and its CSV).
 
 The command logs and timings go to ``_produce/`` inside the output folder; ``compare`` skips it.

@@ -135,6 +135,18 @@ def test_v_train_equals_naive_per_rollout_backward(tmp_path, family, use_lora, a
             assert not np.allclose(groups["grad_var"].to_numpy(), vd, rtol=1e-6), j
 
 
+def test_shared_prompt_groups_split_two_and_two(tmp_path):
+    """A shared prompt with micro-batches of 2 over groups of 4 (full fine-tuning: tied
+    embedding, norms): each chunk runs the prompt once and the cross blocks join two chunks'
+    factors shared by their samples; V equals the naive loop (relative 1e-6, float64)."""
+    tr = make(tmp_path, "llama", use_lora=False, share_prompt=True, micro_batch_size=2)
+    frame, h = step_with_naive(tr, 1)
+    v, n2 = naive_v(h, 4)
+    groups = frame.groupby("query_id", sort=False).first()
+    np.testing.assert_allclose(groups["grad_var"].to_numpy(), v, rtol=1e-6)
+    np.testing.assert_allclose(groups["grad_norm2_mean"].to_numpy(), n2, rtol=1e-6)
+
+
 @pytest.mark.parametrize("share_prompt", [False, True], ids=["full_rows", "shared_prompt"])
 def test_v_train_step1_float32_gpt2_full(tmp_path, share_prompt):
     """float32 model (the trainer's own dtype), first step: relative 1e-4 (with a shared prompt
@@ -252,27 +264,30 @@ TWO = {
         checkpoint_every=1,
         track_gradvar=True,
         share_prompt=False,
-    )
+    ),
 }
+TWO["gv_shared"] = {**TWO["gv"], "share_prompt": True}  # the per-rollout prompt passes under DDP
 
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
 def test_two_processes_give_one_process_v(tmp_path):
-    """2 gloo processes (rank 0: groups 1-2, rank 1: group 3; micro-batches of 3) give the V of one process."""
+    """2 gloo processes (rank 0: groups 1-2, rank 1: group 3; micro-batches of 3) give the V of one
+    process, with full rows and with a shared prompt."""
     from helpers.loop_setup import make as make_f32
 
     launch_two_processes(tmp_path / "two", TWO)
-    make_f32(tmp_path / "one", "gv", **TWO["gv"]).train()
-    positive = np.zeros(12, dtype=bool)
-    for step, rtol in ((1, 1e-4), (2, 1e-3)):  # step 2 starts from float32-rounded, Adam-updated weights
-        a = pd.read_parquet(tmp_path / "one" / "gv" / "rollouts" / f"step_{step:06d}.parquet")
-        b = pd.read_parquet(tmp_path / "two" / "gv" / "rollouts" / f"step_{step:06d}.parquet")
-        assert a["completion"].tolist() == b["completion"].tolist()
-        positive |= a["grad_var"].to_numpy() > 0
-        np.testing.assert_allclose(b["grad_var"], a["grad_var"], rtol=rtol)
-        np.testing.assert_allclose(b["grad_norm2_mean"], a["grad_norm2_mean"], rtol=rtol)
-    assert positive.all()  # every group position, rank 1's included, had a V > 0 to compare
+    for name, overrides in TWO.items():
+        make_f32(tmp_path / "one", name, **overrides).train()
+        positive = np.zeros(12, dtype=bool)
+        for step, rtol in ((1, 1e-4), (2, 1e-3)):  # step 2 starts from float32-rounded, Adam-updated weights
+            a = pd.read_parquet(tmp_path / "one" / name / "rollouts" / f"step_{step:06d}.parquet")
+            b = pd.read_parquet(tmp_path / "two" / name / "rollouts" / f"step_{step:06d}.parquet")
+            assert a["completion"].tolist() == b["completion"].tolist()
+            positive |= a["grad_var"].to_numpy() > 0
+            np.testing.assert_allclose(b["grad_var"], a["grad_var"], rtol=rtol, err_msg=name)
+            np.testing.assert_allclose(b["grad_norm2_mean"], a["grad_norm2_mean"], rtol=rtol, err_msg=name)
+        assert positive.all(), name  # every group position, rank 1's included, had a V > 0 to compare
 
 
 def test_full_mode_gives_the_study_v(tmp_path):
