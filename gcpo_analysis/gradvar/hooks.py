@@ -117,7 +117,7 @@ class GramCapture:
             self.prompt_sources.append(output)
 
     def _on_prompt_grad(self, use: _PromptUse, B: Any) -> None:
-        B = B.detach()
+        B = self._float(B)  # fp32 before the subtraction in prompt_backward, even for a bf16 model
         if self.prompt_phase is None:  # the training backward: the sum over the samples
             use.summed = B
         else:
