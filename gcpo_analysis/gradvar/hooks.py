@@ -13,8 +13,11 @@ samples' B_i. Those layers' uses are kept aside (``prompt_uses``); ``prompt_back
 back-propagates the samples' own cotangents on the shared tensors (the repeated keys/values,
 the first completion token's logits) through the prompt, one autograd.grad per sample but the
 last, whose B is the summed gradient minus the others' (the backward is linear in its
-cotangent), and hands each use its stacked (G, ...) B with its input broadcast to G samples:
-the same per-sample terms a forward of G prompt copies would give, at one prompt forward.
+cotangent), and hands each use its stacked (G, ...) B with its one input, a factor shared by
+every sample (``rules.Term``): the per-sample terms a forward of G prompt copies would give, at
+one prompt forward. The samples must read the prompt only through ``shared`` (a transformers
+cache's keys/values and the last logits, as ``gcpo_train.logprobs`` runs it): a path that
+bypassed them would land, unseen, on the last sample.
 
 Hand-written because Opacus / private-transformers compute per-sample gradient *norms*, the
 diagonal of K, and refuse shared parameters; we need the whole of K and tied weights.
