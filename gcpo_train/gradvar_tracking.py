@@ -146,8 +146,6 @@ class GradVarTracker:
         self.rows: range | None = None
         self.seconds = 0.0  # time spent turning factors into Grams (inside the backward)
         self.prompt_seconds = 0.0  # the per-rollout backward passes through shared prompts
-        self.shared: list = []  # a shared chunk's prompt tensors that its rollouts read ...
-        self.shared_grads: list = []  # ... and each rollout's gradient on them (``on_shared``)
         self.capture = GramCapture(model, params, 0, method, on_param=self._on_param, keep_float64=True)
 
     @contextlib.contextmanager
@@ -163,15 +161,13 @@ class GradVarTracker:
         self.rows = range(start, stop)
         self.chunk_K = self.torch.zeros(stop - start, stop - start, dtype=self.torch.float64)
         self.capture.begin(stop - start, shared_prompt=shared_prompt)
-        self.shared, self.shared_grads = [], []
         try:
             yield
             if shared_prompt:
                 gram0, t0 = self.seconds, time.perf_counter()
-                self.capture.prompt_backward(self.shared, self.shared_grads)
+                self.capture.prompt_backward()
                 # the passes themselves; their Gram work is counted in ``seconds``
                 self.prompt_seconds += time.perf_counter() - t0 - (self.seconds - gram0)
-            self.shared, self.shared_grads = [], []
         except BaseException:  # a failed forward/backward leaves no hook behind
             self.remove()
             raise
@@ -190,15 +186,8 @@ class GradVarTracker:
         self.seconds += time.perf_counter() - t0
 
     def on_shared(self, shared, repeated) -> None:
-        """``logprobs``' callback: the prompt tensors a shared chunk's rollouts read, before and
-        after their repeat; keeps each rollout's gradient on them from the training backward."""
-        for s, r in zip(shared, repeated):
-            if not r.requires_grad:  # nothing trainable upstream (a LoRA-free layer's keys)
-                continue
-            k = len(self.shared)
-            self.shared.append(s)
-            self.shared_grads.append(None)
-            r.register_hook(lambda g, k=k: self.shared_grads.__setitem__(k, g.detach()))
+        """``logprobs``' callback for a shared chunk (``GramCapture.on_shared``)."""
+        self.capture.on_shared(shared, repeated)
 
     def _groups(self):
         return range(self.rows.start // self.G, (self.rows.stop - 1) // self.G + 1)

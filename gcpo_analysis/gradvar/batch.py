@@ -63,6 +63,39 @@ def sequence_logprobs(model, input_ids, attention_mask, completion_mask):
     return out.index_add(0, rows[:, 0], lp)
 
 
+def shared_prompt_length(model, ids, am, cm):
+    """P if every row starts with the same P unpadded tokens before its first scored one (a group
+    of one prompt, as ``gcpo study`` builds it) and the model continues from a cache; else None."""
+    from ..prompt_cache import forward_parameters
+
+    first = int(require("torch").nonzero(cm.any(0))[0, 0])
+    P = int(cm.int().argmax(1).min())  # the earliest scored position of any row
+    if ids.shape[0] < 2 or P < 1 or P != first or "past_key_values" not in forward_parameters(model):
+        return None
+    if not bool(am[:, :P].all()) or not bool((ids[:, :P] == ids[:1, :P]).all()):
+        return None
+    return P
+
+
+def shared_sequence_logprobs(model, input_ids, attention_mask, completion_mask, P, on_shared=None):
+    """``sequence_logprobs`` with the rows' common P-token prompt run once (``prompt_cache``):
+    the same values up to float rounding. Right-padded completions only: a row's tokens after its
+    prompt sit at positions P, P+1, ... (what ``tokens.position_ids`` gives a row without left
+    padding). ``on_shared``: see ``prompt_cache``."""
+    from ..prompt_cache import shared_prompt_logits
+
+    torch = require("torch")
+    ids, am, cm = check_batch(input_ids, attention_mask, completion_mask)
+    dev = next(model.parameters()).device
+    ids, am, cm = ids.to(dev), am.to(dev), cm.to(dev)
+    logits = shared_prompt_logits(model, ids[:1, :P], ids[:, P:], am[:, P:].long(), on_shared=on_shared)
+    target = cm[:, P:]
+    rows = torch.nonzero(target)
+    lp = torch.log_softmax(logits[target].float(), -1).gather(-1, ids[:, P:][target][:, None])[:, 0]
+    out = torch.zeros(ids.shape[0], dtype=lp.dtype, device=dev)
+    return out.index_add(0, rows[:, 0], lp)
+
+
 def select_params(model, params):
     """Selected parameters (deduplicated by identity, so a tied weight counts once)."""
     if isinstance(params, str):

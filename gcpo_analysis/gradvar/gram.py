@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..models import require
-from .batch import check_batch, select_params, sequence_logprobs
+from .batch import check_batch, select_params, sequence_logprobs, shared_prompt_length, shared_sequence_logprobs
 from .hooks import GramCapture
 
 if TYPE_CHECKING:
@@ -26,6 +26,7 @@ def group_gradient_gram(
     params: str | Iterable[torch.nn.Parameter] = "all",
     *,
     method: str = "auto",
+    share_prompt: bool = True,
 ) -> np.ndarray:
     """K_ij = g_i . g_j with g_i = grad_theta log pi(y_i | q), one forward + one backward.
 
@@ -36,6 +37,11 @@ def group_gradient_gram(
     and their cross terms included), "ghost" or "materialise" force one. Returns a
     G x G float64 array. Parameters' ``requires_grad`` flags are restored afterwards and no
     ``.grad`` is written.
+
+    ``share_prompt``: where the rows are one prompt's continuations (the same unpadded tokens up
+    to the first scored one) and the model takes a cache, the prompt runs once and each row's own
+    gradient is taken back through it (``hooks.GramCapture.prompt_backward``): the same K up to
+    float rounding, at one prompt forward instead of G. False runs G full rows.
     """
     torch = require("torch")
     if method not in ("auto", "ghost", "materialise"):
@@ -59,14 +65,22 @@ def group_gradient_gram(
         for p in model.parameters():  # only selected weights need their gradients computed
             p.requires_grad_(id(p) in sel_ids)
         cap = GramCapture(model, selected, G, method)
+        P = shared_prompt_length(model, ids, am, cm) if share_prompt else None
+        cap.begin(G, shared_prompt=P is not None)
         with torch.enable_grad():
-            loss = sequence_logprobs(model, ids, am, cm).sum()
-            if not cap.sources:
+            if P is None:
+                loss = sequence_logprobs(model, ids, am, cm).sum()
+            else:
+                loss = shared_sequence_logprobs(model, ids, am, cm, P, cap.on_shared).sum()
+            sources = cap.sources + cap.prompt_sources
+            if not sources:
                 raise ValueError("no selected parameter takes part in the model's forward pass")
             # Differentiating w.r.t. the outputs of the source modules (those whose input
             # needs no gradient) runs the backward through every hooked output but never
             # forms the summed weight gradients dL/dW, which nobody needs here.
-            torch.autograd.grad(loss, cap.sources, allow_unused=True)
+            torch.autograd.grad(loss, sources, allow_unused=True, retain_graph=P is not None)
+            if P is not None:
+                cap.prompt_backward()
             del loss
             cap.sources.clear()
         cap.flush()

@@ -61,6 +61,8 @@ class GramCapture:
         self.prompt_uses: list | None = None  # shared-prompt uses of this pass (``begin``)
         self.prompt_sources: list = []
         self.prompt_phase: int | None = None  # the sample whose prompt backward runs, if any
+        self.shared_outputs: list = []
+        self.shared_grads: list = []
         self.active = True
         owners: dict = {}
         for mname, module in model.named_modules():
@@ -126,13 +128,23 @@ class GramCapture:
         else:
             use.own.append(B)
 
-    def prompt_backward(self, shared: list, per_sample: list) -> None:
-        """The per-sample terms of the shared prompt's uses (module docstring).
+    def on_shared(self, shared: list, repeated: list) -> None:
+        """``prompt_cache``'s callback: the prompt's outputs (batch 1) that the samples read, before
+        and after their repeat; keeps each sample's gradient on them from the backward."""
+        for s, r in zip(shared, repeated):
+            if not r.requires_grad:  # nothing selected upstream (a LoRA-free layer's keys)
+                continue
+            k = len(self.shared_outputs)
+            self.shared_outputs.append(s)
+            self.shared_grads.append(None)
+            r.register_hook(lambda g, k=k: self.shared_grads.__setitem__(k, g.detach()))
 
-        ``shared``: the prompt's output tensors (batch 1) that the samples read; ``per_sample``:
-        each one's gradient as the G samples saw it (G, ...), taken in the training backward,
-        which must have kept the graph (``retain_graph=True``)."""
+    def prompt_backward(self) -> None:
+        """The per-sample terms of the shared prompt's uses (module docstring), after a backward
+        that kept its graph (``retain_graph=True``) and gave each sample's gradient on the
+        outputs ``on_shared`` was handed."""
         torch, G = self.torch, self.G
+        shared, per_sample = self.shared_outputs, self.shared_grads
         uses = [u for u in (self.prompt_uses or []) if u.summed is not None]
         pairs = [(s, g) for s, g in zip(shared, per_sample) if g is not None]
         if uses and self.prompt_sources and pairs:
@@ -159,6 +171,7 @@ class GramCapture:
             mname, module, kind, own, x = use.args
             self._on_grad(mname, module, kind, own, x, B, shared_input=True)
         self.prompt_uses, self.prompt_sources = [], []
+        self.shared_outputs, self.shared_grads = [], []
 
     def _on_grad(
         self, mname: str, module: Any, kind: str, own: list, x: Any, B: Any, shared_input: bool = False
@@ -206,6 +219,8 @@ class GramCapture:
         self.pending, self.terms, self.vecs = {}, {}, {}
         self.sources = []
         self.prompt_uses, self.prompt_sources = ([] if shared_prompt else None), []
+        self.shared_outputs = []  # the prompt's outputs the samples read (``on_shared``) ...
+        self.shared_grads = []  # ... and each sample's gradient on them
 
     def _norm_vecs(self, module, own, x, B):
         """Per-sample gradients of a norm's small weight/bias: vmap of grad of <module(x_i), B_i>."""

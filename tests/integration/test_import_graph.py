@@ -36,6 +36,7 @@ LAYER_OF_PREFIX = {
     "gcpo_analysis.outputs": "base",
     "gcpo_analysis.tiny_models": "base",
     "gcpo_analysis.tokens": "base",
+    "gcpo_analysis.prompt_cache": "base",
     "gcpo_analysis.testing": "base",
     "gcpo_analysis._moved": "base",
     "gcpo_analysis.rewards": "rewards",

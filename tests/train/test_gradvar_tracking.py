@@ -246,8 +246,9 @@ def test_shared_prompt_tracking_needs_every_rollouts_prompt_pass(tmp_path, monke
     np.testing.assert_allclose(fr.groupby("query_id", sort=False).first()["grad_var"].to_numpy(), v, rtol=1e-6)
     real = GramCapture.prompt_backward
 
-    def skipped(self, shared, per_sample):
-        real(self, [], [])  # no pass: every use's "own" gradients are missing
+    def skipped(self):
+        self.shared_outputs, self.shared_grads = [], []  # no pass: every use's "own" gradients are missing
+        real(self)
 
     monkeypatch.setattr(GramCapture, "prompt_backward", skipped)
     broken = make(tmp_path, "llama", share_prompt=True, micro_batch_size=4, name="skip2")

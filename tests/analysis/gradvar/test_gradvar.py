@@ -230,3 +230,66 @@ def test_heavy_padding(family):
     for method in ("ghost", "materialise"):
         K = group_gradient_gram(model, ids, am, cm, method=method)
         assert _rel(K, naive_gram(model, ids, am, cm)) <= RTOL
+
+
+def _shared_batch(G=4, P=5, T=6, vocab=128, seed=1):
+    """One prompt of P tokens continued by G completions of different lengths, right-padded (as
+    ``gcpo study`` builds a group); token 7 repeats across the prompt and the completions."""
+    g = torch.Generator().manual_seed(seed)
+    prompt = torch.randint(1, vocab, (1, P), generator=g).expand(G, P)
+    comp = torch.randint(1, vocab, (G, T), generator=g)
+    am = torch.ones(G, P + T, dtype=torch.long)
+    for i in range(G):
+        am[i, P + T - (i % 3) :] = 0
+    ids = torch.cat([prompt, comp], 1).masked_fill(am == 0, 0)
+    ids[:, 2] = 7
+    ids[0, P + 1] = 7
+    cm = am.clone()
+    cm[:, :P] = 0
+    return ids, am, cm
+
+
+@pytest.mark.parametrize("family", ["llama", "llama-tied", "qwen2", "gpt2"])
+def test_shared_prompt_gram_matches_naive(family, monkeypatch):
+    """A group of one prompt runs it once (the per-row prompt passes ran), and K equals the
+    naive per-row backward and the full-row route."""
+    from gcpo_analysis.gradvar.hooks import GramCapture
+
+    calls = []
+    real = GramCapture.prompt_backward
+    monkeypatch.setattr(GramCapture, "prompt_backward", lambda self: calls.append(self.G) or real(self))
+    model = tiny_causal_lm(family)
+    ids, am, cm = _shared_batch()
+    R = naive_gram(model, ids, am, cm)
+    K = group_gradient_gram(model, ids, am, cm)
+    assert calls == [4]
+    assert _rel(K, R) <= RTOL
+    assert _rel(group_gradient_gram(model, ids, am, cm, share_prompt=False), R) <= RTOL
+    assert calls == [4]  # the full-row route ran no prompt pass
+    for method in ("ghost", "materialise"):
+        assert _rel(group_gradient_gram(model, ids, am, cm, method=method), R) <= RTOL
+
+
+def test_shared_prompt_gram_lora():
+    peft = pytest.importorskip("peft")
+    model = tiny_causal_lm("llama")
+    model = peft.get_peft_model(model, peft.LoraConfig(r=2, target_modules=["q_proj", "v_proj"], lora_dropout=0.0))
+    for name, p in model.named_parameters():  # LoRA B starts at 0: move it so the rows' gradients differ
+        if "lora_B" in name:
+            p.data.normal_(0, 0.1)
+    ids, am, cm = _shared_batch(G=3)
+    K = group_gradient_gram(model, ids, am, cm, params="lora")
+    assert _rel(K, naive_gram(model, ids, am, cm, params="lora")) <= RTOL
+
+
+def test_shared_prompt_is_detected_only_where_it_is_shared():
+    from gcpo_analysis.gradvar.batch import check_batch, shared_prompt_length
+
+    model = tiny_causal_lm("llama")
+    ids, am, cm = check_batch(*_shared_batch())
+    assert shared_prompt_length(model, ids, am, cm) == 5
+    other = ids.clone()
+    other[1, 0] += 1  # row 1's prompt differs
+    assert shared_prompt_length(model, other, am, cm) is None
+    assert shared_prompt_length(model, *check_batch(*_batch(left=True))) is None  # left padding
+    assert shared_prompt_length(model, ids[:1], am[:1], cm[:1]) is None  # one row: nothing to share
