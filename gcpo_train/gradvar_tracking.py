@@ -252,7 +252,12 @@ def study_variances(model, batch, rewards, group_size: int) -> list[dict]:
     out = []
     for k in range(len(rewards) // group_size):
         rows = slice(k * group_size, (k + 1) * group_size)
-        K = group_gradient_gram(model, batch.input_ids[rows], batch.attention_mask[rows], cm[rows], params="all")
+        # the step pads every prompt to the longest: drop the group's own (common) left padding, so
+        # that group_gradient_gram sees one unpadded prompt and runs it once
+        cols = batch.attention_mask[rows].bool().any(0)
+        K = group_gradient_gram(
+            model, batch.input_ids[rows][:, cols], batch.attention_mask[rows][:, cols], cm[rows][:, cols], params="all"
+        )
         out.append(
             {
                 "grad_var_study": gradient_variance(K, grpo_advantages(np.asarray(rewards)[rows])),

@@ -291,15 +291,20 @@ def test_two_processes_give_one_process_v(tmp_path):
         assert positive.all(), name  # every group position, rank 1's included, had a V > 0 to compare
 
 
-def test_full_mode_gives_the_study_v(tmp_path):
+def test_full_mode_gives_the_study_v(tmp_path, monkeypatch):
     """track_gradvar: full adds the study's V (all parameters, sequence log-probs, GRPO
-    advantages) per group: equal to the naive per-rollout backward of gcpo_analysis.gradvar."""
+    advantages) per group: equal to the naive per-rollout backward of gcpo_analysis.gradvar;
+    each group's prompt (left-padded to the step's longest) runs once."""
     import torch
 
     from gcpo_analysis.gradvar import naive_gram
+    from gcpo_analysis.gradvar.hooks import GramCapture
     from gcpo_analysis.measures.advantages import grpo_advantages
 
-    tr = make(tmp_path, "llama", track_gradvar="full")
+    calls = []
+    real = GramCapture.prompt_backward
+    monkeypatch.setattr(GramCapture, "prompt_backward", lambda self: calls.append(self.G) or real(self))
+    tr = make(tmp_path, "llama", track_gradvar="full")  # share_prompt off: the tracker runs full rows
     seen = {}
     update = tr._update
 
@@ -319,6 +324,7 @@ def test_full_mode_gives_the_study_v(tmp_path):
     expected = [gradient_variance(K, grpo_advantages(r)) for K, r in zip(seen["K"], rewards)]
     np.testing.assert_allclose(groups["grad_var_study"].to_numpy(), expected, rtol=1e-6)
     assert row["time_gradvar_full"] > 0 and "grad_var_study_mean" in row
+    assert calls == [4, 4]  # both groups' study Grams ran their prompt once
 
 
 def test_variance_rounding_and_nan():
