@@ -55,24 +55,32 @@ def sequence_logprobs(model, input_ids, attention_mask, completion_mask):
         input_ids=ids, attention_mask=am.long(), position_ids=position_ids(am), use_cache=False, **kwargs
     ).logits
     o = ids.shape[1] - logits.shape[1]  # logits[:, k] predicts token o + k + 1
-    target = cm[:, o + 1 :]
-    rows = torch.nonzero(target)  # (N, 2): (sample, position - o - 1)
-    scored = logits[:, :-1][target].float()
-    lp = torch.log_softmax(scored, -1).gather(-1, ids[:, o + 1 :][target][:, None])[:, 0]
-    out = torch.zeros(ids.shape[0], dtype=lp.dtype, device=dev)
+    return _summed_logprobs(logits[:, :-1], ids[:, o + 1 :], cm[:, o + 1 :])
+
+
+def _summed_logprobs(logits, tokens, target):
+    """sum_t target[i,t] * log softmax(logits[i,t])[tokens[i,t]] per row; logits (G, n, vocab)
+    predict tokens (G, n). Only the scored positions go through the log-softmax."""
+    torch = require("torch")
+    rows = torch.nonzero(target)  # (N, 2): (sample, position)
+    lp = torch.log_softmax(logits[target].float(), -1).gather(-1, tokens[target][:, None])[:, 0]
+    out = torch.zeros(tokens.shape[0], dtype=lp.dtype, device=lp.device)
     return out.index_add(0, rows[:, 0], lp)
 
 
 def shared_prompt_length(model, ids, am, cm):
-    """P if every row starts with the same P unpadded tokens before its first scored one (a group
-    of one prompt, as ``gcpo study`` builds it) and the model continues from a cache; else None."""
+    """P if every row starts with the same P unpadded tokens before the first scored one of any
+    row, its tokens after them are right-padded (so they sit at positions P, P+1, ...: a group of
+    one prompt, as ``gcpo study`` builds it), and the model continues from a cache; else None.
+    ``ids, am, cm`` as ``check_batch`` returns them (every row has a scored token)."""
     from ..prompt_cache import forward_parameters
 
-    first = int(require("torch").nonzero(cm.any(0))[0, 0])
     P = int(cm.int().argmax(1).min())  # the earliest scored position of any row
-    if ids.shape[0] < 2 or P < 1 or P != first or "past_key_values" not in forward_parameters(model):
+    if ids.shape[0] < 2 or P < 1 or "past_key_values" not in forward_parameters(model):
         return None
     if not bool(am[:, :P].all()) or not bool((ids[:, :P] == ids[:1, :P]).all()):
+        return None
+    if bool((am[:, P + 1 :] & ~am[:, P:-1]).any()):  # a real token after a pad: not right-padded
         return None
     return P
 
@@ -84,16 +92,11 @@ def shared_sequence_logprobs(model, input_ids, attention_mask, completion_mask, 
     padding). ``on_shared``: see ``prompt_cache``."""
     from ..prompt_cache import shared_prompt_logits
 
-    torch = require("torch")
     ids, am, cm = check_batch(input_ids, attention_mask, completion_mask)
     dev = next(model.parameters()).device
     ids, am, cm = ids.to(dev), am.to(dev), cm.to(dev)
     logits = shared_prompt_logits(model, ids[:1, :P], ids[:, P:], am[:, P:].long(), on_shared=on_shared)
-    target = cm[:, P:]
-    rows = torch.nonzero(target)
-    lp = torch.log_softmax(logits[target].float(), -1).gather(-1, ids[:, P:][target][:, None])[:, 0]
-    out = torch.zeros(ids.shape[0], dtype=lp.dtype, device=dev)
-    return out.index_add(0, rows[:, 0], lp)
+    return _summed_logprobs(logits, ids[:, P:], cm[:, P:])
 
 
 def select_params(model, params):

@@ -293,3 +293,6 @@ def test_shared_prompt_is_detected_only_where_it_is_shared():
     assert shared_prompt_length(model, other, am, cm) is None
     assert shared_prompt_length(model, *check_batch(*_batch(left=True))) is None  # left padding
     assert shared_prompt_length(model, ids[:1], am[:1], cm[:1]) is None  # one row: nothing to share
+    gap = am.clone()
+    gap[2, 7] = False  # a pad between two completion tokens: positions after it would shift
+    assert shared_prompt_length(model, ids, gap, cm & gap) is None
