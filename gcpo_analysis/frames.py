@@ -82,14 +82,14 @@ def validate_rollouts(df: pd.DataFrame, source: str | None = None) -> pd.DataFra
     _check_finite(df, [c for c in ROLLOUT_NUMERIC if c in df.columns], "rollouts", source)
     if "temperature" in df.columns:  # NaN: not recorded (frames of two gcpo versions pooled)
         t = pd.to_numeric(df["temperature"], errors="coerce").to_numpy(dtype=float)
-        bad = ~((t > 0) & np.isfinite(t)) & ~np.isnan(t)
-        if bad.any():
-            row = int(np.flatnonzero(bad)[0])
-            raise FrameError(
-                f"rollouts frame{' in ' + source if source else ''}: column 'temperature' must be a "
-                f"sampling temperature > 0, got {_show(df['temperature'].iloc[row])} at row {row} "
-                f"(query_id={df['query_id'].iloc[row]!r})"
-            )
+        _refuse_first(
+            df,
+            "temperature",
+            ~((t > 0) & np.isfinite(t)) & ~np.isnan(t),
+            "rollouts",
+            source,
+            "a sampling temperature > 0",
+        )
     for col in ("completion", "answer"):
         nulls = df[col].map(lambda v: v is None or (isinstance(v, float) and np.isnan(v))).to_numpy()
         if nulls.any():
@@ -240,6 +240,16 @@ def _check_ids(df: pd.DataFrame, col: str, kind: str, source: str | None) -> Non
         )
 
 
+def _refuse_first(df: pd.DataFrame, col: str, bad, kind: str, source: str | None, requirement: str) -> None:
+    """Raise for the first row where ``bad`` is set: column ``col`` must be ``requirement``."""
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise FrameError(
+            f"{kind} frame{' in ' + source if source else ''}: column {col!r} must be {requirement}, "
+            f"got {_show(df[col].iloc[row])} at row {row} (query_id={df['query_id'].iloc[row]!r})"
+        )
+
+
 def _check_numeric(df: pd.DataFrame, col: str, kind: str, source: str | None) -> None:
     """A numeric column holds real numbers: "1.5" (a string) and true (a bool) are refused, not
     silently converted."""
@@ -277,14 +287,7 @@ def validate_groups(df: pd.DataFrame, source: str | None = None) -> pd.DataFrame
         raise FrameError(f"groups frame: column 'G' must be an integer >= 1, got {df['G'].iloc[row]!r} at row {row}")
     if "grad_var" in df.columns:  # a variance: a negative one is a bug upstream, not a small number
         v = pd.to_numeric(df["grad_var"], errors="coerce").to_numpy(dtype=float)
-        bad = ~(v >= 0)
-        if bad.any():
-            row = int(np.flatnonzero(bad)[0])
-            raise FrameError(
-                f"groups frame{' in ' + source if source else ''}: column 'grad_var' must be a finite "
-                f"number >= 0 (a variance), got {_show(df['grad_var'].iloc[row])} at row {row} "
-                f"(query_id={df['query_id'].iloc[row]!r})"
-            )
+        _refuse_first(df, "grad_var", ~(v >= 0), "groups", source, "a finite number >= 0 (a variance)")
     return df.copy()
 
 
