@@ -1,11 +1,13 @@
-"""The README's math-run numbers (the Table 4 row and the measures table) against the committed
-tables of figures/cpu_math: a rerun that changes a table, or a README edit that drifts, fails here."""
+"""The math-run numbers of the README and the docs pages (the Table 4 row, wherever it is quoted, and
+the measures table of the findings page) against the committed tables of figures/cpu_math: a rerun
+that changes a table, or an edit that drifts, fails here."""
 
 import re
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from helpers.doc_pages import doc_pages
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = ROOT / "figures" / "cpu_math"
@@ -24,19 +26,26 @@ def _num(text: str) -> float:
     return float(text.replace("−", "-").strip("* "))
 
 
-def _readme_math_section() -> str:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    start = text.index("### Math (ASDiv), beside the paper's Table 4")
-    return text[start : text.index("### NarrativeQA", start)]
+HEADING = "### Math (ASDiv), beside the paper's Table 4"
+
+
+def _math_section() -> str:
+    """The math run's section of the findings page (whichever page holds it)."""
+    texts = [text for text in doc_pages().values() if HEADING in text]
+    assert len(texts) == 1, f"exactly one page (README.md or docs/) must hold {HEADING!r}"
+    start = texts[0].index(HEADING)
+    return texts[0][start : texts[0].index("### NarrativeQA", start)]
 
 
 @pytest.mark.skipif(not RUN.exists(), reason="no committed math run")
 def test_table4_row_matches_the_committed_table():
-    row = [s for s in _readme_math_section().splitlines() if s.startswith("| gcpo, ASDiv")][0]
-    values = [_num(c) for c in row.strip("|").split("|")[1:]]
+    rows = [s for text in doc_pages().values() for s in text.splitlines() if s.startswith("| gcpo, ASDiv")]
+    assert rows, "no '| gcpo, ASDiv' row in README.md or docs/"
     table = pd.read_csv(RUN / "tables" / "table4_grad_var.csv")
     rho = table[table["row"] == "Rho"].iloc[0]
-    assert values == [float(rho[c]) for c in ("Entropy", "SE", "CD", "BoT")]
+    for row in rows:
+        values = [_num(c) for c in row.strip("|").split("|")[1:]]
+        assert values == [float(rho[c]) for c in ("Entropy", "SE", "CD", "BoT")], row
 
 
 @pytest.mark.skipif(not RUN.exists(), reason="no committed math run")
@@ -45,7 +54,7 @@ def test_measures_table_matches_spearman_decomposition_and_size_control():
     dec = pd.read_csv(RUN / "tables" / "decomposition.csv").set_index("measure")
     sc = pd.read_csv(RUN / "tables" / "size_control.csv")
     pos = sc[sc["subset"] == "v_pos"].set_index(["statistic", "measure"])
-    rows = [s for s in _readme_math_section().splitlines() if s.split("|")[1:2] and s.split("|")[1].strip() in NAMES]
+    rows = [s for s in _math_section().splitlines() if s.split("|")[1:2] and s.split("|")[1].strip() in NAMES]
     assert len(rows) == 7
     for line in rows:
         cells = [c.strip() for c in line.strip("|").split("|")]

@@ -1,8 +1,8 @@
-"""The study numbers the README quotes are the committed tables', rounded once from the tables
-(2 decimals; 3 for the retrieval AUCs). Checked: the Spearman table (ρ, CI, CI width, N), the
-paired Δρ sentence, the retrieval sentence, the V = 0 decomposition table, and every
-gradient-size-control table (in README.md and in the proposed text notes/README_16s.md while it
-is not merged yet). A bold ρ must be exactly one whose Holm-adjusted p is < 0.05."""
+"""The study numbers that the README and the docs pages quote are the committed tables', rounded once
+from the tables (2 decimals; 3 for the retrieval AUCs). Checked, wherever they are quoted (README.md,
+docs/**/*.md; each must be quoted somewhere): the Spearman table (ρ, CI, CI width, N), the paired Δρ
+sentence, the retrieval sentence, the V = 0 decomposition table, and every gradient-size-control
+table. A bold ρ must be exactly one whose Holm-adjusted p is < 0.05."""
 
 import re
 from pathlib import Path
@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from helpers.doc_pages import doc_pages
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNS = {"default": "default_study", "cpu-large": "cpu_large", "cpu-math": "cpu_math"}
@@ -60,13 +61,20 @@ def _check_cell(cell: str, rho, lo, hi, p_holm=None, width=None, where=""):
         assert bool(bold) == bool(p_holm < 0.05), f"{where}: bold must mean Holm p < 0.05 (p_holm = {p_holm:.3g})"
 
 
-@pytest.fixture(scope="module")
-def readme() -> str:
-    return (ROOT / "README.md").read_text()
+def _quoted_tables(marker: str) -> list[tuple[str, list[list[str]]]]:
+    """(page, table) for every table with ``marker`` in its header, in README.md and docs/."""
+    found = [(page, table) for page, text in doc_pages().items() for table in _tables(text, marker)]
+    assert found, f"no table with {marker!r} in README.md or docs/: the numbers moved out of sight of this test"
+    return found
 
 
-def test_spearman_table(readme):
-    (table,) = _tables(readme, "| measure | default (N =")
+def _joined_pages() -> list[tuple[str, str]]:
+    return [(page, " ".join(text.split())) for page, text in doc_pages().items()]
+
+
+@pytest.mark.parametrize("page_table", _quoted_tables("| measure | default (N ="), ids=lambda pt: pt[0])
+def test_spearman_table(page_table):
+    _, table = page_table
     runs = [re.match(r"([\w-]+) \(N = (\d+)\)", h).groups() for h in table[0][1:]]
     for run, n in runs:
         assert (_table(run, "spearman")["n"] == int(n)).all(), run
@@ -77,8 +85,14 @@ def test_spearman_table(readme):
             _check_cell(cell, t.rho, t.ci_low, t.ci_high, t.p_holm, t.ci_high - t.ci_low, f"{run}/{measure}")
 
 
-def test_paired_delta_and_retrieval_sentences(readme):
-    text = " ".join(readme.split())
+def test_paired_delta_and_retrieval_sentences():
+    quoted = [(p, t) for p, t in _joined_pages() if "Paired Δρ = ρ(BoT) − ρ(u) on cpu-large" in t]
+    assert quoted, "the paired Δρ sentence is in neither README.md nor docs/"
+    for page, text in quoted:
+        _check_delta_and_retrieval(text, page)
+
+
+def _check_delta_and_retrieval(text: str, page: str):
     sentence = re.search(r"Paired Δρ = ρ\(BoT\) − ρ\(u\) on cpu-large: (.*?)\. ", text).group(1)
     names = {"entropy": "token_entropy", "SE": "se", "SE-LW": "se_lw", "KLE": "kle", "CD": "cd", "RD": "rd"}
     boot = _table("cpu-large", "bootstrap").set_index("measure")
@@ -106,8 +120,9 @@ def test_paired_delta_and_retrieval_sentences(readme):
     assert got[5:] == [round(p.delta, 2), round(p.ci_low, 2), round(p.ci_high, 2)]
 
 
-def test_decomposition_table(readme):
-    (table,) = _tables(readme, "(a) AUC for 1[V > 0]")
+@pytest.mark.parametrize("page_table", _quoted_tables("(a) AUC for 1[V > 0]"), ids=lambda pt: pt[0])
+def test_decomposition_table(page_table):
+    _, table = page_table
     d = _table("cpu-large", "decomposition").set_index("measure")
     n_all = re.search(r"\(all (\d+)\)", table[0][1]).group(1)
     n_pos = re.search(r"within the (\d+) V > 0", table[0][2]).group(1)
@@ -129,18 +144,8 @@ _STATS = {"ρ(u, V ∣ s)": "partial", "ρ(u, V / s)": "ratio", "ρ(u, s)": "nor
 _SUBSETS = {"all": "all", "V > 0": "v_pos", "V = 0": "v_zero"}
 
 
-def _size_tables():
-    texts = {"README.md": (ROOT / "README.md").read_text()}
-    notes = ROOT / "notes" / "README_16s.md"
-    if notes.exists():
-        texts[notes.name] = notes.read_text()
-    return [(src, t) for src, text in texts.items() for t in _tables(text, "| measure (gradient size, ")]
-
-
 def test_size_control_tables():
-    found = _size_tables()
-    assert found, "no gradient-size-control table in README.md or notes/README_16s.md"
-    for src, table in found:
+    for src, table in _quoted_tables("| measure (gradient size, "):
         run = re.match(r"measure \(gradient size, ([\w-]+)\)", table[0][0]).group(1)
         sc = _table(run, "size_control").set_index(["subset", "statistic", "measure"])
         cols = []
