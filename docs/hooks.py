@@ -15,12 +15,14 @@ import argparse
 import dataclasses
 import json
 import os
+import sys
 from pathlib import Path
 
 from mkdocs.plugins import event_priority
 from mkdocs.structure.files import File, Files
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # document the checkout being built, not another install of gcpo
 NOTEBOOKS = ("notebooks/01_gap_study.ipynb", "notebooks/02_gap_proofs.ipynb")
 # The committed runs, in the order the results section lists them: folder -> page title.
 RUNS = {
@@ -94,8 +96,7 @@ def cli_page() -> str:
     out = [
         "# The command line",
         "",
-        "Generated at build time from `gcpo --help` and each subcommand's `--help`"
-        " (`gcpo_analysis.cli.build_parser`).",
+        "Generated at build time from `gcpo --help` and each subcommand's `--help` (`gcpo_analysis.cli.build_parser`).",
         "",
         "```text",
         parser.format_help().rstrip(),
