@@ -260,7 +260,12 @@ def run_page(run: str, title: str) -> str:
     ]
     for md in sorted((folder / "tables").rglob("*.md")):
         rel = md.relative_to(ROOT).as_posix()
-        out += ["", f"## `{md.relative_to(folder / 'tables').as_posix()}`", "", f'--8<-- "{rel}"']
+        first = md.read_text(encoding="utf-8").split("\n", 1)[0]
+        if first.startswith("#"):  # the table's own title: this page's heading stands for it
+            out += ["", f"## `{md.relative_to(folder / 'tables').as_posix()}`: {first.lstrip('# ')}", ""]
+            out.append(f'--8<-- "{rel}:2"')  # from line 2
+        else:
+            out += ["", f"## `{md.relative_to(folder / 'tables').as_posix()}`", "", f'--8<-- "{rel}"']
     for png in sorted(folder.rglob("*.png")):
         rel = png.relative_to(ROOT).as_posix()
         out += ["", f"## Figure `{png.relative_to(folder).as_posix()}`", "", f"![{png.stem}](../../{rel})"]
