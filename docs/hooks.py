@@ -89,21 +89,26 @@ def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 
 
 def cli_page() -> str:
-    os.environ["COLUMNS"] = CLI_COLUMNS
     from gcpo_analysis.cli import build_parser
 
-    parser = build_parser()
+    before = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = CLI_COLUMNS
+    try:
+        parser = build_parser()
+        helps = [("", parser.format_help())]
+        helps += [(name, sub.format_help()) for name, sub in _subparsers(parser).items()]
+    finally:
+        if before is None:
+            del os.environ["COLUMNS"]
+        else:
+            os.environ["COLUMNS"] = before
     out = [
         "# The command line",
         "",
         "Generated at build time from `gcpo --help` and each subcommand's `--help` (`gcpo_analysis.cli.build_parser`).",
-        "",
-        "```text",
-        parser.format_help().rstrip(),
-        "```",
     ]
-    for name, sub in _subparsers(parser).items():
-        out += ["", f"## `gcpo {name}`", "", "```text", sub.format_help().rstrip(), "```"]
+    for name, text in helps:
+        out += [""] + ([f"## `gcpo {name}`", ""] if name else []) + ["```text", text.rstrip(), "```"]
     return "\n".join(out) + "\n"
 
 
@@ -112,14 +117,20 @@ def _cell(text: object) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
 
-def _default(f: dataclasses.Field) -> str:
+_REQUIRED = object()
+
+
+def _default_value(f: dataclasses.Field):
     if f.default is not dataclasses.MISSING:
-        value = f.default
-    elif f.default_factory is not dataclasses.MISSING:
-        value = f.default_factory()
-    else:
-        return "required"
-    return f"`{value!r}`"
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return _REQUIRED
+
+
+def _default(f: dataclasses.Field) -> str:
+    value = _default_value(f)
+    return "required" if value is _REQUIRED else f"`{value!r}`"
 
 
 def _type(f: dataclasses.Field) -> str:
@@ -129,14 +140,24 @@ def _type(f: dataclasses.Field) -> str:
 
 def field_table(cls, skip: frozenset[str] = frozenset()) -> str:
     """One row per field of a config dataclass: name, type, default, help (its metadata)."""
-    rows = ["| field | type | default | help |", "|---|---|---|---|"]
+    return "\n".join(["| field | type | default | help |", "|---|---|---|---|", *_field_rows(cls, skip, "")])
+
+
+def _field_rows(cls, skip: frozenset[str], prefix: str) -> list[str]:
+    """The rows of ``cls``'s fields; a field holding a config dataclass (settings nested in
+    another config) is listed field by field, as ``outer.inner``."""
+    rows = []
     for f in dataclasses.fields(cls):
         if f.name in skip or not f.init:
             continue
         if "help" not in f.metadata:
             raise ValueError(f"{cls.__name__}.{f.name} has no metadata['help']: every config field needs one")
-        rows.append(f"| `{f.name}` | {_type(f)} | {_cell(_default(f))} | {_cell(f.metadata['help'])} |")
-    return "\n".join(rows)
+        value = _default_value(f)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            rows += _field_rows(type(value), frozenset(), f"{prefix}{f.name}.")
+            continue
+        rows.append(f"| `{prefix}{f.name}` | {_type(f)} | {_cell(_default(f))} | {_cell(f.metadata['help'])} |")
+    return rows
 
 
 def config_page() -> str:

@@ -1,0 +1,76 @@
+"""The docs site's generated pages (docs/hooks.py): every config field reaches the configuration
+page with its default and help, a field without help stops the build, nested settings are listed
+field by field, and the CLI page has a section per subcommand. The whole site is built by
+`mkdocs build --strict` in .ci/run."""
+
+import dataclasses
+import importlib
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("mkdocs", reason="the docs extra is not installed")
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def hooks():
+    spec = importlib.util.spec_from_file_location("gcpo_docs_hooks", ROOT / "docs" / "hooks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@dataclasses.dataclass
+class _Inner:
+    a: int = dataclasses.field(default=1, metadata={"help": "inner a"})
+
+
+@dataclasses.dataclass
+class _Outer:
+    x: float = dataclasses.field(default=0.5, metadata={"help": "outer x"})
+    inner: _Inner = dataclasses.field(default_factory=_Inner, metadata={"help": "nested"})
+    s: str = dataclasses.field(default="r", metadata={"help": "a | in help"})
+
+
+@dataclasses.dataclass
+class _NoHelp:
+    y: int = 3
+
+
+def test_field_table_lists_nested_settings_and_escapes_pipes(hooks):
+    assert hooks.field_table(_Outer).splitlines() == [
+        "| field | type | default | help |",
+        "|---|---|---|---|",
+        "| `x` | `float` | `0.5` | outer x |",
+        "| `inner.a` | `int` | `1` | inner a |",
+        "| `s` | `str` | `'r'` | a \\| in help |",
+    ]
+
+
+def test_a_field_without_help_stops_the_build(hooks):
+    with pytest.raises(ValueError, match=r"_NoHelp.y has no metadata\['help'\]"):
+        hooks.field_table(_NoHelp)
+
+
+@pytest.mark.parametrize("where", ["gcpo_train.config:TrainConfig", "gcpo_analysis.study.config:StudyConfig"])
+def test_every_config_field_is_on_the_page_with_its_default(hooks, where):
+    module, name = where.split(":")
+    cls = getattr(importlib.import_module(module), name)
+    rows = {r.split("|")[1].strip(): r for r in hooks.field_table(cls).splitlines()[2:]}
+    for f in dataclasses.fields(cls):
+        if dataclasses.is_dataclass(hooks._default_value(f)):
+            continue  # listed field by field (test above)
+        assert f"`{f.name}`" in rows, f.name
+        assert f.metadata["help"].split()[0] in rows[f"`{f.name}`"], f.name
+
+
+def test_cli_page_has_every_subcommand(hooks):
+    from gcpo_analysis.cli import SUBCOMMANDS
+
+    page = hooks.cli_page()
+    for name in SUBCOMMANDS:
+        assert f"## `gcpo {name}`" in page and f"usage: gcpo {name}" in page, name
+    assert "unavailable" not in page
