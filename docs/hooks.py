@@ -44,9 +44,9 @@ def _outside_file(rel: str, config) -> File:
 def on_files(files: Files, config) -> Files:
     for rel in NOTEBOOKS:
         files.append(_outside_file(rel, config))
-    for run in RUNS:
-        for png in sorted((ROOT / "figures" / run).rglob("*.png")):
-            files.append(_outside_file(png.relative_to(ROOT).as_posix(), config))
+    # every committed figure, so that any page can show one (from docs/results/: ../figures/...)
+    for image in sorted((ROOT / "figures").rglob("*.png")):
+        files.append(_outside_file(image.relative_to(ROOT).as_posix(), config))
     pages = {
         "reference/cli.md": cli_page(),
         "reference/config.md": config_page(),
