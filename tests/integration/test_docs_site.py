@@ -74,3 +74,13 @@ def test_cli_page_has_every_subcommand(hooks):
     for name in SUBCOMMANDS:
         assert f"## `gcpo {name}`" in page and f"usage: gcpo {name}" in page, name
     assert "unavailable" not in page
+
+
+def test_readme_links_point_at_files():
+    """README.md is read on the forge, outside the site: its relative links must name committed files."""
+    import re
+
+    links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", (ROOT / "README.md").read_text(encoding="utf-8"))
+    local = [link for link in links if "://" not in link]
+    assert local, "the README links no page"
+    assert [link for link in local if not (ROOT / link).exists()] == []
