@@ -428,22 +428,6 @@ def write_figure(fig, path: str | Path, **savefig_kw) -> Path:
 
 
 def _atomic(path: Path, write) -> None:
-    import os
+    from .outputs import atomic_write
 
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        if path.is_dir():
-            raise IsADirectoryError(21, "is a folder, not a file", str(path))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write(tmp)
-        os.replace(tmp, path)
-    except OSError as err:
-        if err.filename is None:
-            err.filename = str(path)
-        raise
-    finally:
-        try:
-            if tmp.exists():
-                tmp.unlink()
-        except OSError:
-            pass
+    atomic_write(path, write)

@@ -29,12 +29,15 @@ import warnings
 from pathlib import Path
 
 from gcpo_analysis.frames import write_text
+from gcpo_analysis.outputs import is_temporary
 
 from .runlog import read_log
 
 LOCK_NAME, OWNER_NAME, REPLACED = ".gcpo.lock", ".gcpo.owner.json", ".gcpo-replaced"
 # What gcpo's loop and the TRL backend write at the top of a run folder: name -> the pattern of
 # the names allowed inside it (None: a file; "*": a folder written whole by TRL).
+# a writer killed mid-write leaves its temporary (gcpo_analysis.outputs.atomic_write's
+# ".<name>.<random>.gcpo-tmp"; older versions' "<name>.tmp"): gcpo's too
 _TMP = r"(\.tmp)?"
 RUN_ENTRIES = {
     "log.jsonl": None,
@@ -109,8 +112,15 @@ def foreign_files(entries) -> list[Path]:
         if not entry.is_dir():
             bad.append(entry)
         elif pattern != "*":
-            bad += [p for p in sorted(entry.iterdir()) if not re.fullmatch(pattern, p.name)]
+            bad += [p for p in sorted(entry.iterdir()) if not re.fullmatch(pattern, _target_name(p.name))]
     return bad
+
+
+def _target_name(name: str) -> str:
+    """The file an ``atomic_write`` temporary was to become (``name`` itself for any other)."""
+    if is_temporary(name):
+        return name[1:].rsplit(".", 2)[0]
+    return name
 
 
 def _remove(path: Path) -> None:

@@ -84,8 +84,15 @@ def _run_cli(args) -> int:
     values.update({f.name: getattr(args, f.name) for f in fields(StudyConfig) if getattr(args, f.name) is not None})
     if args.threshold is not None:
         values["threshold"] = args.threshold  # the old flag: StudyConfig warns
+    claimed = None
     if values.get("from_rollouts") and args.output is None:
-        values["output"] = str(run.reanalysis_folder(values["from_rollouts"]))
-    _, result = run.run_study(StudyConfig(**values))
+        claimed = run.reanalysis_folder(values["from_rollouts"])
+        values["output"] = str(claimed)
+    try:
+        _, result = run.run_study(StudyConfig(**values))
+    except BaseException:
+        if claimed is not None and not any(claimed.iterdir()):
+            claimed.rmdir()  # the folder claimed for this run, still empty: not left behind
+        raise
     print(result.to_markdown())  # the command's result on stdout; progress went to the log (stderr)
     return 0

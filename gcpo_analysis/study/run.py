@@ -28,11 +28,9 @@ log = logging.getLogger(__name__)
 def reanalysis_folder(rollouts_file) -> Path:
     """Default output of ``--from-rollouts``: a new folder ``reanalysis-N`` beside the source
     run (N = 1, 2, ...), so a re-analysis never writes over the run it reads."""
-    parent = Path(rollouts_file).resolve().parent
-    n = 1
-    while (parent / f"reanalysis-{n}").exists():
-        n += 1
-    return parent / f"reanalysis-{n}"
+    from ..outputs import claim_numbered_folder
+
+    return claim_numbered_folder(Path(rollouts_file).resolve().parent, "reanalysis")  # created: two runs never share N
 
 
 def _check_reanalysis_output(cfg: StudyConfig, out: Path) -> None:
@@ -52,6 +50,12 @@ def _check_reanalysis_output(cfg: StudyConfig, out: Path) -> None:
                 f"--output {out} already holds {name}; a re-analysis writes to a new folder "
                 f"(omit --output for reanalysis-N beside the source)"
             )
+    held = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
+    if held:  # a user's summary.md or tables are never replaced
+        raise ValueError(
+            f"--output {out} already holds {', '.join(held[:5])}{', ...' if len(held) > 5 else ''}; "
+            f"a re-analysis writes to a new or empty folder (omit --output for reanalysis-N beside the source)"
+        )
 
 
 # --------------------------------------------------------------------------- stages
