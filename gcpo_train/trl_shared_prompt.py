@@ -28,9 +28,9 @@ share_prompt is off; the hook's signature is not TRL 1.16's; active dropout (TRL
 model's dropout by default; the G rows would share one mask on their prompt); gradient
 checkpointing, TRL's default (the training forward only, which then keeps no cache; TRL turns
 checkpointing off for the old-policy and reference passes, which still share); DeepSpeed ZeRO-3
-or FSDP (sharded parameters, not tested here); a model whose forward takes no
-a key/value cache (``cache``, or ``past_key_values`` before transformers 5.24); a prompt-learning PEFT adapter; multimodal inputs; TRL's MoE aux loss;
-TRL's entropy bonus (it needs gradients through the entropy).
+or FSDP (sharded parameters, not tested here); a model whose forward takes no key/value cache
+(``cache``, or ``past_key_values`` before transformers 5.24); a prompt-learning PEFT adapter;
+multimodal inputs; TRL's MoE aux loss; TRL's entropy bonus (it needs gradients through the entropy).
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def static_fallback(trainer, base_cls, generation: bool = False) -> str | None:
     if getattr(trainer, "is_deepspeed_enabled", False) and getattr(plugin, "zero_stage", None) == 3:
         return "DeepSpeed ZeRO-3 (sharded parameters; the shared-prompt pass is not tested under ZeRO-3)"
     if cache_argument(trainer.model) is None:
-        return f"the model ({type(trainer.model).__name__}) takes no key/value cache (no cache or past_key_values argument)"
+        return f"the model ({type(trainer.model).__name__}) takes no key/value cache (no cache/past_key_values)"
     peft_cfg = getattr(trainer.model, "active_peft_config", None)
     if peft_cfg is not None and getattr(peft_cfg, "is_prompt_learning", False):
         return "a prompt-learning PEFT adapter (virtual tokens are prepended to every row)"
@@ -204,9 +204,8 @@ def shared_prefill_generate(model, generate):
     (``gcpo_analysis.tokens.position_ids``), the cache is copied to the prompt's rows, and ``generate`` continues
     from it (only the last prompt token and the new tokens run per row). The sampler and its
     random draws are generate's, so the samples are the plain call's up to float rounding."""
-    from gcpo_analysis.tokens import position_ids
-
     from gcpo_analysis.prompt_cache import CACHE_ARGUMENTS
+    from gcpo_analysis.tokens import position_ids
 
     from .logprobs import cache_argument, output_cache, run_prompt_once
 
