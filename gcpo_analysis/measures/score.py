@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..frames import validate_rollouts
+from ..frames import id_order, validate_rollouts
 from ..vocab import (
     CLUSTERS,
     DEFAULT_MEASURES,
@@ -99,7 +99,7 @@ def score_groups(
                 raise ValueError(f"measure {m.name!r} needs the rollouts column {col!r}, which is missing")
     # auto (None): the full completion when every rollout's dataset is a math one (vocab)
     text_col = "completion" if full_completion(use_full_completion, df.get("dataset")) else "answer"
-    df = df.sort_values(["query_id", "rollout_id"], kind="stable")
+    df = df.sort_values("rollout_id", kind="stable", key=id_order)  # "2" before "10", as 2 before 10
     order = pd.unique(rollouts["query_id"])  # keep the caller's query order
     grouped = {q: g for q, g in df.groupby("query_id", sort=False)}
     groups = [grouped[q] for q in order]
