@@ -280,8 +280,9 @@ def validate_groups(df: pd.DataFrame, source: str | None = None) -> pd.DataFrame
     dup = df["query_id"].duplicated().to_numpy()
     if dup.any():
         row = int(np.flatnonzero(dup)[0])
+        where = f" in {source}" if source else ""
         raise FrameError(
-            f"groups frame{' in ' + source if source else ''}: query_id {_show(df['query_id'].iloc[row])} repeats at row {row}; one row per query"
+            f"groups frame{where}: query_id {_show(df['query_id'].iloc[row])} repeats at row {row}; one row per query"
         )
     g = pd.to_numeric(df["G"], errors="coerce").to_numpy(dtype=float)
     bad = ~np.isfinite(g) | (g < 1)
