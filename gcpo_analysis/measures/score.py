@@ -152,7 +152,8 @@ def score_groups(
         meta["embedder"] = embedder.describe()
     if CLUSTERS in needs:
         meta["judge"] = judge.describe()
-        meta["clustering"] = stats
+        meta["clustering"] = {k: v for k, v in stats.items() if k != "texts_cut"}
+    meta["texts_cut"] = int(stats.get("texts_cut", 0))  # cut to prepare.MAX_TEXT_CHARS (a warning said so)
 
     out = pd.DataFrame({"query_id": order, "G": sizes})
     out["mean_reward"] = [r.mean() for r in rewards]
