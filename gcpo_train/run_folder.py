@@ -161,17 +161,18 @@ class RunFolder:
 
     # ------------------------------------------------------------------ start-up
     def prepare(
-        self, *, resume: bool, overwrite: bool, load_latest, config_hash: str | None = None
+        self, *, resume: bool, overwrite: bool, load_latest, config_hash: str | None = None, steps: int | None = None
     ) -> tuple[int, str | None]:
         """Check the folder and return (first step to run, the checkpoint resumed from or None).
 
         ``load_latest()`` restores the newest usable checkpoint into the model, optimizer and
         scheduler and returns (state, path), or (None, None) when there is none. Only the main
-        process writes or moves files."""
+        process writes or moves files. ``steps``: the run's last step; resuming a checkpoint at or
+        past it is refused before anything of the run (its log, run.json) is rewritten."""
         out = self.out
         self._recover_replaced()
         if resume:
-            return self._resume(load_latest, config_hash)
+            return self._resume(load_latest, config_hash, steps)
         existing = [p for p in run_entries(out) if p.name != REPLACED]
         if any(p.name in RUN_MARKERS or TRL_CHECKPOINT.fullmatch(p.name) for p in existing) and not overwrite:
             raise ValueError(
@@ -214,9 +215,15 @@ class RunFolder:
             aside.rmdir()
         self._before = {p.name for p in self.out.iterdir()}
 
-    def _resume(self, load_latest, config_hash) -> tuple[int, str | None]:
+    def _resume(self, load_latest, config_hash, steps=None) -> tuple[int, str | None]:
         out, log = self.out, self.out / "log.jsonl"
         state, latest = load_latest()
+        if latest is not None and steps is not None and state["step"] >= steps:
+            raise ValueError(
+                f"--resume: {out} already reached step {state['step']} (checkpoint {Path(latest).name}) and "
+                f"steps is {steps}: nothing to train, and the run's record is left as it is; pass "
+                f"--steps greater than {state['step']} to train further"
+            )
         rows = read_log(log) if log.exists() else []
         if latest is None:
             if rows:
@@ -278,12 +285,21 @@ def _recorded_hash(out: Path):
 
 
 def prepare_run_folder(
-    out: Path, *, resume: bool, overwrite: bool, is_main: bool, load_latest, config_hash: str | None = None
+    out: Path,
+    *,
+    resume: bool,
+    overwrite: bool,
+    is_main: bool,
+    load_latest,
+    config_hash: str | None = None,
+    steps: int | None = None,
 ) -> tuple[int, str | None]:
     """``RunFolder(out).prepare(...)`` without the lock, the replaced run deleted at once (callers
     that hold no lock and keep no way back)."""
     folder = RunFolder(out, is_main=is_main)
-    first = folder.prepare(resume=resume, overwrite=overwrite, load_latest=load_latest, config_hash=config_hash)
+    first = folder.prepare(
+        resume=resume, overwrite=overwrite, load_latest=load_latest, config_hash=config_hash, steps=steps
+    )
     folder.started()
     return first
 

@@ -484,6 +484,7 @@ class GCPOLoopTrainer:
             resume=self.config.resume,
             overwrite=self.config.overwrite,
             config_hash=self.config.config_hash(),
+            steps=self.config.steps,
             load_latest=lambda: ckpt.load_latest_usable(
                 self.out, model=self.policy, optimizer=self.optimizer, scheduler=self.scheduler, config=self.config
             ),

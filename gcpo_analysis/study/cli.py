@@ -19,7 +19,9 @@ packaged MiniLM embedder and the offline embedding judge.
 from __future__ import annotations
 
 import argparse
+import shutil
 from dataclasses import fields
+from pathlib import Path
 from typing import Any
 
 from ..vocab import field_kinds
@@ -84,15 +86,18 @@ def _run_cli(args) -> int:
     values.update({f.name: getattr(args, f.name) for f in fields(StudyConfig) if getattr(args, f.name) is not None})
     if args.threshold is not None:
         values["threshold"] = args.threshold  # the old flag: StudyConfig warns
-    claimed = None
-    if values.get("from_rollouts") and args.output is None:
-        claimed = run.reanalysis_folder(values["from_rollouts"])
-        values["output"] = str(claimed)
+    fresh = None  # a re-analysis's new folder: a failed run leaves none of it (nothing to resume)
+    if values.get("from_rollouts"):
+        if args.output is None:
+            fresh = run.reanalysis_folder(values["from_rollouts"])  # claimed: created here
+            values["output"] = str(fresh)
+        elif not Path(values["output"]).exists():
+            fresh = Path(values["output"])
     try:
         _, result = run.run_study(StudyConfig(**values))
     except BaseException:
-        if claimed is not None and not any(claimed.iterdir()):
-            claimed.rmdir()  # the folder claimed for this run, still empty: not left behind
+        if fresh is not None and fresh.is_dir():
+            shutil.rmtree(fresh)
         raise
     print(result.to_markdown())  # the command's result on stdout; progress went to the log (stderr)
     return 0

@@ -224,6 +224,14 @@ def _from_rollouts(cfg: StudyConfig, timer: _Timer, card: dict):
             f"is in {target_file} (e.g. {rollouts['query_id'].iloc[0]!r} vs "
             f"{groups['query_id'].iloc[0]!r})"
         )
+    unmatched = [q for q in rollouts["query_id"].unique() if q not in known]
+    if unmatched:  # named as what they are, not later as "non-finite" targets
+        card["unmatched_queries"] = len(unmatched)
+        warnings.warn(
+            f"{len(unmatched)} of the {rollouts['query_id'].nunique()} query ids of {cfg.from_rollouts} are not "
+            f"in {target_file} (e.g. {unmatched[0]!r}): no {cfg.target}, left out of the statistics",
+            stacklevel=2,
+        )
     # Every column of the source groups frame is carried over (grad_norm2_mean, t_generate, ...):
     # a re-analysis adds what it computes and never drops what it did not.
     return rollouts, groups, grams

@@ -358,3 +358,14 @@ def test_an_unknown_key_in_a_checkpoints_config_json_is_one_line(tmp_path, capsy
     (ckpt / "config.json").write_text(json.dumps({**saved, "future_knob": 1}))
     rc, err = _cli(["export", str(ckpt), str(tmp_path / "out"), "--no-check"], capsys)
     assert rc == 2 and "future_knob" in err and len(err.splitlines()) == 1
+
+
+def test_resume_with_fewer_steps_than_done_is_refused_and_the_record_kept(tmp_path):
+    """`--resume --steps 1` on a 3-step run: nothing to train, so nothing of the run is
+    rewritten (its run.json recorded steps 1 before; issue 27)."""
+    run = _run(tmp_path, steps=3)
+    before = _snapshot(run)
+    for steps in (1, 3):
+        with pytest.raises(ValueError, match=f"already reached step 3 .* steps is {steps}.*greater than 3"):
+            make(tmp_path, "run", steps=steps, checkpoint_every=1, resume=True).train()
+        assert _snapshot(run) == before
