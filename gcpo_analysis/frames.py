@@ -337,8 +337,8 @@ def read_table(path: str | Path, kind: str = "rollouts", text_columns=()) -> pd.
 
 
 # pandas' default NA strings, read as missing only in a CSV's non-text columns (numbers)
-CSV_NA_STRINGS = ("", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN")
-CSV_NA_STRINGS += ("<NA>", "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null")
+CSV_NA_STRINGS: tuple[str, ...] = ("", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND")
+CSV_NA_STRINGS += ("1.#QNAN", "<NA>", "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null")
 
 
 def _read_csv(path: Path, text_columns) -> pd.DataFrame:

@@ -53,7 +53,7 @@ def cap_texts(groups: Sequence[Sequence[str]] | None, limit: int = MAX_TEXT_CHAR
     return out, cut
 
 
-def _warn_costs(texts, n_cut: int) -> None:
+def _warn_costs(texts: Sequence[Sequence[str]], n_cut: int) -> None:
     import warnings
 
     if n_cut:
