@@ -178,3 +178,13 @@ def test_export_overwrite_refuses_a_file_the_export_did_not_write(tmp_path):
     with pytest.raises(ValueError, match="my_notes.txt.*nothing was deleted"):
         check_output(out, ckpt, overwrite=True)
     assert (out / "my_notes.txt").read_text() == "mine"
+
+
+def test_a_reanalysis_into_a_folder_being_written_is_refused(tmp_path, capsys):
+    src = _rerun_source(tmp_path)
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    with outputs.folder_lock(busy):  # another re-analysis writes there
+        rc = main(["study", "--from-rollouts", str(src / "rollouts.parquet"), "--output", str(busy)])
+    assert rc == 2 and "--output" in capsys.readouterr().err
+    assert busy.is_dir() and not any(busy.iterdir())  # not removed: this run did not create it
