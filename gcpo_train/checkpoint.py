@@ -29,7 +29,7 @@ from typing import TypeVar
 import numpy as np
 
 from gcpo_analysis.models import require
-from gcpo_analysis.outputs import TMP_SUFFIX
+from gcpo_analysis.outputs import TMP_SUFFIX, is_temporary
 
 from .config import TrainConfig
 
@@ -133,6 +133,9 @@ def save_checkpoint(
             f"step {step}: {len(bad)} trainable tensor(s) are NaN or infinite (e.g. {bad[0]}); checkpoint not saved"
         )
     final.parent.mkdir(parents=True, exist_ok=True)
+    for stale in final.parent.iterdir():  # left by a killed run (this run holds the folder's lock)
+        if is_temporary(stale.name) and stale.is_dir() and not stale.is_symlink():
+            shutil.rmtree(stale)
     # a fresh folder of a random name (never one that exists, nor a symlink left there)
     tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.", suffix=TMP_SUFFIX))
     try:

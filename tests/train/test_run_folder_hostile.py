@@ -346,8 +346,20 @@ def test_disk_full_during_a_checkpoint_is_one_line_and_leaves_no_tmp(tmp_path, m
     monkeypatch.setattr(torch, "save", full)
     with pytest.raises(OSError, match="checkpoint step_000001 not written"):
         make(tmp_path, "run", steps=1, checkpoint_every=1).train()
-    assert not list((tmp_path / "run" / "checkpoints").glob("*.tmp"))
+    assert not list((tmp_path / "run" / "checkpoints").glob("*tmp"))
     assert ckpt.latest_checkpoint(tmp_path / "run") is None
+
+
+def test_a_killed_checkpoints_temporary_folder_is_cleared_by_the_next(tmp_path):
+    """Checkpoints are written into a fresh mkdtemp folder; one left by a killed run is removed
+    when the run (holding its folder's lock) writes its next checkpoint."""
+    run = _run(tmp_path, steps=1)
+    stale = run / "checkpoints" / ".step_000002.killed.gcpo-tmp"
+    stale.mkdir()
+    (stale / "trainable.pt").write_bytes(b"half")
+    make(tmp_path, "run", steps=2, checkpoint_every=1, resume=True).train()
+    names = sorted(p.name for p in (run / "checkpoints").iterdir())
+    assert names == ["step_000001", "step_000002"]
 
 
 # ----------------------------------------------------------------------------- a checkpoint's config
