@@ -100,7 +100,7 @@ def _run_score(args) -> int:
     if out.suffix.lower() not in (".parquet", ".jsonl", ".csv"):
         out = out.with_suffix(".parquet")
     source = Path(args.rollouts).resolve()
-    from .outputs import check_output
+    from .outputs import check_output, staged_outputs
 
     for target in (out, out.with_suffix(".csv"), out.with_suffix(".meta.json")):
         if target.resolve() == source:
@@ -128,10 +128,11 @@ def _run_score(args) -> int:
     )
     meta = dict(groups.attrs.get("gcpo", {}), source=str(args.rollouts), **notes)  # with the scores it concerns
     groups.attrs = {}
-    write_frame(groups, out)
-    if args.csv:
-        write_frame(groups, out.with_suffix(".csv"))
-    write_text(out.with_suffix(".meta.json"), json.dumps(meta, indent=2, default=str))
+    with staged_outputs():  # the frame, its CSV and its sidecar replace the old ones together
+        write_frame(groups, out)
+        if args.csv:
+            write_frame(groups, out.with_suffix(".csv"))
+        write_text(out.with_suffix(".meta.json"), json.dumps(meta, indent=2, default=str))
     print(f"wrote {out} ({len(groups)} queries) and {out.with_suffix('.meta.json')}")
     return 0
 

@@ -95,14 +95,15 @@ def validate_rollouts(df: pd.DataFrame, source: str | None = None) -> pd.DataFra
         if nulls.any():
             row = int(np.flatnonzero(nulls)[0])
             raise FrameError(
-                f"rollouts frame: column {col!r} is null at row {row} (query_id={df['query_id'].iloc[row]!r})"
+                f"rollouts frame: column {col!r} is null at row {row} (query_id={_show(df['query_id'].iloc[row])})"
             )
     dup = df.duplicated(["query_id", "rollout_id"]).to_numpy()
     if dup.any():
         row = int(np.flatnonzero(dup)[0])
         raise FrameError(
             f"rollouts frame: duplicate (query_id, rollout_id) = "
-            f"({df['query_id'].iloc[row]!r}, {df['rollout_id'].iloc[row]!r}) at row {row}"
+            f"({_show(df['query_id'].iloc[row])}, {_show(df['rollout_id'].iloc[row])}) at row {row}"
+            f"{' of ' + source if source else ''}; each rollout of a query needs its own rollout_id"
         )
     out = df.copy()
     out["reward"] = out["reward"].astype(float)
@@ -246,7 +247,7 @@ def _refuse_first(df: pd.DataFrame, col: str, bad, kind: str, source: str | None
         row = int(np.flatnonzero(bad)[0])
         raise FrameError(
             f"{kind} frame{' in ' + source if source else ''}: column {col!r} must be {requirement}, "
-            f"got {_show(df[col].iloc[row])} at row {row} (query_id={df['query_id'].iloc[row]!r})"
+            f"got {_show(df[col].iloc[row])} at row {row} (query_id={_show(df['query_id'].iloc[row])})"
         )
 
 
@@ -279,7 +280,10 @@ def validate_groups(df: pd.DataFrame, source: str | None = None) -> pd.DataFrame
     dup = df["query_id"].duplicated().to_numpy()
     if dup.any():
         row = int(np.flatnonzero(dup)[0])
-        raise FrameError(f"groups frame: query_id {df['query_id'].iloc[row]!r} repeats at row {row}")
+        where = f" in {source}" if source else ""
+        raise FrameError(
+            f"groups frame{where}: query_id {_show(df['query_id'].iloc[row])} repeats at row {row}; one row per query"
+        )
     g = pd.to_numeric(df["G"], errors="coerce").to_numpy(dtype=float)
     bad = ~np.isfinite(g) | (g < 1)
     if bad.any():
@@ -323,13 +327,47 @@ def read_table(path: str | Path, kind: str = "rollouts", text_columns=()) -> pd.
         df = pd.read_parquet(path)
     elif suffix in (".jsonl", ".ndjson"):
         df = _read_jsonl(path)
-    elif suffix == ".json":
-        df = pd.read_json(path)
-    elif suffix == ".csv":  # ids and texts as written: "01" and "1" are two queries, "42" is text
-        df = pd.read_csv(path, dtype={c: str for c in CSV_TEXT_COLUMNS + tuple(text_columns)})
+    elif suffix == ".json":  # values as written: no type guessing ("01" stays a string, not 1)
+        df = pd.read_json(path, dtype=False)
+    elif suffix == ".csv":
+        df = _read_csv(path, CSV_TEXT_COLUMNS + tuple(text_columns))
     else:
         raise FrameError(f"{path}: unknown frame format {suffix!r} (use .parquet, .jsonl or .csv)")
     return df
+
+
+# pandas' default NA strings, read as missing only in a CSV's non-text columns (numbers)
+CSV_NA_STRINGS: tuple[str, ...] = ("", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND")
+CSV_NA_STRINGS += ("1.#QNAN", "<NA>", "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null")
+
+
+def _read_csv(path: Path, text_columns) -> pd.DataFrame:
+    """A CSV with its id and text columns as written: strings ("01" and "1" are two queries, "42"
+    is text) and "None", "NA", "null" or an empty cell as those texts, not as missing values
+    (which pandas makes of them by default); other columns read pandas' NA strings as missing."""
+    header = pd.read_csv(path, nrows=0).columns
+    text = [c for c in header if c in text_columns]
+    return pd.read_csv(
+        path,
+        dtype={c: str for c in text},
+        keep_default_na=False,
+        na_values={c: list(CSV_NA_STRINGS) for c in header if c not in text},
+    )
+
+
+def id_order(ids: pd.Series) -> pd.Series:
+    """A sort key for an id column that orders the ids as the data does in every format: numbers
+    and strings of digits by their value ("2" before "10", as 2 before 10; "01" before "1", both
+    kept), other strings after them, as strings. ``sort_values(key=id_order)``."""
+
+    def key(v):
+        if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+            return (0, int(v), "")
+        text = str(v)
+        return (0, int(text), text) if text.isascii() and text.isdigit() else (1, 0, text)
+
+    ranks = {v: k for k, v in enumerate(sorted(pd.unique(ids), key=key))}
+    return ids.map(ranks)
 
 
 def map_rollout_columns(df: pd.DataFrame, columns: dict, source: str | None = None) -> pd.DataFrame:
@@ -428,22 +466,6 @@ def write_figure(fig, path: str | Path, **savefig_kw) -> Path:
 
 
 def _atomic(path: Path, write) -> None:
-    import os
+    from .outputs import atomic_write
 
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        if path.is_dir():
-            raise IsADirectoryError(21, "is a folder, not a file", str(path))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write(tmp)
-        os.replace(tmp, path)
-    except OSError as err:
-        if err.filename is None:
-            err.filename = str(path)
-        raise
-    finally:
-        try:
-            if tmp.exists():
-                tmp.unlink()
-        except OSError:
-            pass
+    atomic_write(path, write)

@@ -38,11 +38,19 @@ def _label(frame: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def _yerr(y, lo, hi) -> list:
+    """matplotlib's [below, above] error lengths of a CI [lo, hi] around y, clipped at 0: a bound
+    equal to its estimate (few V > 0 groups, --n-boot 1) can sit a rounding error past it, and a
+    negative length is an error that would cost the figure (issue 27)."""
+    y, lo, hi = (np.asarray(v, dtype=float) for v in (y, lo, hi))
+    return [np.clip(y - lo, 0, None), np.clip(hi - y, 0, None)]
+
+
 def _errorbars(ax, x, y, lo, hi, color):
     ax.errorbar(
         x,
         y,
-        yerr=[np.asarray(y) - np.asarray(lo), np.asarray(hi) - np.asarray(y)],
+        yerr=_yerr(y, lo, hi),
         fmt="none",
         ecolor="black",
         capsize=3,
@@ -128,7 +136,7 @@ def figure1(results, path=None):
         ax[2].errorbar(
             xb,
             b["delta"],
-            yerr=[b["delta"] - b["ci_low"], b["ci_high"] - b["delta"]],
+            yerr=_yerr(b["delta"], b["ci_low"], b["ci_high"]),
             fmt="o",
             color=palette[3],
             capsize=4,
@@ -237,7 +245,7 @@ def decomposition(result, path=None):
         ok = d[col].notna()
         x = np.flatnonzero(ok.to_numpy())
         y, lo, hi = d.loc[ok, col], d.loc[ok, col + "_ci_low"], d.loc[ok, col + "_ci_high"]
-        a.errorbar(x, y, yerr=[y - lo, hi - y], fmt="o", color=color, capsize=4)
+        a.errorbar(x, y, yerr=_yerr(y, lo, hi), fmt="o", color=color, capsize=4)
         a.axhline(line, color="grey", lw=1, ls="--", label=line_label)
         if line_label:
             a.legend(fontsize=8, loc="best")
@@ -294,7 +302,7 @@ def size_control(result, path=None):
             y, lo, hi = (rows[c].to_numpy(float)[ok] for c in ("rho", "ci_low", "ci_high"))
             n = int(rows["n"].dropna().iloc[0])
             a.errorbar(
-                x[ok], y, yerr=[y - lo, hi - y], fmt="o", color=palette[sub], capsize=3, label=f"{lab} (N = {n})"
+                x[ok], y, yerr=_yerr(y, lo, hi), fmt="o", color=palette[sub], capsize=3, label=f"{lab} (N = {n})"
             )
         a.axhline(0, color="grey", lw=1, ls="--")
         a.set(title=title, ylabel="ρ")
@@ -548,3 +556,23 @@ def lipschitz_plot(
     if path is not None:
         save_figure(fig, path)
     return fig
+
+
+def draw_each(figures: dict) -> dict[str, str]:
+    """Draw each figure (name -> a callable, or None to skip) on its own: one that fails is named
+    in a warning and skipped, so a figure never costs the others, the tables or the summary
+    (issue 27). Returns {name: why} for the figures not drawn."""
+    import warnings
+
+    failed = {}
+    for name, draw in figures.items():
+        if draw is None:
+            continue
+        try:
+            draw()
+        except Exception as err:  # noqa: BLE001 - any plotting error: this figure only
+            failed[name] = f"{type(err).__name__}: {err}"
+            warnings.warn(f"figure {name!r} not drawn ({failed[name]}); the tables are unaffected", stacklevel=2)
+        finally:
+            plt.close("all")
+    return failed

@@ -14,6 +14,10 @@ from __future__ import annotations
 
 from .models import require
 
+# The name of a model's key/value-cache argument (and output field): transformers 5.24 renamed
+# ``past_key_values`` to ``cache``. Read from the model's forward signature, not the version.
+CACHE_ARGUMENTS = ("cache", "past_key_values")
+
 
 def forward_parameters(model) -> set:
     """Names of the keyword arguments the underlying model's ``forward`` takes (through DDP and peft)."""
@@ -25,17 +29,33 @@ def forward_parameters(model) -> set:
     return set(inspect.signature(base.forward).parameters)
 
 
+def cache_argument(model) -> str | None:
+    """The name under which ``model``'s forward takes a key/value cache (``CACHE_ARGUMENTS``),
+    or None when it takes none (then every row runs in full: callers warn and record it)."""
+    params = forward_parameters(model)
+    return next((name for name in CACHE_ARGUMENTS if name in params), None)
+
+
+def output_cache(out):
+    """The key/value cache of a forward's output, under either name (``CACHE_ARGUMENTS``)."""
+    for name in CACHE_ARGUMENTS:
+        cache = getattr(out, name, None)
+        if cache is not None:
+            return cache
+    raise TypeError(f"the model's output ({type(out).__name__}) holds no key/value cache (use_cache=True)")
+
+
 def run_prompt_once(model, prompt_ids, repeats: int, attention_mask=None, on_shared=None, **model_kwargs):
     """The forward of one prompt (1, P) with its keys/values then repeated ``repeats`` times in
     the batch (``Cache.batch_repeat_interleave``): the cache the G rollouts of a group continue
     from, computed once instead of G times. Only the last position's logits are kept where the
-    model allows it. Returns the model output (``.logits``, ``.past_key_values``).
+    model allows it. Returns the model output (``.logits``; its cache: ``output_cache``).
     ``model_kwargs`` go to the forward (e.g. generate's ``position_ids`` for left-padded prompts).
     ``on_shared(shared, repeated)``: called with the cache's key/value tensors before and after
     the repeat (``track_gradvar`` takes each rollout's gradient on them)."""
     keep = {"logits_to_keep": 1} if "logits_to_keep" in forward_parameters(model) else {}
     out = model(input_ids=prompt_ids, attention_mask=attention_mask, use_cache=True, **keep, **model_kwargs)
-    cache = out.past_key_values
+    cache = output_cache(out)
     if on_shared is None:
         cache.batch_repeat_interleave(repeats)
         return out
@@ -85,7 +105,7 @@ def shared_prompt_logits(
         rest = model(
             input_ids=completion_ids[:, :-1],
             attention_mask=torch.cat([ones, completion_mask[:, :-1]], dim=1),
-            past_key_values=prompt.past_key_values,
+            **{cache_argument(model) or "past_key_values": output_cache(prompt)},
             position_ids=positions,
             use_cache=True,
         )

@@ -20,6 +20,7 @@ import json
 import os
 import random
 import shutil
+import tempfile
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +29,7 @@ from typing import TypeVar
 import numpy as np
 
 from gcpo_analysis.models import require
+from gcpo_analysis.outputs import TMP_SUFFIX, is_temporary
 
 from .config import TrainConfig
 
@@ -47,11 +49,7 @@ def complete_checkpoints(output_dir) -> list[Path]:
     root = Path(output_dir) / "checkpoints"
     if not root.exists():
         return []
-    done = [
-        p
-        for p in root.glob("step_*")
-        if p.is_dir() and (p / "state.json").exists() and not p.name.endswith(".tmp") and p.name[5:].isdigit()
-    ]
+    done = [p for p in root.glob("step_*") if p.is_dir() and (p / "state.json").exists() and p.name[5:].isdigit()]
     return sorted(done, key=lambda p: int(p.name[5:]), reverse=True)
 
 
@@ -128,13 +126,18 @@ def save_checkpoint(
     Non-finite weights are refused (``DivergedRun``); a failed write (a full disk) removes the
     temporary folder and raises OSError naming the checkpoint."""
     final = checkpoint_dir(output_dir, step)
-    tmp = final.with_name(final.name + ".tmp")
     weights = trainable_state(model)
     bad = nonfinite_tensors(weights)
     if bad:
         raise DivergedRun(
             f"step {step}: {len(bad)} trainable tensor(s) are NaN or infinite (e.g. {bad[0]}); checkpoint not saved"
         )
+    final.parent.mkdir(parents=True, exist_ok=True)
+    for stale in final.parent.iterdir():  # left by a killed run (this run holds the folder's lock)
+        if is_temporary(stale.name) and stale.is_dir() and not stale.is_symlink():
+            shutil.rmtree(stale)
+    # a fresh folder of a random name (never one that exists, nor a symlink left there)
+    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.", suffix=TMP_SUFFIX))
     try:
         _write_checkpoint(
             tmp,
@@ -161,9 +164,6 @@ def save_checkpoint(
 
 def _write_checkpoint(tmp: Path, weights: dict, *, model, optimizer, scheduler, config, step, data_position) -> None:
     torch = require("torch")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
     torch.save(weights, tmp / "trainable.pt")
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
     torch.save(scheduler.state_dict(), tmp / "scheduler.pt")

@@ -21,11 +21,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 import time
 from pathlib import Path
 
 from gcpo_analysis import __version__
 from gcpo_analysis.models import require
+from gcpo_analysis.outputs import TMP_SUFFIX
 
 from .checkpoint import load_trained, newest_usable, read_state
 from .config import DTYPES
@@ -55,7 +57,31 @@ def check_output(out, source, overwrite: bool) -> Path:
             f"output {out} exists and is not a gcpo export (no {PROVENANCE}); "
             f"refusing to replace it, even with --overwrite"
         )
+    foreign = foreign_files(out)
+    if foreign:
+        names = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+        raise ValueError(
+            f"--overwrite: {out} holds files the earlier export did not write ({names}); "
+            f"move them out of the folder first, nothing was deleted"
+        )
     return out
+
+
+def foreign_files(out: Path) -> list[str]:
+    """The files of an earlier export ``out`` that its ``gcpo_export.json`` does not list as
+    written by it (an export from before the list: everything but the provenance is listed as
+    its own only when a model's config.json is there)."""
+    if not (out / PROVENANCE).exists():
+        return []
+    try:
+        written = json.loads((out / PROVENANCE).read_text()).get("files")
+    except (OSError, ValueError, AttributeError):
+        written = None
+    present = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if not p.is_dir())
+    if written is None:  # an export written before the list existed: only its model files are known
+        return [] if (out / "config.json").exists() else [n for n in present if n != PROVENANCE]
+    own = set(written) | {PROVENANCE}
+    return [n for n in present if n not in own]
 
 
 def load_checkpoint_policy(path):
@@ -208,15 +234,15 @@ def _export(checkpoint, out: Path, dtype, overwrite: bool, check: bool) -> dict:
     dtype = dtype or cfg.dtype
     expected = probe_logits(model, tokenizer) if check else None
     model = drop_gguf_quantizer(merge_lora(model)).to(getattr(torch, dtype))
-    tmp = out.with_name(f".{out.name}.export-tmp")
-    if tmp.exists():  # left by a killed export
-        shutil.rmtree(tmp)
+    # a fresh folder of a random name beside OUT (never one that exists, nor a symlink there)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=TMP_SUFFIX))
     try:
         write_model(model, tokenizer, tmp)
         diff = (
             verify(tmp, expected, tokenizer, dtype, cfg.dtype == dtype == "float32") if expected is not None else None
         )
         record = provenance(source, state, cfg, dtype, diff)
+        record["files"] = sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if not p.is_dir())
         (tmp / PROVENANCE).write_text(json.dumps(record, indent=2) + "\n")
         _move_into_place(tmp, out)
     finally:
@@ -230,10 +256,8 @@ def _move_into_place(tmp: Path, out: Path) -> None:
     if not out.exists():
         os.replace(tmp, out)
         return
-    old = out.with_name(f".{out.name}.export-old")
-    if old.exists():
-        shutil.rmtree(old)
-    os.replace(out, old)
+    old = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.old.", suffix=TMP_SUFFIX))
+    os.replace(out, old / out.name)
     os.replace(tmp, out)
     shutil.rmtree(old)
 

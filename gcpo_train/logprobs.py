@@ -24,14 +24,22 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from gcpo_analysis.models import require
-from gcpo_analysis.prompt_cache import forward_parameters, run_prompt_once, shared_prompt_logits
+from gcpo_analysis.prompt_cache import (
+    cache_argument,
+    forward_parameters,
+    output_cache,
+    run_prompt_once,
+    shared_prompt_logits,
+)
 from gcpo_analysis.tokens import position_ids
 
 __all__ = [  # run_prompt_once and forward_parameters live in gcpo_analysis.prompt_cache
     "TokenLogprobs",
     "cat_token_logprobs",
     "chunk_logprobs",
+    "cache_argument",
     "forward_parameters",
+    "output_cache",
     "group_logprobs_and_entropy",
     "rollout_chunks",
     "run_prompt_once",

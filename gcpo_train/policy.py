@@ -16,7 +16,7 @@ from typing import Any
 from gcpo_analysis.models import require
 from gcpo_analysis.tokens import completion_mask
 
-from .logprobs import run_prompt_once
+from .logprobs import cache_argument, output_cache, run_prompt_once
 
 LORA_CANDIDATES = (
     "q_proj",
@@ -221,8 +221,8 @@ def _generate(
             # the G rollouts of one prompt share its prefill: run the prompt once, repeat its
             # keys/values G times and let generate() continue from them (same samples, 1/G of the
             # prefill's cost)
-            cache = run_prompt_once(model, ids[:, :-1], group_size, attention_mask=att[:, :-1]).past_key_values
-            kwargs.update(num_return_sequences=1, past_key_values=cache)
+            cache = output_cache(run_prompt_once(model, ids[:, :-1], group_size, attention_mask=att[:, :-1]))
+            kwargs.update({"num_return_sequences": 1, cache_argument(model) or "past_key_values": cache})
             seqs = model.generate(
                 input_ids=ids.repeat_interleave(group_size, dim=0),
                 attention_mask=att.repeat_interleave(group_size, dim=0),

@@ -29,12 +29,15 @@ import warnings
 from pathlib import Path
 
 from gcpo_analysis.frames import write_text
+from gcpo_analysis.outputs import is_temporary
 
 from .runlog import read_log
 
 LOCK_NAME, OWNER_NAME, REPLACED = ".gcpo.lock", ".gcpo.owner.json", ".gcpo-replaced"
 # What gcpo's loop and the TRL backend write at the top of a run folder: name -> the pattern of
 # the names allowed inside it (None: a file; "*": a folder written whole by TRL).
+# a writer killed mid-write leaves its temporary (gcpo_analysis.outputs.atomic_write's
+# ".<name>.<random>.gcpo-tmp"; older versions' "<name>.tmp"): gcpo's too
 _TMP = r"(\.tmp)?"
 RUN_ENTRIES = {
     "log.jsonl": None,
@@ -109,8 +112,15 @@ def foreign_files(entries) -> list[Path]:
         if not entry.is_dir():
             bad.append(entry)
         elif pattern != "*":
-            bad += [p for p in sorted(entry.iterdir()) if not re.fullmatch(pattern, p.name)]
+            bad += [p for p in sorted(entry.iterdir()) if not re.fullmatch(pattern, _target_name(p.name))]
     return bad
+
+
+def _target_name(name: str) -> str:
+    """The file an ``atomic_write`` temporary was to become (``name`` itself for any other)."""
+    if is_temporary(name):
+        return name[1:].rsplit(".", 2)[0]
+    return name
 
 
 def _remove(path: Path) -> None:
@@ -151,17 +161,18 @@ class RunFolder:
 
     # ------------------------------------------------------------------ start-up
     def prepare(
-        self, *, resume: bool, overwrite: bool, load_latest, config_hash: str | None = None
+        self, *, resume: bool, overwrite: bool, load_latest, config_hash: str | None = None, steps: int | None = None
     ) -> tuple[int, str | None]:
         """Check the folder and return (first step to run, the checkpoint resumed from or None).
 
         ``load_latest()`` restores the newest usable checkpoint into the model, optimizer and
         scheduler and returns (state, path), or (None, None) when there is none. Only the main
-        process writes or moves files."""
+        process writes or moves files. ``steps``: the run's last step; resuming a checkpoint at or
+        past it is refused before anything of the run (its log, run.json) is rewritten."""
         out = self.out
         self._recover_replaced()
         if resume:
-            return self._resume(load_latest, config_hash)
+            return self._resume(load_latest, config_hash, steps)
         existing = [p for p in run_entries(out) if p.name != REPLACED]
         if any(p.name in RUN_MARKERS or TRL_CHECKPOINT.fullmatch(p.name) for p in existing) and not overwrite:
             raise ValueError(
@@ -204,9 +215,15 @@ class RunFolder:
             aside.rmdir()
         self._before = {p.name for p in self.out.iterdir()}
 
-    def _resume(self, load_latest, config_hash) -> tuple[int, str | None]:
+    def _resume(self, load_latest, config_hash, steps=None) -> tuple[int, str | None]:
         out, log = self.out, self.out / "log.jsonl"
         state, latest = load_latest()
+        if latest is not None and steps is not None and state["step"] >= steps:
+            raise ValueError(
+                f"--resume: {out} already reached step {state['step']} (checkpoint {Path(latest).name}) and "
+                f"steps is {steps}: nothing to train, and the run's record is left as it is; pass "
+                f"--steps greater than {state['step']} to train further"
+            )
         rows = read_log(log) if log.exists() else []
         if latest is None:
             if rows:
@@ -268,12 +285,21 @@ def _recorded_hash(out: Path):
 
 
 def prepare_run_folder(
-    out: Path, *, resume: bool, overwrite: bool, is_main: bool, load_latest, config_hash: str | None = None
+    out: Path,
+    *,
+    resume: bool,
+    overwrite: bool,
+    is_main: bool,
+    load_latest,
+    config_hash: str | None = None,
+    steps: int | None = None,
 ) -> tuple[int, str | None]:
     """``RunFolder(out).prepare(...)`` without the lock, the replaced run deleted at once (callers
     that hold no lock and keep no way back)."""
     folder = RunFolder(out, is_main=is_main)
-    first = folder.prepare(resume=resume, overwrite=overwrite, load_latest=load_latest, config_hash=config_hash)
+    first = folder.prepare(
+        resume=resume, overwrite=overwrite, load_latest=load_latest, config_hash=config_hash, steps=steps
+    )
     folder.started()
     return first
 

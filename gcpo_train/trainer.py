@@ -50,7 +50,7 @@ from gcpo_analysis.models import require
 
 from . import checkpoint as ckpt
 from .config import TrainConfig
-from .logprobs import TokenLogprobs, cat_token_logprobs, chunk_logprobs, forward_parameters, rollout_chunks
+from .logprobs import TokenLogprobs, cache_argument, cat_token_logprobs, chunk_logprobs, rollout_chunks
 from .loss import grpo_loss, masked_var
 from .modulation import GroupModulator
 from .policy import Reference, generate_groups, load_model_and_tokenizer, wrap_lora
@@ -127,9 +127,21 @@ class GCPOLoopTrainer:
             model.gradient_checkpointing_enable()
         # the rollouts of a group share their prompt: run it once per chunk (exact; see
         # logprobs.group_logprobs_and_entropy) unless recomputation or the model rules out a cache
-        self.share_prompt = (
-            cfg.share_prompt and not cfg.gradient_checkpointing and "past_key_values" in forward_parameters(model)
+        self.share_prompt_fallback = (
+            None
+            if not cfg.share_prompt
+            else "gradient_checkpointing (a checkpointed forward keeps no cache)"
+            if cfg.gradient_checkpointing
+            else f"the model ({type(model).__name__}) takes no key/value cache (no cache or past_key_values argument)"
+            if cache_argument(model) is None
+            else None
         )
+        self.share_prompt = cfg.share_prompt and self.share_prompt_fallback is None
+        if self.share_prompt_fallback:  # never silent (issue 27): a warning and run.json's shared_prompt
+            warnings.warn(
+                f"share_prompt: each group's prompt runs G times, because of {self.share_prompt_fallback}",
+                stacklevel=2,
+            )
         self.group_modulator = GroupModulator(cfg.modulation_settings(), embedder=embedder, judge=judge)
         self.need_ratio = "ratio_var" in self.group_modulator.needs
         self.reference = Reference(model, cfg.use_lora) if (cfg.beta > 0 or self.need_ratio) else None
@@ -472,6 +484,7 @@ class GCPOLoopTrainer:
             resume=self.config.resume,
             overwrite=self.config.overwrite,
             config_hash=self.config.config_hash(),
+            steps=self.config.steps,
             load_latest=lambda: ckpt.load_latest_usable(
                 self.out, model=self.policy, optimizer=self.optimizer, scheduler=self.scheduler, config=self.config
             ),
@@ -526,6 +539,7 @@ class GCPOLoopTrainer:
                     "resumed_from": self.resumed_from,
                     "start_step": self.start_step,
                     "report_to": list(cfg.report_to or ()),
+                    "shared_prompt": {"on": self.share_prompt, "fallback": self.share_prompt_fallback},
                 },
             )  # validate made it a list
         tqdm = require("tqdm").tqdm

@@ -22,15 +22,15 @@ positions, ``gcpo_analysis.tokens.position_ids``), its cache is copied to its ro
 The idea (one prompt forward, a cache shared by its G completions) is the one of TRL's
 unmerged "GRPO VRAM Optimization" pull request (huggingface/trl #2669); the code is ours.
 
-Falls back to TRL's own pass, named once in an info log and in the metric
+Falls back to TRL's own pass, named once in a warning (an info line for share_prompt=False) and in the metric
 ``gcpo/shared_prompt`` (the fraction of the step's hook calls that shared: 1 all, 0 none), when:
 share_prompt is off; the hook's signature is not TRL 1.16's; active dropout (TRL keeps the
 model's dropout by default; the G rows would share one mask on their prompt); gradient
 checkpointing, TRL's default (the training forward only, which then keeps no cache; TRL turns
 checkpointing off for the old-policy and reference passes, which still share); DeepSpeed ZeRO-3
-or FSDP (sharded parameters, not tested here); a model whose forward takes no
-``past_key_values``; a prompt-learning PEFT adapter; multimodal inputs; TRL's MoE aux loss;
-TRL's entropy bonus (it needs gradients through the entropy).
+or FSDP (sharded parameters, not tested here); a model whose forward takes no key/value cache
+(``cache``, or ``past_key_values`` before transformers 5.24); a prompt-learning PEFT adapter;
+multimodal inputs; TRL's MoE aux loss; TRL's entropy bonus (it needs gradients through the entropy).
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def hook_matches(cls) -> bool:
 def static_fallback(trainer, base_cls, generation: bool = False) -> str | None:
     """Why the shared-prompt pass (``generation``: the shared prefill) cannot run for this
     trainer at all (None: it can)."""
-    from .logprobs import forward_parameters
+    from .logprobs import cache_argument
 
     args = trainer.args
     if not getattr(args, "share_prompt", False):
@@ -89,8 +89,8 @@ def static_fallback(trainer, base_cls, generation: bool = False) -> str | None:
     plugin = getattr(getattr(trainer.accelerator, "state", None), "deepspeed_plugin", None)
     if getattr(trainer, "is_deepspeed_enabled", False) and getattr(plugin, "zero_stage", None) == 3:
         return "DeepSpeed ZeRO-3 (sharded parameters; the shared-prompt pass is not tested under ZeRO-3)"
-    if "past_key_values" not in forward_parameters(trainer.model):
-        return f"the model ({type(trainer.model).__name__}) takes no past_key_values"
+    if cache_argument(trainer.model) is None:
+        return f"the model ({type(trainer.model).__name__}) takes no key/value cache (no cache/past_key_values)"
     peft_cfg = getattr(trainer.model, "active_peft_config", None)
     if peft_cfg is not None and getattr(peft_cfg, "is_prompt_learning", False):
         return "a prompt-learning PEFT adapter (virtual tokens are prepended to every row)"
@@ -204,14 +204,15 @@ def shared_prefill_generate(model, generate):
     (``gcpo_analysis.tokens.position_ids``), the cache is copied to the prompt's rows, and ``generate`` continues
     from it (only the last prompt token and the new tokens run per row). The sampler and its
     random draws are generate's, so the samples are the plain call's up to float rounding."""
+    from gcpo_analysis.prompt_cache import CACHE_ARGUMENTS
     from gcpo_analysis.tokens import position_ids
 
-    from .logprobs import run_prompt_once
+    from .logprobs import cache_argument, output_cache, run_prompt_once
 
     def wrapped(*args, input_ids=None, attention_mask=None, **kwargs):
         plan = (
             None
-            if (args or attention_mask is None or "past_key_values" in kwargs)
+            if (args or attention_mask is None or any(k in kwargs for k in CACHE_ARGUMENTS))
             else prefill_plan(input_ids, attention_mask)
         )
         if plan is None:
@@ -219,15 +220,18 @@ def shared_prefill_generate(model, generate):
         firsts, index = plan
         positions = position_ids(attention_mask)  # generate's rule
         with torch.no_grad():
-            cache = run_prompt_once(
-                model,
-                input_ids[firsts, :-1],
-                1,
-                attention_mask=attention_mask[firsts, :-1],
-                position_ids=positions[firsts, :-1],
-            ).past_key_values
+            cache = output_cache(
+                run_prompt_once(
+                    model,
+                    input_ids[firsts, :-1],
+                    1,
+                    attention_mask=attention_mask[firsts, :-1],
+                    position_ids=positions[firsts, :-1],
+                )
+            )
         cache.batch_select_indices(index)
-        return generate(input_ids=input_ids, attention_mask=attention_mask, past_key_values=cache, **kwargs)
+        kwargs[cache_argument(model) or "past_key_values"] = cache
+        return generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
 
     return wrapped
 
@@ -261,7 +265,9 @@ class SharedPromptMixin:
         self._metrics[mode][metric].append(0.0 if reason else 1.0)
         if reason and (what, reason) not in self.gcpo_prompt_fallbacks:
             self.gcpo_prompt_fallbacks.add((what, reason))
-            logger.info("GCPOTrainer: each group's prompt runs G times (TRL's own %s), because of %s", what, reason)
+            # a fallback the user did not ask for is a warning (issue 27: never silent), share_prompt=False an info
+            say = logger.info if reason == "share_prompt=False" else logger.warning
+            say("GCPOTrainer: each group's prompt runs G times (TRL's own %s), because of %s", what, reason)
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs):
         from trl import GRPOTrainer

@@ -73,10 +73,10 @@ def shared_prompt_length(model, ids, am, cm):
     row, its tokens after them are right-padded (so they sit at positions P, P+1, ...: a group of
     one prompt, as ``gcpo study`` builds it), and the model continues from a cache; else None.
     ``ids, am, cm`` as ``check_batch`` returns them (every row has a scored token)."""
-    from ..prompt_cache import forward_parameters
+    from ..prompt_cache import cache_argument
 
     P = int(cm.int().argmax(1).min())  # the earliest scored position of any row
-    if ids.shape[0] < 2 or P < 1 or "past_key_values" not in forward_parameters(model):
+    if ids.shape[0] < 2 or P < 1 or cache_argument(model) is None:
         return None
     if not bool(am[:, :P].all()) or not bool((ids[:, :P] == ids[:1, :P]).all()):
         return None

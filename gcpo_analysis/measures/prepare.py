@@ -26,6 +26,52 @@ from .embed import embed_groups, make_embedder
 from .judges import make_judge
 from .modulators import GroupFeatures
 
+# Bounded costs (issue 27): a text is cut to MAX_TEXT_CHARS before it is embedded, judged or
+# tokenised (a 20 MB answer took `gcpo score` to 3.6 GB); the encoders read at most 256-512
+# tokens (~1-2k characters) anyway, so only the lexical judges see less. Each cut is counted in
+# the stats ("texts_cut", in `gcpo score`'s metadata and the training log) and warned about.
+MAX_TEXT_CHARS = 20_000
+# Groups far larger than any GRPO setup (G = 4-64): the pairwise measures cost O(G^2) memory and
+# KLE an O(G^3) eigendecomposition, so such a group is named in a warning before the work starts.
+LARGE_GROUP = 1024
+
+
+def cap_texts(groups: Sequence[Sequence[str]] | None, limit: int = MAX_TEXT_CHARS) -> tuple[list | None, set]:
+    """(the groups' texts with each cut to ``limit`` characters, the (group, rollout) cut)."""
+    if groups is None:
+        return None, set()
+    cut: set = set()
+    out = []
+    for k, g in enumerate(groups):
+        row = []
+        for i, t in enumerate(g):
+            if isinstance(t, str) and len(t) > limit:
+                t = t[:limit]
+                cut.add((k, i))
+            row.append(t)
+        out.append(row)
+    return out, cut
+
+
+def _warn_costs(texts: Sequence[Sequence[str]], n_cut: int) -> None:
+    import warnings
+
+    if n_cut:
+        warnings.warn(
+            f"{n_cut} rollout text(s) longer than {MAX_TEXT_CHARS:,} characters were cut to that length before "
+            f"embedding and judging (counted as texts_cut in the output's metadata)",
+            stacklevel=3,
+        )
+    sizes = [len(g) for g in texts]
+    if sizes and max(sizes) > LARGE_GROUP:
+        k = int(np.argmax(sizes))
+        warnings.warn(
+            f"group {k} has G = {sizes[k]:,} rollouts, far more than any GRPO setup (G = 4-64): the pairwise "
+            f"measures need G^2 = {sizes[k] ** 2:,} entries and KLE an O(G^3) eigendecomposition; "
+            f"expect a long run (split the group, or drop kle)",
+            stacklevel=3,
+        )
+
 
 def judge_shares_embedder(judge: object) -> bool:
     """True when ``judge`` is the spec of the embedding judge, which then scores with the
@@ -66,7 +112,8 @@ def prepare_groups(
     n_tokens: Sequence | None = None,
     progress: bool = False,
 ) -> tuple[list[GroupFeatures], dict]:
-    """One ``GroupFeatures`` per group, and the clustering's counts ({} without clustering).
+    """One ``GroupFeatures`` per group, and the clustering's counts with ``texts_cut`` (the texts
+    cut to ``MAX_TEXT_CHARS``) when any was cut ({} without clustering and cuts).
 
     texts: one list of G_q strings per group, what is embedded and clustered (the extracted
     answer for QA, the full completion for math). A judge that compares final answers
@@ -82,9 +129,14 @@ def prepare_groups(
     if len(rewards) != n:
         raise ValueError(f"{len(rewards)} reward groups for {n} text groups")
     embedder, judge = measurement_tools(needs, embedder, judge)
+    capped, cut = cap_texts(texts)
+    answers, cut_answers = cap_texts(answers)
+    texts = capped if capped is not None else texts
+    n_cut = len(cut | cut_answers)  # rollouts whose text or answer was cut
+    _warn_costs(texts, n_cut)
     embeddings: list = [None] * n
     clusters: list = [None] * n
-    stats: dict = {}
+    stats: dict = {"texts_cut": n_cut} if n_cut else {}
     if EMBEDDINGS in needs:
         embeddings = embed_groups(embedder, texts)
         if embedding_dtype is not None:
@@ -98,7 +150,8 @@ def prepare_groups(
                     "(the extracted answer of every rollout)"
                 )
             clustered = answers
-        clusters, stats = batched_greedy_clusters(clustered, judge, threshold=nli_threshold, progress=progress)
+        clusters, counts = batched_greedy_clusters(clustered, judge, threshold=nli_threshold, progress=progress)
+        stats.update(counts)
     given = dict(token_entropy=token_entropy, logprobs=logprobs, ratio_var=ratio_var)
     kept = {name: values for name, values in given.items() if values is not None and name in needs}
     if "logprobs" in kept and n_tokens is not None:

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..frames import validate_rollouts
+from ..frames import id_order, validate_rollouts
 from ..vocab import (
     CLUSTERS,
     DEFAULT_MEASURES,
@@ -99,7 +99,7 @@ def score_groups(
                 raise ValueError(f"measure {m.name!r} needs the rollouts column {col!r}, which is missing")
     # auto (None): the full completion when every rollout's dataset is a math one (vocab)
     text_col = "completion" if full_completion(use_full_completion, df.get("dataset")) else "answer"
-    df = df.sort_values(["query_id", "rollout_id"], kind="stable")
+    df = df.sort_values("rollout_id", kind="stable", key=id_order)  # "2" before "10", as 2 before 10
     order = pd.unique(rollouts["query_id"])  # keep the caller's query order
     grouped = {q: g for q, g in df.groupby("query_id", sort=False)}
     groups = [grouped[q] for q in order]
@@ -152,7 +152,8 @@ def score_groups(
         meta["embedder"] = embedder.describe()
     if CLUSTERS in needs:
         meta["judge"] = judge.describe()
-        meta["clustering"] = stats
+        meta["clustering"] = {k: v for k, v in stats.items() if k != "texts_cut"}
+    meta["texts_cut"] = int(stats.get("texts_cut", 0))  # cut to prepare.MAX_TEXT_CHARS (a warning said so)
 
     out = pd.DataFrame({"query_id": order, "G": sizes})
     out["mean_reward"] = [r.mean() for r in rewards]

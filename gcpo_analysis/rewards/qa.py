@@ -8,8 +8,8 @@ Rewards live on [0, 2]:
 * MATH500, AIME24, OlympiadBench (task ``math``): r = 2 if the extracted answer is equivalent to
   the reference, else 0.
 
-Token-F1 / EM follow the SQuAD evaluation script (normalisation: lower-case, strip punctuation
-and the articles a/an/the, collapse whitespace). BLEU is sacrebleu. Answer extraction lives in
+Token-F1 / EM follow the SQuAD evaluation script (normalisation: Unicode NFKC, lower-case, strip
+punctuation and the articles a/an/the, collapse whitespace). BLEU is sacrebleu. Answer extraction lives in
 ``gcpo_analysis.rewards.extraction``, math equivalence in ``gcpo_analysis.rewards.math.grading`` (with its
 syntax check ``math_syntax`` and its time-limited sympy worker ``sympy_worker``); their public
 names are importable from here as before.
@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import re
 import string
+import unicodedata
 from collections import Counter
 from collections.abc import Sequence
 
@@ -56,7 +57,10 @@ _PUNCT = frozenset(string.punctuation)
 
 def normalize_answer(s: str) -> str:
     """SQuAD answer normalisation: lower-case, drop punctuation, drop articles (a, an, the),
-    collapse whitespace (Rajpurkar et al. 2016, official v1.1/v2.0 evaluation script)."""
+    collapse whitespace (Rajpurkar et al. 2016, official v1.1/v2.0 evaluation script), after
+    Unicode NFKC, so one word in two normal forms ("café" composed or as e + U+0301, the "ﬁ"
+    ligature) is one token; the SQuAD script itself compares code points as given."""
+    s = unicodedata.normalize("NFKC", s)
     s = "".join(ch for ch in s.lower() if ch not in _PUNCT)
     s = re.sub(r"\b(a|an|the)\b", " ", s)
     return " ".join(s.split())

@@ -300,6 +300,15 @@ def _check_study_input(groups: pd.DataFrame, target: str, n_boot: int) -> None:
             )
     if target in groups.columns and not np.isfinite(_finite_column(groups, target)).any():
         raise ValueError(f"target {target!r} has no finite value in the {len(groups)} rows")
+    if target in groups.columns:  # a constant target has no ranks: every rho, AUC and CI would be NaN
+        y = _finite_column(groups, target)
+        values = np.unique(y[np.isfinite(y)])
+        if len(values) < 2:
+            raise ValueError(
+                f"target {target!r} is constant ({values[0]:g}) over the {int(np.isfinite(y).sum())} queries "
+                f"with a finite value: no correlation or retrieval statistic can be computed; check the "
+                f"target's source (the groups frame's {target} column) or choose another target"
+            )
 
 
 def gap_study(

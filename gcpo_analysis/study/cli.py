@@ -19,9 +19,13 @@ packaged MiniLM embedder and the offline embedding judge.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import shutil
 from dataclasses import fields
+from pathlib import Path
 from typing import Any
 
+from ..outputs import folder_lock
 from ..vocab import field_kinds
 from . import run
 from .config import PRESETS, StudyConfig
@@ -84,8 +88,25 @@ def _run_cli(args) -> int:
     values.update({f.name: getattr(args, f.name) for f in fields(StudyConfig) if getattr(args, f.name) is not None})
     if args.threshold is not None:
         values["threshold"] = args.threshold  # the old flag: StudyConfig warns
-    if values.get("from_rollouts") and args.output is None:
-        values["output"] = str(run.reanalysis_folder(values["from_rollouts"]))
-    _, result = run.run_study(StudyConfig(**values))
+    fresh = None  # a re-analysis's folder created here: a failed run leaves none of it (nothing to resume)
+    lock: Any = contextlib.nullcontext()
+    if values.get("from_rollouts"):
+        if args.output is None:
+            fresh = run.reanalysis_folder(values["from_rollouts"])  # claimed: created here
+            values["output"] = str(fresh)
+        else:
+            try:
+                Path(values["output"]).mkdir(parents=True)  # fails when it exists: only its creator removes it
+                fresh = Path(values["output"])
+            except FileExistsError:
+                pass
+        lock = folder_lock(values["output"], what="--output")  # one re-analysis per folder at a time
+    with lock:
+        try:
+            _, result = run.run_study(StudyConfig(**values))
+        except BaseException:
+            if fresh is not None and fresh.is_dir():
+                shutil.rmtree(fresh)
+            raise
     print(result.to_markdown())  # the command's result on stdout; progress went to the log (stderr)
     return 0

@@ -40,12 +40,20 @@ PHASES = ("early", "middle", "late")
 TRAIN_GROUP_COLUMNS = ("grad_var", "grad_norm2_mean", "adv_all_zero")
 
 
+def _check_run_folder(run) -> Path:
+    run = Path(run)
+    if not run.is_dir():
+        what = "a file" if run.exists() else "no such folder"
+        raise ValueError(f"--from-training {run}: {what}; give the output_dir of a gcpo train run")
+    return run
+
+
 def read_training_run(run) -> tuple[pd.DataFrame, list[str], dict]:
     """All tracked steps' rollouts of a run folder, with group ids ``s<step>:<query_id>``.
 
     Returns (rollouts, the per-group columns the trainer wrote, notes). A step without
     ``grad_var`` (tracking was off for it) is left out and counted in the notes."""
-    run = Path(run)
+    run = _check_run_folder(run)
     files = sorted((run / "rollouts").glob("step_*.parquet"))
     if not files:
         raise ValueError(f"{run}/rollouts holds no step_*.parquet: train with save_rollouts and track_gradvar on")
@@ -224,7 +232,7 @@ def run_training_study(
     from ..stats.gap import gap_study
 
     t0 = time.perf_counter()
-    run = Path(run)
+    run = _check_run_folder(run)  # before anything is created under it
     out = Path(output) if output else run / "training_study"
     out.mkdir(parents=True, exist_ok=True)
     measures = list(measures or DEFAULT_MEASURES)

@@ -81,12 +81,18 @@ def _draw_figures(result, figs: Path, dataset: str) -> None:
     from .. import plots
 
     figs.mkdir(parents=True, exist_ok=True)
-    plots.figure1({dataset: result}, path=figs / "figure1")
-    plots.correlation_heatmap(result, path=figs / "correlations")
-    if result.decomposition is not None:
-        plots.decomposition(result, path=figs / "decomposition")
-    if result.size_control is not None:
-        plots.size_control(result, path=figs / "size_control")
+    plots.draw_each(
+        {
+            "figure1": lambda: plots.figure1({dataset: result}, path=figs / "figure1"),
+            "correlations": lambda: plots.correlation_heatmap(result, path=figs / "correlations"),
+            "decomposition": (lambda: plots.decomposition(result, path=figs / "decomposition"))
+            if result.decomposition is not None
+            else None,
+            "size_control": (lambda: plots.size_control(result, path=figs / "size_control"))
+            if result.size_control is not None
+            else None,
+        }
+    )
     plt.close("all")
 
 

@@ -28,11 +28,9 @@ log = logging.getLogger(__name__)
 def reanalysis_folder(rollouts_file) -> Path:
     """Default output of ``--from-rollouts``: a new folder ``reanalysis-N`` beside the source
     run (N = 1, 2, ...), so a re-analysis never writes over the run it reads."""
-    parent = Path(rollouts_file).resolve().parent
-    n = 1
-    while (parent / f"reanalysis-{n}").exists():
-        n += 1
-    return parent / f"reanalysis-{n}"
+    from ..outputs import claim_numbered_folder
+
+    return claim_numbered_folder(Path(rollouts_file).resolve().parent, "reanalysis")  # created: two runs never share N
 
 
 def _check_reanalysis_output(cfg: StudyConfig, out: Path) -> None:
@@ -52,6 +50,12 @@ def _check_reanalysis_output(cfg: StudyConfig, out: Path) -> None:
                 f"--output {out} already holds {name}; a re-analysis writes to a new folder "
                 f"(omit --output for reanalysis-N beside the source)"
             )
+    held = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
+    if held:  # a user's summary.md or tables are never replaced
+        raise ValueError(
+            f"--output {out} already holds {', '.join(held[:5])}{', ...' if len(held) > 5 else ''}; "
+            f"a re-analysis writes to a new or empty folder (omit --output for reanalysis-N beside the source)"
+        )
 
 
 # --------------------------------------------------------------------------- stages
@@ -219,6 +223,14 @@ def _from_rollouts(cfg: StudyConfig, timer: _Timer, card: dict):
             f"none of the {rollouts['query_id'].nunique()} query ids of {cfg.from_rollouts} "
             f"is in {target_file} (e.g. {rollouts['query_id'].iloc[0]!r} vs "
             f"{groups['query_id'].iloc[0]!r})"
+        )
+    unmatched = [q for q in rollouts["query_id"].unique() if q not in known]
+    if unmatched:  # named as what they are, not later as "non-finite" targets
+        card["unmatched_queries"] = len(unmatched)
+        warnings.warn(
+            f"{len(unmatched)} of the {rollouts['query_id'].nunique()} query ids of {cfg.from_rollouts} are not "
+            f"in {target_file} (e.g. {unmatched[0]!r}): no {cfg.target}, left out of the statistics",
+            stacklevel=2,
         )
     # Every column of the source groups frame is carried over (grad_norm2_mean, t_generate, ...):
     # a re-analysis adds what it computes and never drops what it did not.

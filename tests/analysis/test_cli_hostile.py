@@ -51,7 +51,7 @@ def test_os_errors_are_one_line_naming_the_path_and_leave_no_litter(rollouts_fil
     assert main(["score", str(rollouts_file), "-o", str(out), "--measures", "rd"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and str(out) in err or str(out.parent) in err
-    assert not list(tmp_path.rglob("*.tmp"))
+    assert not list(tmp_path.rglob("*.tmp")) and not list(tmp_path.rglob("*.gcpo-tmp"))
 
 
 def test_score_output_inside_a_runs_rollouts_is_refused(tmp_path, capsys):

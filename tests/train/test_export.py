@@ -155,3 +155,20 @@ def test_cli_exports_in_another_dtype_and_refuses_an_existing_out(lora_run, tmp_
     assert json.loads((out / PROVENANCE).read_text())["max_abs_logit_diff"] is None
     assert main(["export", str(tmp_path / "nothing"), str(tmp_path / "o2")]) == 2
     assert "neither a checkpoint folder" in capsys.readouterr().err
+
+
+def test_cli_overwrite_keeps_a_file_the_user_added_to_an_export(lora_run, tmp_path, capsys):
+    """`export OUT --overwrite` replaced the whole folder, files the user added included
+    (issue 27): now gcpo_export.json lists the files the export wrote and any other is a refusal."""
+    out = tmp_path / "model"
+    assert main(["export", str(lora_run), str(out), "--no-check"]) == 0
+    written = json.loads((out / PROVENANCE).read_text())["files"]
+    assert "config.json" in written and PROVENANCE not in written
+    (out / "README_mine.md").write_text("my model card")
+    capsys.readouterr()
+    assert main(["export", str(lora_run), str(out), "--no-check", "--overwrite"]) == 2
+    assert "README_mine.md" in capsys.readouterr().err
+    assert (out / "README_mine.md").read_text() == "my model card"
+    (out / "README_mine.md").unlink()
+    assert main(["export", str(lora_run), str(out), "--no-check", "--overwrite"]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]  # no temporary folder left

@@ -346,8 +346,20 @@ def test_disk_full_during_a_checkpoint_is_one_line_and_leaves_no_tmp(tmp_path, m
     monkeypatch.setattr(torch, "save", full)
     with pytest.raises(OSError, match="checkpoint step_000001 not written"):
         make(tmp_path, "run", steps=1, checkpoint_every=1).train()
-    assert not list((tmp_path / "run" / "checkpoints").glob("*.tmp"))
+    assert not list((tmp_path / "run" / "checkpoints").glob("*tmp"))
     assert ckpt.latest_checkpoint(tmp_path / "run") is None
+
+
+def test_a_killed_checkpoints_temporary_folder_is_cleared_by_the_next(tmp_path):
+    """Checkpoints are written into a fresh mkdtemp folder; one left by a killed run is removed
+    when the run (holding its folder's lock) writes its next checkpoint."""
+    run = _run(tmp_path, steps=1)
+    stale = run / "checkpoints" / ".step_000002.killed.gcpo-tmp"
+    stale.mkdir()
+    (stale / "trainable.pt").write_bytes(b"half")
+    make(tmp_path, "run", steps=2, checkpoint_every=1, resume=True).train()
+    names = sorted(p.name for p in (run / "checkpoints").iterdir())
+    assert names == ["step_000001", "step_000002"]
 
 
 # ----------------------------------------------------------------------------- a checkpoint's config
@@ -358,3 +370,14 @@ def test_an_unknown_key_in_a_checkpoints_config_json_is_one_line(tmp_path, capsy
     (ckpt / "config.json").write_text(json.dumps({**saved, "future_knob": 1}))
     rc, err = _cli(["export", str(ckpt), str(tmp_path / "out"), "--no-check"], capsys)
     assert rc == 2 and "future_knob" in err and len(err.splitlines()) == 1
+
+
+def test_resume_with_fewer_steps_than_done_is_refused_and_the_record_kept(tmp_path):
+    """`--resume --steps 1` on a 3-step run: nothing to train, so nothing of the run is
+    rewritten (its run.json recorded steps 1 before; issue 27)."""
+    run = _run(tmp_path, steps=3)
+    before = _snapshot(run)
+    for steps in (1, 3):
+        with pytest.raises(ValueError, match=f"already reached step 3 .* steps is {steps}.*greater than 3"):
+            make(tmp_path, "run", steps=steps, checkpoint_every=1, resume=True).train()
+        assert _snapshot(run) == before

@@ -264,7 +264,7 @@ def test_shared_prefill_generate_samples_what_generate_samples(family):
     prefix_rows = []  # rows of every forward that starts from an empty cache (a prefill)
 
     def counting(module, args, kwargs):
-        cache = kwargs.get("past_key_values")
+        cache = kwargs.get("cache", kwargs.get("past_key_values"))  # transformers >= 5.24 / before
         if cache is None or cache.get_seq_length() == 0:
             prefix_rows.append(kwargs["input_ids"].shape[0])
 

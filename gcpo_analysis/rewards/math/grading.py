@@ -23,6 +23,7 @@ fallback is counted by reason (``math_fallbacks``).
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 import time
@@ -267,8 +268,28 @@ def _pair_equiv(a: str, b: str, guards: set, deadline: float) -> bool:
     return _equiv_normalized(na, nb, 0, guards, deadline)
 
 
+@functools.cache
+def math_verify_missing() -> bool:
+    """Whether math-verify, a declared dependency, is missing: said once in a warning (the
+    comparisons then fall to our own clean-up and sympy, which judge fewer forms equal)."""
+    import importlib.util
+
+    if importlib.util.find_spec("math_verify") is not None:
+        return False
+    warnings.warn(
+        "math grader: math-verify is not installed (a gcpo dependency; pip install math-verify): "
+        "answers go to gcpo's own clean-up and sympy only, which judge fewer forms equal "
+        "(sets, intervals, some LaTeX)",
+        RuntimeWarning,
+        stacklevel=2,
+    )
+    return True
+
+
 def _verify(a: str, b: str, deadline: float) -> tuple[bool | None, str | None]:
     """(verdict or None when math-verify is silent, guard reason) from the worker, cached."""
+    if math_verify_missing():
+        return None, None
     cached = _PAIRS.get(("verify", a, b))
     if cached is not None:
         return cached
@@ -356,15 +377,30 @@ def _equiv_normalized(na: str, nb: str, depth: int, guards: set, deadline: float
 _INTEGER = re.compile(r"-?\d+")
 _DECIMAL = re.compile(r"-?\d+\.\d+")
 _FRACTION = re.compile(r"(-?)\\frac\{(-?\d+)\}\{(-?\d*[1-9]\d*)\}")
+# scientific notation and powers of ten: 1e-7, 2.5E3, 2.5\times10^{3}, 10^{-7}, 3\cdot10^5
+_SCIENTIFIC = re.compile(r"(-?\d+(?:\.\d+)?)[eE]([+-]?\d+)")
+_POWER_OF_TEN = re.compile(r"(?:(-?\d+(?:\.\d+)?)(?:\\times|\\cdot|\*))?10\^(?:\{([+-]?\d+)\}|([+-]?\d))")
+MAX_EXPONENT = 400  # |k| of 10^k read exactly (a Fraction of 10^400 is cheap; 10^(10^9) is not)
+# Two numbers, either written as a decimal (or in scientific notation), are equal when
+# |a - b| <= MATH_REL_TOL * max(|a|, |b|): a relative tolerance, the same at every scale (so 1e-7
+# and 0 differ, and 0.000001 and 0.0000011, 10% apart, differ); integers and fractions are exact.
+MATH_REL_TOL = Fraction(1, 10**6)
 
 
 def _number(s: str) -> tuple[Fraction, bool] | None:
-    """(value, is_decimal) of an integer, a decimal or a ``\\frac`` of integers (non-zero
-    denominator), else None: the answers that need no sympy."""
+    """(value, is_decimal) of an integer, a decimal, a number in scientific notation or times a
+    power of ten, or a ``\\frac`` of integers (non-zero denominator), else None: the answers that
+    need no sympy. Scientific notation counts as a decimal (it is one, rounded)."""
     if _INTEGER.fullmatch(s):
         return Fraction(int(s)), False
     if _DECIMAL.fullmatch(s):
         return Fraction(s), True
+    m = _SCIENTIFIC.fullmatch(s) or _POWER_OF_TEN.fullmatch(s)
+    if m:
+        exponent = int(m.group(2) if m.group(2) is not None else m.group(3))
+        if abs(exponent) > MAX_EXPONENT:
+            return None
+        return Fraction(m.group(1) or 1) * Fraction(10) ** exponent, True
     m = _FRACTION.fullmatch(s)
     if m:
         return Fraction(int(m.group(2)), int(m.group(3))) * (-1 if m.group(1) else 1), False
@@ -412,11 +448,7 @@ def _scalar_equiv(na: str, nb: str, deadline: float) -> tuple[bool, str | None]:
     xa, xb = _number(na), _number(nb)
     if xa is not None and xb is not None:
         (va, dec_a), (vb, dec_b) = xa, xb
-        same = (
-            va == vb
-            if not (dec_a or dec_b)
-            else abs(va - vb) <= Fraction(1, 10**6) * max(Fraction(1), abs(va), abs(vb))
-        )
+        same = va == vb if not (dec_a or dec_b) else abs(va - vb) <= MATH_REL_TOL * max(abs(va), abs(vb))
         result: tuple[bool, str | None] = (bool(same), None)
         keep = True
     else:
