@@ -17,13 +17,14 @@ from .vocab import (
     NLI_THRESHOLD,
     R_MAX,
     R_MIN,
-    SCORE_CLI_MEASURES,
     USE_FULL_COMPLETION,
     full_completion,
 )
 
 
 def _add_score(sub):
+    from .measures.registry import SCORE_CLI_MEASURES, measure_help
+
     p = sub.add_parser(
         "score",
         help="score rollout groups: rollouts frame (Parquet/JSONL) -> groups frame",
@@ -36,8 +37,7 @@ def _add_score(sub):
     p.add_argument(
         "--measures",
         default=",".join(SCORE_CLI_MEASURES),
-        help="comma-separated: token_entropy, pe, se, se_lw, kle, cd, bot, rd, or 'all' "
-        "(token_entropy needs that rollouts column, pe and se_lw the logprob column)",
+        help=measure_help(),
     )
     p.add_argument(
         "--judge",
@@ -54,9 +54,6 @@ def _add_score(sub):
         type=float,
         default=NLI_THRESHOLD,
         help="entailment threshold of the greedy clustering",
-    )
-    p.add_argument(
-        "--threshold", type=float, default=None, help="deprecated (removed in gcpo 0.3.0): use --nli-threshold"
     )
     p.add_argument(
         "--full-completion",
@@ -119,7 +116,6 @@ def _run_score(args) -> int:
         embedder=args.embedder,
         judge=args.judge,
         nli_threshold=args.nli_threshold,
-        threshold=args.threshold,  # the deprecated flag: score_groups warns
         use_full_completion=full,
         alpha_base=args.alpha_base,
         r_min=args.r_min,

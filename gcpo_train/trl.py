@@ -49,24 +49,31 @@ from gcpo_analysis.vocab import ALPHA_BASE, JUDGE, NLI_THRESHOLD, R_MAX, R_MIN, 
 from .modulation import ModulationSettings
 from .trl_shared_prompt import SharedPromptMixin
 
-# the group-level modulators (one weight per group): none, se, kle, care, cd, bot, rd, cd_rd, bot_rd, q_hawkeye
-TRL_MODULATORS = tuple(name for name, m in MODULATORS.items() if m.weight is not None)
-REFUSED = {
-    "eg_spo": "it gates each rollout by its token entropy (a per-rollout weight, not a group weight)",
-    "r2vpo": "it weights each rollout by the variance of its policy ratio against the reference "
-    "policy, which TRL has not computed when the advantages are made",
-    "empo": "it replaces the reward by the cluster frequency instead of weighting the advantage",
-}
+
+def trl_modulators() -> tuple[str, ...]:
+    """The registered modulators that run under TRL: those with one weight per group."""
+    return tuple(name for name, m in MODULATORS.items() if m.weight is not None)
+
+
+def trl_refused() -> dict[str, str]:
+    """The registered modulators TRL cannot run, each with its reason (``Modulator.no_weight``)."""
+    return {name: m.no_weight for name, m in MODULATORS.items() if m.weight is None}
+
+
+# at import: none, se, kle, care, q_hawkeye, rd, cd, bot, cd_rd, bot_rd (a later registration is
+# read by trl_modulators())
+TRL_MODULATORS = trl_modulators()
 
 
 def check_trl_modulator(name: str) -> None:
     """Refuse a modulator that cannot run under TRL, naming it and the reason."""
     if name not in MODULATORS:
         raise ValueError(f"unknown modulator {name!r}; choices: {', '.join(sorted(MODULATORS))}")
-    if name not in TRL_MODULATORS:
+    refused = trl_refused()
+    if name in refused:
         raise ValueError(
-            f"modulator {name!r} cannot run inside TRL's GRPOTrainer: {REFUSED[name]}. "
-            f"Use gcpo_train's own loop (gcpo train --backend gcpo) or one of {', '.join(TRL_MODULATORS)}"
+            f"modulator {name!r} cannot run inside TRL's GRPOTrainer: {refused[name]}. "
+            f"Use gcpo_train's own loop (gcpo train --backend gcpo) or one of {', '.join(trl_modulators())}"
         )
 
 
@@ -78,7 +85,7 @@ class GCPOConfig(GRPOConfig):
         default="bot_rd",
         metadata={
             "help": "Advantage modulator from gcpo_analysis.measures."
-            "modulators: " + ", ".join(TRL_MODULATORS) + " (eg_spo, r2vpo, empo are refused under TRL)."
+            "modulators: " + ", ".join(TRL_MODULATORS) + f" ({', '.join(trl_refused())} are refused under TRL)."
         },
     )
     alpha_base: float = field(

@@ -51,9 +51,6 @@ def add_parser(sub) -> None:
         help_text = f.metadata["help"].replace("%", "%%")  # argparse %-formats help strings
         p.add_argument(*flags, dest=f.name, type=kind, default=None, help=f"{help_text} (default: {f.default})")
     p.add_argument(
-        "--threshold", type=float, default=None, help="deprecated (removed in gcpo 0.3.0): use --nli-threshold"
-    )
-    p.add_argument(
         "--restat",
         metavar="FOLDER",
         default=None,
@@ -82,8 +79,6 @@ def _run_cli(args) -> int:
         return run_from_cli(args)
     values: dict[str, Any] = dict(PRESETS.get(args.preset, {}))
     values.update({f.name: getattr(args, f.name) for f in fields(StudyConfig) if getattr(args, f.name) is not None})
-    if args.threshold is not None:
-        values["threshold"] = args.threshold  # the old flag: StudyConfig warns
     if values.get("from_rollouts") and args.output is None:
         values["output"] = str(run.reanalysis_folder(values["from_rollouts"]))
     _, result = run.run_study(StudyConfig(**values))

@@ -3,12 +3,12 @@ and the named ``PRESETS`` (paper, cpu-math, cpu-large)."""
 
 from __future__ import annotations
 
-from dataclasses import InitVar, dataclass, field
+from dataclasses import dataclass, field
 
+from ..measures.registry import DEFAULT_MEASURES
 from ..models import resolve_policy
 from ..vocab import (
     DATASETS,
-    DEFAULT_MEASURES,
     JUDGE,
     NLI_THRESHOLD,
     PACKAGED_POLICY,
@@ -16,16 +16,12 @@ from ..vocab import (
     PAPER_POLICY,
     SEED,
     TEMPERATURE,
-    renamed_setting,
 )
 
 
 @dataclass
 class StudyConfig:
-    """Settings of a gap study; every field is a `gcpo study` flag of the same name.
-
-    ``threshold`` is the old name of ``nli_threshold``: accepted with a FutureWarning, so the
-    settings of an old run card (``StudyConfig(**card["settings"])``) still load."""
+    """Settings of a gap study; every field is a `gcpo study` flag of the same name."""
 
     dataset: str = field(default="narrativeqa", metadata={"help": "benchmark: " + ", ".join(DATASETS)})
     data_path: str | None = field(
@@ -102,13 +98,9 @@ class StudyConfig:
         },
     )
     device: str | None = field(default=None, metadata={"help": "torch device (default: cuda if available, else cpu)"})
-    threshold: InitVar[float | None] = None
 
-    def __post_init__(self, threshold):
+    def __post_init__(self):
         self.model = resolve_policy(self.model)  # 'packaged' is the default policy (None): one settings hash
-        self.nli_threshold = renamed_setting(
-            "threshold", "nli_threshold", threshold, self.nli_threshold, NLI_THRESHOLD, stacklevel=4
-        )  # caller -> __init__ -> here
 
 
 PRESETS = {
