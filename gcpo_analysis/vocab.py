@@ -30,6 +30,7 @@ CLUSTERS = "clusters"
 ALPHA_BASE = 0.6
 NLI_THRESHOLD = 0.35
 R_MIN, R_MAX = 0.0, 2.0
+EPS = 1e-6  # eps in A_i = (r_i - mean r)/(std r + eps)
 
 # --- One default per knob -------------------------------------------------------------------
 # Every setting that TrainConfig, GCPOConfig (gcpo_train/trl.py), StudyConfig and `gcpo score`

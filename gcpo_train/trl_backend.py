@@ -14,53 +14,50 @@ from typing import Any
 
 from .config import TrainConfig
 
+# TrainConfig field -> the GRPOConfig field of the same meaning under another name (TRL's).
+TRL_NAMES = {
+    "output_dir": "output_dir",
+    "seed": "seed",
+    "steps": "max_steps",
+    "learning_rate": "learning_rate",
+    "weight_decay": "weight_decay",
+    "warmup_steps": "warmup_steps",
+    "lr_schedule": "lr_scheduler_type",
+    "beta": "beta",
+    "clip_epsilon": "epsilon",
+    "num_iterations": "num_iterations",
+    "group_size": "num_generations",
+    "max_new_tokens": "max_completion_length",
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "log_every": "logging_steps",
+    "save_total_limit": "save_total_limit",
+    "gradient_checkpointing": "gradient_checkpointing",
+}
+
 
 def gcpo_config_from(cfg: TrainConfig, plain_trl: bool = False, **overrides):
     """The GCPOConfig of a TrainConfig (one generation batch of queries_per_step x G per step);
-    ``plain_trl``: TRL's GRPOConfig of the same run, without the GCPO fields."""
+    ``plain_trl``: TRL's GRPOConfig of the same run, without the GCPO fields. The GCPO fields are
+    copied by name (both configs declare them from ``gcpo_analysis.knobs``), TRL's fields through
+    ``TRL_NAMES`` and the few conversions below."""
     from .trl import GCPOConfig, gcpo_config_fields
 
-    loss_type = {"sequence": "grpo", "token": "bnpo"}[cfg.loss_aggregation]
-    kwargs: dict[str, Any] = dict(
-        output_dir=cfg.output_dir,
-        seed=cfg.seed,
-        max_steps=cfg.steps,
-        learning_rate=cfg.learning_rate,
-        weight_decay=cfg.weight_decay,
-        warmup_steps=cfg.warmup_steps,
+    kwargs: dict[str, Any] = {trl: getattr(cfg, ours) for ours, trl in TRL_NAMES.items()}
+    kwargs.update({name: getattr(cfg, name) for name in gcpo_config_fields() if hasattr(cfg, name)})
+    kwargs.update(
         max_grad_norm=cfg.max_grad_norm or 1e9,
-        lr_scheduler_type=cfg.lr_schedule,
-        beta=cfg.beta,
-        epsilon=cfg.clip_epsilon,
-        num_iterations=cfg.num_iterations,
-        loss_type=loss_type,
+        loss_type={"sequence": "grpo", "token": "bnpo"}[cfg.loss_aggregation],
         scale_rewards="group",
-        num_generations=cfg.group_size,
         per_device_train_batch_size=cfg.queries_per_step * cfg.group_size,
-        max_completion_length=cfg.max_new_tokens,
-        temperature=cfg.temperature,
-        top_p=cfg.top_p,
         top_k=0,
-        logging_steps=cfg.log_every,
         save_steps=cfg.checkpoint_every or cfg.steps,
-        save_total_limit=cfg.save_total_limit,
         use_cpu=cfg.device == "cpu",
         bf16=cfg.dtype == "bfloat16",
         fp16=cfg.dtype == "float16",
-        gradient_checkpointing=cfg.gradient_checkpointing,
         report_to=list(cfg.report_to or ()),  # validate made it a list
-        modulator=cfg.modulator,
-        alpha_base=cfg.alpha_base,
-        q_hawkeye_alpha=cfg.q_hawkeye_alpha,
-        r_min=cfg.r_min,
-        r_max=cfg.r_max,
-        judge=cfg.judge,
-        embedder=cfg.embedder,
-        nli_threshold=cfg.nli_threshold,
-        use_full_completion=cfg.full_completion,
-        modulator_params=cfg.modulator_params,
+        use_full_completion=cfg.full_completion,  # auto resolved: TRL's dataset has no name
         disable_tqdm=not cfg.progress,
-        share_prompt=cfg.share_prompt,
     )
     kwargs.update(overrides)
     if plain_trl:

@@ -371,10 +371,22 @@ def _checked(
         raise ValueError(f"unknown modulator {name!r}; choose one of {sorted(MODULATORS)}")
     as_rewards(group.rewards, r_min, r_max, batch=False)
     check_alpha_base(alpha_base)
-    for key in ("q_alpha", "eg_alpha"):
+    from ..knobs import SHARED, check_value
+
+    for key, knob in _PARAM_KNOBS.items():  # each checked against its one declaration
         if key in params:
-            check_alpha_base(params[key])
+            check_value(key, params[key], SHARED[knob], float)
     return MODULATORS[name]
+
+
+# a modulator's keyword argument -> the knob that declares it (the configs' name)
+_PARAM_KNOBS = {
+    "q_alpha": "q_hawkeye_alpha",
+    "eg_alpha": "eg_spo_alpha",
+    "r2vpo_lambda": "r2vpo_lambda",
+    "empo_low": "empo_low",
+    "empo_high": "empo_high",
+}
 
 
 def modulate(

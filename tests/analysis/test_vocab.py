@@ -124,7 +124,7 @@ def test_configs_and_study_use_the_vocabulary():
         vocab.R_MAX,
     )
     assert StudyConfig().nli_threshold == vocab.NLI_THRESHOLD
-    with pytest.raises(ValueError, match="unknown dataset 'nope'; choices: " + ", ".join(vocab.DATASETS)):
+    with pytest.raises(ValueError, match="dataset must be one of " + ", ".join(vocab.DATASETS) + ", got 'nope'"):
         TrainConfig(dataset="nope")
 
 

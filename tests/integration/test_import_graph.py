@@ -40,6 +40,7 @@ LAYER_OF_PREFIX = {
     "gcpo_analysis.testing": "base",
     "gcpo_analysis.rewards": "rewards",
     "gcpo_analysis.measures": "measures",
+    "gcpo_analysis.knobs": "measures",  # the settings' declarations: choices read the registries
     "gcpo_analysis.gradvar": "measures",
     "gcpo_analysis.stats": "stats",
     "gcpo_analysis.theory": "stats",
