@@ -6,7 +6,8 @@ A knob is a settings field: ``TrainConfig`` (gcpo_train/config.py), ``GCPOConfig
 is declared here, in ``SHARED``, and each dataclass takes its field from it
 (``nli_threshold: float = shared("nli_threshold")``); a knob of one config only is declared in
 that config with ``knob(default, help, ...)``. Either way the field's ``metadata`` holds its
-``help`` (the docs' config reference reads ``dataclasses.fields(...)``) and its ``Knob``, and
+``help`` (the docs' config reference reads ``dataclasses.fields(...)``), a ``Help`` string that
+carries its ``Knob``, and
 ``check_knobs`` validates every field of a settings object against it, at the boundary, before
 any model loads:
 
@@ -81,7 +82,7 @@ class Knob:
         """The dataclass field of this knob (its help in ``metadata['help']``)."""
         default = self.default
         spec = dict(default_factory=lambda: list(default)) if isinstance(default, list) else dict(default=default)
-        return field(**spec, metadata={"help": self.help_text(), "knob": self}, **kw)
+        return field(**spec, metadata={"help": Help(self.help_text(), self)}, **kw)
 
     def help_text(self) -> str:
         """The help, its rule (a registry's choices are listed by the error, not read at import)
@@ -89,6 +90,18 @@ class Knob:
         rule = "" if callable(self.choices) else self.rule()
         extra = f" None = {self.none}." if self.none else ""
         return self.help + (f" ({rule[0].upper() + rule[1:]}.)" if rule else "") + extra
+
+
+class Help(str):
+    """A field's help text that also carries its ``Knob``: ``metadata`` holds only ``help``, as
+    ``HfArgumentParser`` passes every metadata key on to ``argparse.add_argument``."""
+
+    knob: Knob
+
+    def __new__(cls, text: str, spec: Knob) -> Help:
+        out = super().__new__(cls, text)
+        out.knob = spec
+        return out
 
 
 def knob(default: Any, help: str, **rules: Any) -> Any:
@@ -277,7 +290,8 @@ def check_value(name: str, value: Any, spec: Knob, annotation: Any = None) -> An
 
 def knobs_of(cls_or_obj: Any) -> dict[str, Knob]:
     """name -> Knob of every declared field of a settings dataclass."""
-    return {f.name: f.metadata["knob"] for f in dataclasses.fields(cls_or_obj) if "knob" in f.metadata}
+    helps = {f.name: f.metadata.get("help") for f in dataclasses.fields(cls_or_obj)}
+    return {name: h.knob for name, h in helps.items() if isinstance(h, Help)}
 
 
 def check_knobs(obj: Any, names: Iterable[str] | None = None) -> None:

@@ -294,17 +294,46 @@ def check_modulator_params(params):
 YAML_NODE_LIMIT = 100_000  # nodes after alias expansion; a config has a few hundred
 
 
-def safe_yaml(text: str, source: str):
-    """``yaml.safe_load`` with the alias expansion bounded (a "billion laughs" bomb is refused
-    before anything expands) and a syntax error as one line naming the source and the line."""
+def _unique_key_loader():
+    """A ``yaml.SafeLoader`` that refuses a mapping with a key twice (PyYAML keeps the last value
+    silently), naming the key and both lines."""
     import yaml
 
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as err:
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            seen: dict = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None,
+                        None,
+                        f"duplicate key {key!r} (first at line {seen[key] + 1}); give each key once",
+                        key_node.start_mark,
+                    )
+                seen[key] = key_node.start_mark.line
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeyLoader
+
+
+def safe_yaml(text: str, source: str):
+    """YAML as ``yaml.safe_load`` reads it, with the alias expansion bounded (a "billion laughs"
+    bomb is refused before anything expands), a key given twice refused, and a syntax error as
+    one line naming the source and the line."""
+    import yaml
+
+    loader = _unique_key_loader()
+
+    def one_line(err: yaml.YAMLError) -> ValueError:
         mark = getattr(err, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        raise ValueError(f"{source}:{where} not valid YAML ({getattr(err, 'problem', None) or err})") from None
+        return ValueError(f"{source}:{where} not valid YAML ({getattr(err, 'problem', None) or err})")
+
+    try:
+        node = yaml.compose(text, Loader=loader)
+    except yaml.YAMLError as err:
+        raise one_line(err) from None
     if node is None:
         return None
     sizes: dict = {}
@@ -326,7 +355,10 @@ def safe_yaml(text: str, source: str):
         raise ValueError(
             f"{source}: refused, its aliases expand to more than {YAML_NODE_LIMIT:,} values (a YAML alias bomb?)"
         )
-    return yaml.safe_load(text)
+    try:
+        return yaml.load(text, Loader=loader)  # noqa: S506  (a SafeLoader subclass)
+    except yaml.YAMLError as err:
+        raise one_line(err) from None
 
 
 def field_help() -> dict[str, str]:
