@@ -88,8 +88,8 @@ class Knob:
         """The help, its rule (a registry's choices are listed by the error, not read at import)
         and what None means."""
         rule = "" if callable(self.choices) else self.rule()
-        extra = f" None = {self.none}." if self.none else ""
-        return self.help + (f" ({rule[0].upper() + rule[1:]}.)" if rule else "") + extra
+        extra = f" null = {self.none}." if self.none else ""
+        return self.help + (f" Must be {rule}." if rule else "") + extra
 
 
 class Help(str):
@@ -207,14 +207,17 @@ SHARED: dict[str, Knob] = {
 }
 
 
-def shared(name: str, default: Any = dataclasses.MISSING, help: str | None = None) -> Any:
+def shared(name: str, default: Any = dataclasses.MISSING, help: str | None = None, none: str | None = None) -> Any:
     """The field of the shared knob ``name``; ``default`` where a config's scale differs (G = 8 for
-    the study's CPU runs), ``help`` where the knob means something narrower there."""
+    the study's CPU runs), ``help``/``none`` where the knob means something narrower there. Its
+    range and choices are the declaration's, always."""
     spec = SHARED[name]
     if default is not dataclasses.MISSING:
         spec = dataclasses.replace(spec, default=default)
     if help is not None:
         spec = dataclasses.replace(spec, help=help)
+    if none is not None:
+        spec = dataclasses.replace(spec, none=none)
     return spec.field()
 
 

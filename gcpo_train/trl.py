@@ -102,6 +102,7 @@ class GCPOConfig(GRPOConfig):
         TRL_USE_FULL_COMPLETION,  # vocab says why it differs from TrainConfig's auto
         help="Embed and cluster the full completion (True, the paper's choice for math) or the extracted QA "
         "answer (False).",
+        none="",  # a TRL dataset has no name, so there is no auto
     )
     modulator_params: dict | None = shared("modulator_params")
     share_prompt: bool = shared(

@@ -70,7 +70,7 @@ def test_null_is_no_prompt_cap(tmp_path):
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text(f"max_prompt_tokens: null\noutput_dir: {tmp_path / 'run'}\n")
     assert load_config(cfg).max_prompt_tokens is None
-    assert "None = no cap" in next(
+    assert "null = no cap" in next(
         f.metadata["help"] for f in dataclasses.fields(load_config(cfg)) if f.name == "max_prompt_tokens"
     )
 
