@@ -154,6 +154,15 @@ def test_gcpo_config_reads_with_trl_s_argument_parser(tmp_path):
         parser.parse_args_into_dataclasses(base + ["--q_hawkeye_alpha", "2"])
     with pytest.raises(ValueError, match="modulator 'eg_spo' cannot run inside TRL"):
         parser.parse_args_into_dataclasses(base + ["--modulator", "eg_spo"])
+    from trl import TrlParser
+
+    config = tmp_path / "gcpo.yaml"
+    config.write_text("nli_threshold: 0.4\nmodulator: cd\n")
+    (args,) = TrlParser((GCPOConfig,)).parse_args_and_config(args=["--config", str(config), *base])
+    assert (args.nli_threshold, args.modulator) == (0.4, "cd")
+    config.write_text("q_hawkeye_alpha: 3\n")
+    with pytest.raises(ValueError, match="q_hawkeye_alpha must be a finite number in"):
+        TrlParser((GCPOConfig,)).parse_args_and_config(args=["--config", str(config), *base])
 
 
 # ---------------------------------------------------------------------------------- the layer
