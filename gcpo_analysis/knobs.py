@@ -5,14 +5,13 @@ A knob is a settings field: ``TrainConfig`` (gcpo_train/config.py), ``GCPOConfig
 (gcpo_train/modulation.py) and the flags of ``gcpo score``. A knob that more than one of them has
 is declared here, in ``SHARED``, and each dataclass takes its field from it
 (``nli_threshold: float = shared("nli_threshold")``); a knob of one config only is declared in
-that config with ``knob(default, help, ...)``. Either way the field's ``metadata`` holds its
-``help`` (the docs' config reference reads ``dataclasses.fields(...)``), a ``Help`` string that
-carries its ``Knob``, and
-``check_knobs`` validates every field of a settings object against it, at the boundary, before
-any model loads:
+that config with ``knob(default, help, ...)``. Either way the field's ``metadata["help"]`` is its
+help text (the docs' configuration reference reads ``dataclasses.fields(...)``), a ``Help``
+string that carries its ``Knob``; ``check_knobs`` validates every field of a settings object
+against its ``Knob``, at the boundary, before any model loads:
 
-* type, from the annotation: a number is a real number (``True`` or ``"0.6"`` refused; a YAML 1.1
-  ``"1e-4"`` string is read as the float it means), an integer an integer, a boolean a boolean
+* type, from the annotation: a number is a real number (``True`` or ``"0.6"`` refused; ``"1e-4"``,
+  which YAML 1.1 leaves a string, is read as the float it means), an integer an integer, a boolean a boolean
   (``"false"`` refused: it is truthy), a string a string; ``None`` only where the annotation says
   ``| None``, and then ``Knob.none`` says what it means;
 * range: ``ge``/``gt``/``le``/``lt``; every number finite;
@@ -116,20 +115,6 @@ def _modulators() -> list[str]:
     import importlib
 
     return list(importlib.import_module("gcpo_analysis.measures.modulators").MODULATORS)
-
-
-def check_judge(spec: str) -> str:
-    """A judge spec as ``make_judge`` reads it, without building the judge (no model loads)."""
-    from pathlib import Path
-
-    from .measures.judges import JUDGE_CHOICES, KNOWN_BARE_NLI
-
-    key = spec.strip().lower()
-    if key in ("embedding", "lexical", "math", "nli") or "/" in spec or key in KNOWN_BARE_NLI or Path(spec).exists():
-        return spec
-    if key.startswith("nli:") and spec[4:].strip():
-        return spec
-    raise ValueError(f"unknown judge {spec!r}; choose one of: {', '.join(JUDGE_CHOICES)}")
 
 
 _WEIGHT_SIGN = "(a negative one flips the sign of the advantages)"
@@ -287,7 +272,9 @@ def check_value(name: str, value: Any, spec: Knob, annotation: Any = None) -> An
             hint = did_you_mean(value, list(allowed), n=1)
             raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {value!r}{hint}")
     if name == "judge" and isinstance(value, str):
-        check_judge(value)
+        from .measures.judges import parse_judge_spec
+
+        parse_judge_spec(value)  # make_judge's rules, without building the judge
     return value
 
 

@@ -107,7 +107,7 @@ def test_a_misspelt_split_or_judge_is_refused(tmp_path, capsys):
     assert exit_.value.code == 2 and "invalid choice: 'tset'" in capsys.readouterr().err
     err = _train_error(tmp_path, capsys, "--eval_split", "tset")
     assert "eval_split must be one of train, validation, dev, test, got 'tset' (did you mean test?)" in err
-    assert "unknown judge 'nli:'" in _train_error(tmp_path, capsys, "--judge", "'nli:'")
+    assert "'nli:' needs a model name" in _train_error(tmp_path, capsys, "--judge", "'nli:'")
     with pytest.raises(ValueError, match="unknown judge 'embeding'"):
         StudyConfig(judge="embeding")
 
