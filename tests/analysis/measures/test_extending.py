@@ -97,3 +97,28 @@ def test_a_name_registered_twice_is_refused():
     with pytest.raises(ValueError, match="registered already"):
         register_measure("cd")(lambda groups, r_min, r_max: np.zeros(len(groups)))
     assert MEASURE_REGISTRY["cd"].source == "GCPO"
+
+
+def test_the_guide_s_examples_run_as_written():
+    import re
+    from pathlib import Path
+
+    from gcpo_analysis.frames import read_frame
+    from gcpo_analysis.measures.score import score_groups
+
+    guide = Path(__file__).resolve().parents[3] / "docs" / "guides" / "extending.md"
+    blocks = re.findall(r"```python\n(.*?)```", guide.read_text(), re.S)
+    try:
+        exec(blocks[0], {})
+        exec(blocks[1], {})
+        from helpers.embedders import HashEmbedder
+
+        groups = score_groups(read_frame(EXAMPLE), ["spread", "bot"], embedder=HashEmbedder(), judge="lexical")
+        assert groups["spread"].between(0, 1).all() and "bot" in groups.columns
+        g = GroupFeatures(rewards=np.array([0.0, 2.0, 1.0]), clusters=np.array([0, 0, 1]))
+        advantages, info = modulate("agree", g)
+        assert info == {"w_agree": pytest.approx(1 - 0.6 / 3)}
+        np.testing.assert_allclose(advantages, np.asarray(modulate("none", g)[0]) * (1 - 0.6 / 3))
+    finally:
+        MEASURE_REGISTRY.pop("spread", None)
+        MODULATORS.pop("agree", None)
