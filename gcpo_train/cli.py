@@ -123,7 +123,7 @@ def run_train(args) -> int:
     if cfg.backend == "trl":  # the same config through TRL's GRPOTrainer (gcpo_train.trl)
         from .trl_backend import run
 
-        rows = run(cfg)
+        rows = run(cfg, flags=[k[4:] for k in vars(args) if k.startswith("cfg_")])  # the flags given
         if rows:
             print(json.dumps({k: rows[-1][k] for k in ("step", "reward", "kl", "loss") if k in rows[-1]}))
         return 0

@@ -10,6 +10,9 @@ as gcpo's own loop loads it (packaged GGUF, hub name or path) and LoRA goes thro
 
 from __future__ import annotations
 
+import dataclasses
+import warnings
+from collections.abc import Iterable
 from typing import Any
 
 from .config import TrainConfig
@@ -97,12 +100,35 @@ def task_reward_fn(completions, references, task, **_):
     return [task_reward(t, completion_text(c), list(refs)) for c, refs, t in zip(completions, references, task)]
 
 
-def refuse_unsupported(cfg: TrainConfig) -> None:
-    """Fields with no TRL counterpart here are refused, naming them (before any file is touched)."""
+# TrainConfig fields of the gcpo loop that --backend trl does not read, and why.
+TRL_IGNORES = {
+    "micro_batch_size": "TRL chunks with per_device_train_batch_size and gradient_accumulation_steps",
+    "track_gradvar": "gradient-variance tracking hooks the gcpo loop's backward only",
+    "save_rollouts": "TRL writes no rollouts frame (log_group_measures writes the groups)",
+    "max_prompt_tokens": "TRL's max_prompt_length is not set from it",
+    "eps": "TRL makes the GRPO advantages; GCPO only scales them",
+    "eval_max_new_tokens": "evaluation runs through TRL's eval_strategy",
+    "eval_n": "evaluation runs through TRL's eval_strategy",
+}
+
+
+def refuse_unsupported(cfg: TrainConfig, flags: Iterable[str] = ()) -> None:
+    """Fields with no TRL counterpart here are refused, naming them (before any file is touched);
+    so is a command-line ``flag`` that --backend trl does not read (``TRL_IGNORES``). A config
+    file's value of such a field is not a flag (any configs/*.yaml runs under TRL): a warning
+    names the ones that differ from their defaults."""
     refused = {"resume": "use TRL's resume_from_checkpoint", "eval_every": "use TRL's eval_strategy"}
     for key, why in refused.items():
         if getattr(cfg, key):
             raise ValueError(f"{key} has no --backend trl counterpart here ({why}); unset it")
+    given = [f for f in flags if f in TRL_IGNORES]
+    if given:
+        reasons = "; ".join(f"--{f}: {TRL_IGNORES[f]}" for f in given)
+        raise ValueError(f"--backend trl does not read {', '.join('--' + f for f in given)} ({reasons}); drop it")
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+    differ = [f for f in TRL_IGNORES if getattr(cfg, f) != defaults[f]]
+    if differ:
+        warnings.warn(f"--backend trl ignores {', '.join(differ)} (set in the config)", stacklevel=1)  # once per run
 
 
 def build_trl_trainer(cfg: TrainConfig, *, embedder=None, judge=None, plain_trl: bool = False, **overrides):
@@ -155,7 +181,7 @@ def build_trl_trainer(cfg: TrainConfig, *, embedder=None, judge=None, plain_trl:
     return GCPOTrainer(args=args, embedder=embedder, judge=judge, **common)
 
 
-def run(cfg: TrainConfig) -> list[dict]:
+def run(cfg: TrainConfig, flags: Iterable[str] = ()) -> list[dict]:
     """Train with TRL in the locked run folder, under gcpo's run-folder rules
     (``run_folder.RunFolder``: a folder holding a run needs ``overwrite``, which removes only what
     gcpo or TRL wrote; a start that fails before the first step leaves the folder as found);
@@ -164,7 +190,7 @@ def run(cfg: TrainConfig) -> list[dict]:
 
     from .run_folder import RunFolder
 
-    refuse_unsupported(cfg)
+    refuse_unsupported(cfg, flags)
     is_main = int(os.environ.get("RANK", "0")) == 0  # accelerate launch sets RANK per process
     with RunFolder(cfg.output_dir, is_main=is_main) as folder:
         folder.prepare(resume=False, overwrite=cfg.overwrite, load_latest=lambda: (None, None))

@@ -216,3 +216,16 @@ def test_check_value_reads_yaml_1_1_scientific_notation_but_not_other_strings():
         with pytest.raises(ValueError, match="alpha_base must be a number"):
             check_value("alpha_base", bad, spec, float)
     assert json.loads(json.dumps(knobs.SPLITS)) == list(knobs.SPLITS)
+
+
+def test_a_flag_backend_trl_ignores_is_refused_and_a_config_value_warned(tmp_path, capsys):
+    pytest.importorskip("trl")
+    from gcpo_train.config import TrainConfig
+    from gcpo_train.trl_backend import TRL_IGNORES, refuse_unsupported
+
+    err = _train_error(tmp_path, capsys, "--backend", "trl", "--micro_batch_size", "4")
+    assert "--backend trl does not read --micro_batch_size" in err
+    cfg = TrainConfig(backend="trl", micro_batch_size=4, output_dir=str(tmp_path / "o"))
+    with pytest.warns(UserWarning, match="--backend trl ignores micro_batch_size"):
+        refuse_unsupported(cfg)
+    assert set(TRL_IGNORES) <= {f.name for f in dataclasses.fields(TrainConfig)}
