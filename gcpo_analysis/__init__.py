@@ -9,7 +9,3 @@ Start with ``gcpo_analysis.measures`` (score rollout groups), ``gcpo_analysis.st
 
 # The one source of the version: pyproject.toml reads it ([tool.setuptools.dynamic]).
 __version__ = "0.1.0"
-
-from . import _moved
-
-_moved.install()  # the old flat module paths answer with a FutureWarning until 0.3.0

@@ -11,19 +11,23 @@ import logging
 import sys
 from pathlib import Path
 
-from .vocab import (
-    ALPHA_BASE,
-    JUDGE,
-    NLI_THRESHOLD,
-    R_MAX,
-    R_MIN,
-    SCORE_CLI_MEASURES,
-    USE_FULL_COMPLETION,
-    full_completion,
-)
+from .knobs import SHARED, check_flags, check_reward_range
+from .vocab import full_completion
+
+# the shared knobs that are `gcpo score` flags, with their types
+SCORE_KNOBS = {
+    "judge": str,
+    "embedder": str | None,
+    "nli_threshold": float,
+    "alpha_base": float,
+    "r_min": float,
+    "r_max": float,
+}
 
 
 def _add_score(sub):
+    from .measures.registry import SCORE_CLI_MEASURES, measure_help
+
     p = sub.add_parser(
         "score",
         help="score rollout groups: rollouts frame (Parquet/JSONL) -> groups frame",
@@ -36,41 +40,20 @@ def _add_score(sub):
     p.add_argument(
         "--measures",
         default=",".join(SCORE_CLI_MEASURES),
-        help="comma-separated: token_entropy, pe, se, se_lw, kle, cd, bot, rd, or 'all' "
-        "(token_entropy needs that rollouts column, pe and se_lw the logprob column)",
+        help=measure_help(),
     )
-    p.add_argument(
-        "--judge",
-        default=JUDGE,
-        help="clustering judge: embedding (offline MiniLM similarity, default), lexical "
-        "(token-F1), math (answer equivalence), nli (roberta-large-mnli), nli:<name-or-path>",
-    )
-    p.add_argument(
-        "--embedder", default=None, help="sentence-transformers name or path (default: the packaged all-MiniLM-L6-v2)"
-    )
-    p.add_argument(
-        "--nli-threshold",
-        "--nli_threshold",
-        type=float,
-        default=NLI_THRESHOLD,
-        help="entailment threshold of the greedy clustering",
-    )
-    p.add_argument(
-        "--threshold", type=float, default=None, help="deprecated (removed in gcpo 0.3.0): use --nli-threshold"
-    )
+    for name, annotation in SCORE_KNOBS.items():  # declared once, in gcpo_analysis.knobs
+        spec = SHARED[name]
+        flags = dict.fromkeys([f"--{name.replace('_', '-')}", f"--{name}"])
+        kind = float if annotation is float else str
+        p.add_argument(*flags, dest=name, type=kind, default=spec.default, help=spec.help_text())
     p.add_argument(
         "--full-completion",
         "--full_completion",
         action=argparse.BooleanOptionalAction,
-        default=USE_FULL_COMPLETION,
-        help="embed/cluster the full completion instead of the extracted answer; default: auto, the full "
-        "completion when every rollout's dataset column names a math dataset",
+        default=SHARED["use_full_completion"].default,
+        help=SHARED["use_full_completion"].help_text(),
     )
-    p.add_argument(
-        "--alpha-base", "--alpha_base", type=float, default=ALPHA_BASE, help="alpha_base; alpha_G = alpha_base / ln G"
-    )
-    p.add_argument("--r-min", "--r_min", type=float, default=R_MIN, help="lower end of the reward range")
-    p.add_argument("--r-max", "--r_max", type=float, default=R_MAX, help="upper end of the reward range")
     p.add_argument("--csv", action="store_true", help="also write a CSV next to the Parquet file")
     for name, what in (
         ("query", "the query id (e.g. 'prompt' in a TRL frame)"),
@@ -96,6 +79,8 @@ def _run_score(args) -> int:
     from .measures.score import parse_measures, score_groups
 
     measures = parse_measures(args.measures)  # fail on a typo before any model loads
+    check_flags(args, SCORE_KNOBS)
+    check_reward_range(args.r_min, args.r_max, ("--r-min", "--r-max"))
     out = Path(args.output)
     if out.suffix.lower() not in (".parquet", ".jsonl", ".csv"):
         out = out.with_suffix(".parquet")
@@ -119,7 +104,6 @@ def _run_score(args) -> int:
         embedder=args.embedder,
         judge=args.judge,
         nli_threshold=args.nli_threshold,
-        threshold=args.threshold,  # the deprecated flag: score_groups warns
         use_full_completion=full,
         alpha_base=args.alpha_base,
         r_min=args.r_min,

@@ -1,16 +1,15 @@
 """The shared vocabulary: every name and default that more than one module uses, defined once.
 
 Benchmarks (paper Section 5): ``DATASETS``; the math ones (``MATH_DATASETS``) embed and cluster
-the full completion (Appendix E). Measures (docs/conventions.md "The frames"): the columns of the
-groups frame that the gap study compares by default, ``DEFAULT_MEASURES``. What a measure or a
+the full completion (Appendix E). The measures and their defaults are listed by their registry
+(``gcpo_analysis.measures.registry``), nowhere else. What a measure or a
 modulator needs computed for a group: ``EMBEDDINGS`` (the unit vectors mu_i) and ``CLUSTERS``
 (the greedy entailment clusters) — the names of the ``GroupFeatures`` fields they fill.
 
 Defaults of the paper (Appendix E): ``ALPHA_BASE`` = 0.6 in alpha_G = alpha_base / ln G;
 ``NLI_THRESHOLD`` = 0.35, the entailment probability at which a response joins a cluster;
 rewards on [``R_MIN``, ``R_MAX``] = [0, 2]. The threshold's name is ``nli_threshold`` in every
-setting (TrainConfig, GCPOConfig, StudyConfig, ``score_groups``, the CLI); the study's older
-``threshold`` still works, with a warning (``renamed_setting``).
+setting (TrainConfig, GCPOConfig, StudyConfig, ``score_groups``, the CLI).
 
 Plain Python, no imports beyond the standard library: configs and the CLI read it for free.
 """
@@ -20,15 +19,10 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-import warnings
 
 DATASETS = ("narrativeqa", "qasper", "hotpotqa", "math500", "aime24", "olympiadbench", "asdiv")
 MATH_DATASETS = ("math500", "aime24", "olympiadbench", "asdiv")
 
-DEFAULT_MEASURES = ("token_entropy", "se", "se_lw", "kle", "cd", "bot", "rd")
-# `gcpo score`'s default differs on purpose: it takes any tool's rollouts frame, and se_lw needs
-# a `logprob` column that such frames often lack (the study and score_groups' callers have it).
-SCORE_CLI_MEASURES = tuple(m for m in DEFAULT_MEASURES if m != "se_lw")
 
 EMBEDDINGS = "embeddings"
 CLUSTERS = "clusters"
@@ -36,6 +30,7 @@ CLUSTERS = "clusters"
 ALPHA_BASE = 0.6
 NLI_THRESHOLD = 0.35
 R_MIN, R_MAX = 0.0, 2.0
+EPS = 1e-6  # eps in A_i = (r_i - mean r)/(std r + eps)
 
 # --- One default per knob -------------------------------------------------------------------
 # Every setting that TrainConfig, GCPOConfig (gcpo_train/trl.py), StudyConfig and `gcpo score`
@@ -108,26 +103,6 @@ def field_kinds(cls: type) -> dict[str, type | None]:
             hint = args[0] if len(args) == 1 else None
         kinds[f.name] = None if hint is None else (typing.get_origin(hint) or hint)
     return kinds
-
-
-# The release that drops the old setting names (CHANGELOG.md, "Deprecated").
-SETTING_REMOVED_IN = "0.3.0"
-
-
-def renamed_setting(old: str, new: str, old_value, new_value, default, stacklevel: int = 3):
-    """The value of a setting whose name changed from ``old`` to ``new``: ``new_value``, or
-    ``old_value`` with a FutureWarning (users see it) when the old name was given (not None).
-    Both given, with different values, is an error."""
-    if old_value is None:
-        return new_value
-    warnings.warn(
-        f"{old!r} is deprecated and will be removed in gcpo {SETTING_REMOVED_IN}; use {new!r} (the same setting)",
-        FutureWarning,
-        stacklevel=stacklevel,
-    )
-    if new_value not in (default, old_value):
-        raise ValueError(f"{old}={old_value} and {new}={new_value} disagree; give only {new}")
-    return old_value
 
 
 # The reward task of each dataset (docs/conventions.md "Rewards"): rewards live on [0, REWARD_MAX].

@@ -16,8 +16,4 @@ def __getattr__(name):
         from .trainer import GCPOLoopTrainer
 
         return GCPOLoopTrainer
-    if name == "GRPOTrainer":  # the old name: gcpo_train.trainer's own __getattr__ warns
-        from . import trainer
-
-        return trainer.GRPOTrainer
     raise AttributeError(name)

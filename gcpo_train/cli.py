@@ -14,6 +14,7 @@ import argparse
 import dataclasses
 import json
 
+from gcpo_analysis.knobs import SPLITS
 from gcpo_analysis.vocab import field_kinds
 
 from .config import DTYPES, TrainConfig, load_config
@@ -59,7 +60,7 @@ def add_eval_parser(subparsers) -> argparse.ArgumentParser:
         "checkpoint", help="checkpoint folder (output_dir/checkpoints/step_N), 'packaged', or a model name/path"
     )
     p.add_argument("--dataset", default=None, help="benchmark (default: the checkpoint's)")
-    p.add_argument("--split", default="test", help="split to evaluate (default: test)")
+    p.add_argument("--split", default="test", choices=SPLITS, help="split to evaluate (default: test)")
     p.add_argument("--n", type=int, default=None, help="evaluate the first n queries (default: all)")
     p.add_argument(
         "--data_path", "--data-path", default=None, help="local benchmark file (default: the packaged/default source)"
@@ -122,7 +123,7 @@ def run_train(args) -> int:
     if cfg.backend == "trl":  # the same config through TRL's GRPOTrainer (gcpo_train.trl)
         from .trl_backend import run
 
-        rows = run(cfg)
+        rows = run(cfg, flags=[k[4:] for k in vars(args) if k.startswith("cfg_")])  # the flags given
         if rows:
             print(json.dumps({k: rows[-1][k] for k in ("step", "reward", "kl", "loss") if k in rows[-1]}))
         return 0
@@ -136,6 +137,10 @@ def run_train(args) -> int:
 
 def run_eval(args) -> int:
     from .evaluate import evaluate
+
+    for flag, value in (("--n", args.n), ("--max_new_tokens", args.max_new_tokens), ("--batch_size", args.batch_size)):
+        if value is not None and value < 1:
+            raise ValueError(f"{flag} must be >= 1, got {value}")
 
     res = evaluate(
         args.checkpoint,

@@ -14,32 +14,16 @@ import dataclasses
 import hashlib
 import json
 import math
-import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from gcpo_analysis.errors import did_you_mean
-from gcpo_analysis.vocab import (
-    ALPHA_BASE,
-    DATASETS,
-    JUDGE,
-    MATH_DATASETS,
-    NLI_THRESHOLD,
-    PACKAGED_POLICY,
-    PAPER_POLICY,
-    R_MAX,
-    R_MIN,
-    SEED,
-    TEMPERATURE,
-    USE_FULL_COMPLETION,
-    field_kinds,
-    full_completion,
-)
+from gcpo_analysis.knobs import check_knobs, knob, shared
+from gcpo_analysis.vocab import MATH_DATASETS, PACKAGED_POLICY, PAPER_POLICY, full_completion
 
 LOSS_AGGREGATIONS = ("sequence", "token")
 BACKENDS = ("gcpo", "trl", "hf", "vllm")
 DTYPES = ("float32", "bfloat16", "float16")
-_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 
 # Fields that do not change what is trained: a resumed run may differ in these. share_prompt
 # changes only float rounding (the same model, data and formula).
@@ -65,43 +49,44 @@ NON_IDENTITY_KEYS = frozenset(
 )
 
 
-def _f(default, help: str, **kw):
-    return field(default=default, metadata={"help": help}, **kw)
-
-
 @dataclass
 class TrainConfig:
-    """Every knob of a GCPO/GRPO training run (paper Section 3, Appendix E/F)."""
+    """Every knob of a GCPO/GRPO training run (paper Section 3, Appendix E/F).
+
+    A field is ``knob(default, help, rules)`` (this config's own) or ``shared(name)`` (declared
+    once in ``gcpo_analysis.knobs.SHARED``, as GCPOConfig and StudyConfig have it too); ``validate``
+    checks every field against its declaration (``check_knobs``), then the rules between fields."""
 
     # --- model ---
-    model: str = _f(
+    model: str = shared(
+        "model",
         PAPER_POLICY,
-        f"Policy: a hub name or local path; '{PACKAGED_POLICY}' = "
-        "the offline SmolLM2-135M-Instruct GGUF; 'tiny:llama' = random tiny model (tests).",
+        help=f"Policy: a hub name or local path; '{PACKAGED_POLICY}' = the offline SmolLM2-135M-Instruct GGUF; "
+        "'tiny:llama' = random tiny model (tests).",
     )
-    dtype: str = _f("float32", "Policy weight dtype: float32, bfloat16 or float16.")
-    use_lora: bool = _f(
+    dtype: str = knob("float32", "Policy weight dtype.", choices=DTYPES)
+    use_lora: bool = knob(
         True,
         "Train LoRA adapters (peft); False = full fine-tuning, which keeps a "
         "frozen copy of the policy as KL reference (2x the weights in memory).",
     )
-    lora_r: int = _f(16, "LoRA rank r.")
-    lora_alpha: int = _f(32, "LoRA scaling alpha.")
-    lora_dropout: float = _f(0.0, "LoRA dropout (0 keeps the loss deterministic).")
-    lora_target_modules: list[str] | None = _f(
+    lora_r: int = knob(16, "LoRA rank r.", ge=1)
+    lora_alpha: int = knob(32, "LoRA scaling alpha.", gt=0)
+    lora_dropout: float = knob(0.0, "LoRA dropout (0 keeps the loss deterministic).", ge=0, lt=1)
+    lora_target_modules: list[str] | None = knob(
         None,
-        "Module names LoRA wraps; None = the gcpo loop wraps every projection the model has among "
-        "q/k/v/o/gate/up/down_proj and GPT-2's c_attn/c_proj/c_fc (policy.LORA_CANDIDATES), "
-        "--backend trl wraps 'all-linear'.",
+        "Module names LoRA wraps.",
+        none="the gcpo loop wraps every projection the model has among q/k/v/o/gate/up/down_proj and GPT-2's "
+        "c_attn/c_proj/c_fc (policy.LORA_CANDIDATES), --backend trl wraps 'all-linear'",
     )
-    gradient_checkpointing: bool = _f(False, "Recompute activations in backward to save memory.")
-    share_prompt: bool = _f(
-        True,
-        "gcpo loop: run each group's prompt once, in generation's prefill and in every "
+    gradient_checkpointing: bool = knob(False, "Recompute activations in backward to save memory.")
+    share_prompt: bool = shared(
+        "share_prompt",
+        help="gcpo loop: run each group's prompt once, in generation's prefill and in every "
         "log-prob pass, for its G rollouts (exact up to float rounding; off under gradient "
         "checkpointing). False = the plain full-sequence forward, for comparison.",
     )
-    track_gradvar: bool | str = _f(
+    track_gradvar: bool | str = knob(
         False,
         "Record each group's exact gradient variance V_train = (1/G) Σ‖h_i − h̄‖² "
         "of the step's objective over the trainable parameters, from the training backward "
@@ -109,119 +94,113 @@ class TrainConfig:
         "sequence log-probs, GRPO advantages) with one extra forward+backward per group. "
         "Needs no gradient checkpointing. With share_prompt the tracked pass still runs each "
         "prompt once and adds G−1 input-gradient passes through it per group, for each "
-        "rollout's own prompt gradient; trained weights are unchanged, bit for bit.",
+        "rollout's own prompt gradient; trained weights are unchanged, bit for bit. "
+        "true, false or 'full'.",
+        choices=("full",),
     )
     # --- data ---
-    dataset: str = _f("narrativeqa", f"Benchmark: one of {', '.join(DATASETS)}.")
-    data_path: str | None = _f(
-        None, "Local data file/folder passed to gcpo_analysis.data.load_queries (None = the packaged/default source)."
-    )
-    train_split: str = _f("train", "Split used for training.")
-    eval_split: str = _f("test", "Split used for evaluation.")
-    split_from_single: bool = _f(
+    dataset: str = shared("dataset")
+    data_path: str | None = shared("data_path")
+    train_split: str = shared("split", "train", help="Split used for training.")
+    eval_split: str = shared("split", "test", help="Split used for evaluation.")
+    split_from_single: bool = knob(
         False, "The benchmark ships one split: split it with split_queries(train_frac, seed) into train/test."
     )
-    train_frac: float = _f(0.8, "Train fraction when split_from_single is true.")
-    split_group: str | None = _f(
+    train_frac: float = knob(0.8, "Train fraction when split_from_single is true.", gt=0, lt=1)
+    split_group: str | None = knob(
         None,
-        "Column kept together by split_queries (e.g. 'context', so questions "
-        "on one passage never straddle train and test); None = by query.",
+        "Column kept together by split_queries (e.g. 'context', so questions on one passage never straddle "
+        "train and test).",
+        none="by query",
     )
-    n_train: int | None = _f(None, "Use only the first n training queries (None = all).")
-    max_context_tokens: int = _f(256, "Token budget of the passage/context in the prompt.")
-    max_prompt_tokens: int = _f(1024, "Hard cap on prompt tokens (left-truncated).")
+    n_train: int | None = knob(None, "Use only the first n training queries.", ge=1, none="all")
+    max_context_tokens: int = shared("max_context_tokens")
+    max_prompt_tokens: int | None = knob(
+        1024, "Hard cap on prompt tokens (left-truncated).", ge=1, none="no cap (the whole prompt)"
+    )
     # --- modulator ---
-    modulator: str = _f(
-        "bot_rd",
-        "Advantage modulator from gcpo_analysis.measures.modulators "
-        "(none = plain GRPO, cd, bot, rd, cd_rd, bot_rd, se, kle, empo, care, "
-        "q_hawkeye, eg_spo, r2vpo).",
-    )
-    alpha_base: float = _f(ALPHA_BASE, "α_base; α_G = α_base / ln G (Section 3.4).")
-    r_min: float = _f(R_MIN, "Lower end of the reward range (RD normalisation, Appendix E).")
-    r_max: float = _f(R_MAX, "Upper end of the reward range.")
-    eps: float = _f(1e-6, "ε in A_i = (r_i - mean r)/(std r + ε).")
-    modulator_params: dict | None = _f(None, "Extra keyword arguments passed to modulate() verbatim.")
-    r2vpo_lambda: float = _f(
-        1.0,
-        "R²VPO λ in w_i = 1/(1 + λ Var_t ρ_it) (Appendix F); ρ_it = "
-        "π_θ/π_ref per token (see gcpo_train.trainer on why not π_old).",
-    )
-    q_hawkeye_alpha: float = _f(ALPHA_BASE, "Q-Hawkeye α in w = 1 - α·Var(r)/Var_max (Appendix F).")
-    eg_spo_alpha: float = _f(1.0, "EG-SPO gate strength: gate_i ∝ exp(-α H_i / H̄) (Appendix F).")
-    empo_low: float = _f(0.0, "EMPO: keep a query if SE/ln G >= empo_low.")
-    empo_high: float = _f(0.5, "EMPO: keep a query if SE/ln G <= empo_high.")
-    embedder: str | None = _f(None, "Sentence-transformers model for μ_i (None = packaged all-MiniLM-L6-v2).")
-    judge: str = _f(
-        JUDGE,
-        "Clustering judge for SE/BoT: 'embedding' (offline), 'lexical', 'math' or 'nli:<model>' "
-        "(the paper, Appendix E: nli:roberta-large-mnli, as configs/<dataset>/*.yaml set).",
-    )
-    nli_threshold: float = _f(NLI_THRESHOLD, "Entailment threshold of greedy clustering (Appendix E).")
-    use_full_completion: bool | None = _f(
-        USE_FULL_COMPLETION,
-        "Embed/cluster the full completion instead of the extracted answer; None = auto "
-        "(True for math datasets; gcpo_analysis.vocab.full_completion).",
-    )
+    modulator: str = shared("modulator")
+    alpha_base: float = shared("alpha_base")
+    r_min: float = shared("r_min")
+    r_max: float = shared("r_max")
+    eps: float = shared("eps")
+    modulator_params: dict | None = shared("modulator_params")
+    r2vpo_lambda: float = shared("r2vpo_lambda")
+    q_hawkeye_alpha: float = shared("q_hawkeye_alpha")
+    eg_spo_alpha: float = shared("eg_spo_alpha")
+    empo_low: float = shared("empo_low")
+    empo_high: float = shared("empo_high")
+    embedder: str | None = shared("embedder")
+    judge: str = shared("judge")
+    nli_threshold: float = shared("nli_threshold")
+    use_full_completion: bool | None = shared("use_full_completion")
     # --- optimisation ---
-    steps: int = _f(2000, "Optimizer steps (generation batches).")
-    queries_per_step: int = _f(8, "Prompts per step (all processes together); each gets G rollouts.")
-    group_size: int = _f(16, "G, rollouts per prompt (>= 2).")
-    learning_rate: float = _f(5e-5, "AdamW learning rate.")
-    weight_decay: float = _f(0.0, "AdamW weight decay.")
-    warmup_steps: int = _f(0, "Linear warm-up steps, then linear decay to 0 at `steps`.")
-    lr_schedule: str = _f("linear", "'linear' (warm-up + linear decay) or 'constant' (warm-up only).")
-    max_grad_norm: float = _f(1.0, "Gradient clipping norm (0 = off).")
-    beta: float = _f(0.002, "KL coefficient β (k3 estimator, reference = base policy).")
-    clip_epsilon: float = _f(0.2, "PPO clip ε on ρ_t.")
-    num_iterations: int = _f(1, "μ: optimizer updates per generation batch (GRPO Algorithm 1).")
-    loss_aggregation: str = _f(
+    steps: int = knob(2000, "Optimizer steps (generation batches).", ge=1)
+    queries_per_step: int = knob(8, "Prompts per step (all processes together); each gets G rollouts.", ge=1)
+    group_size: int = shared("group_size")
+    learning_rate: float = knob(5e-5, "AdamW learning rate.", ge=0)
+    weight_decay: float = knob(0.0, "AdamW weight decay.", ge=0)
+    warmup_steps: int = knob(0, "Linear warm-up steps, then linear decay to 0 at `steps`.", ge=0)
+    lr_schedule: str = knob(
+        "linear", "'linear' (warm-up + linear decay) or 'constant' (warm-up only).", choices=("linear", "constant")
+    )
+    max_grad_norm: float = knob(1.0, "Gradient clipping norm (0 = off).", ge=0)
+    beta: float = knob(0.002, "KL coefficient β (k3 estimator, reference = base policy).", ge=0)
+    clip_epsilon: float = knob(0.2, "PPO clip ε on ρ_t.", gt=0)
+    num_iterations: int = knob(1, "μ: optimizer updates per generation batch (GRPO Algorithm 1).", ge=1)
+    loss_aggregation: str = knob(
         "sequence",
         "'sequence' = mean over tokens per rollout, then over "
         "rollouts (GRPO paper); 'token' = sum over all tokens / token count "
         "(TRL 'bnpo'/DAPO-style).",
+        choices=LOSS_AGGREGATIONS,
     )
-    micro_batch_size: int = _f(
+    micro_batch_size: int = knob(
         16,
         "Rollouts per forward/backward chunk (gradient accumulation); a chunk stays "
         "inside one group, whose shared prompt runs once per chunk.",
+        ge=1,
     )
     # --- generation ---
-    backend: str = _f(
+    backend: str = knob(
         "gcpo",
         "Training engine: 'gcpo' (this package's reference loop, transformers generate; "
         "'hf' is an alias) or 'trl' (gcpo_train.trl.GCPOTrainer on TRL's GRPOTrainer: accelerate, "
         "DeepSpeed, FSDP, vLLM). 'vllm' for the gcpo loop is not implemented.",
+        choices=BACKENDS,
     )
-    temperature: float = _f(TEMPERATURE, "Sampling temperature (also scales logits in the loss, as TRL).")
-    top_p: float = _f(1.0, "Nucleus sampling p.")
-    max_new_tokens: int = _f(256, "Completion length cap.")
-    eval_max_new_tokens: int | None = _f(None, "Completion cap for evaluation (None = max_new_tokens).")
+    temperature: float = shared("temperature", help="Sampling temperature (also scales logits in the loss, as TRL).")
+    top_p: float = knob(1.0, "Nucleus sampling p.", gt=0, le=1)
+    max_new_tokens: int = shared("max_new_tokens")
+    eval_max_new_tokens: int | None = knob(None, "Completion cap for evaluation.", ge=1, none="max_new_tokens")
     # --- run ---
-    seed: int = _f(SEED, "Seed; each step re-seeds from (seed, step) so resumed runs match.")
-    device: str | None = _f(None, "Device override (None = accelerate's choice).")
-    output_dir: str = _f("runs/gcpo", "Where log.jsonl, rollouts/, checkpoints/ and eval/ go.")
-    log_every: int = _f(1, "Write a log.jsonl row every N steps.")
-    save_rollouts: bool = _f(True, "Write each step's rollouts frame to rollouts/step_XXXXXX.parquet.")
-    checkpoint_every: int = _f(100, "Checkpoint every N steps (0 = only at the end).")
-    save_total_limit: int | None = _f(
+    seed: int = shared("seed", help="Seed; each step re-seeds from (seed, step) so resumed runs match.")
+    device: str | None = shared("device")
+    output_dir: str = knob("runs/gcpo", "Where log.jsonl, rollouts/, checkpoints/ and eval/ go.")
+    log_every: int = knob(1, "Write a log.jsonl row every N steps.", ge=1)
+    save_rollouts: bool = knob(True, "Write each step's rollouts frame to rollouts/step_XXXXXX.parquet.")
+    checkpoint_every: int = knob(100, "Checkpoint every N steps (0 = only at the end).", ge=0)
+    save_total_limit: int | None = knob(
         None,
-        "Keep only the newest N checkpoints (each holds the trainable weights and optimizer state); None keeps all.",
+        "Keep only the newest N checkpoints (each holds the trainable weights and optimizer state).",
+        ge=1,
+        none="keep all",
     )
-    eval_every: int = _f(0, "Evaluate on eval_split every N steps (0 = never during training).")
-    eval_n: int | None = _f(None, "Queries evaluated during training (None = all).")
-    resume: bool = _f(False, "Continue from the latest usable checkpoint in output_dir.")
-    overwrite: bool = _f(
+    eval_every: int = knob(0, "Evaluate on eval_split every N steps (0 = never during training).", ge=0)
+    eval_n: int | None = knob(None, "Queries evaluated during training.", ge=1, none="all")
+    resume: bool = knob(False, "Continue from the latest usable checkpoint in output_dir.")
+    overwrite: bool = knob(
         False,
         "Replace the run already in output_dir (its log.jsonl, run.json, "
         "checkpoints/ and rollouts/); without it such a rerun is refused.",
     )
-    progress: bool = _f(True, "Show a tqdm bar.")
-    tensorboard: bool = _f(False, "Shorthand for report_to: [tensorboard] (kept for old configs).")
-    report_to: list[str] | None = _f(
+    progress: bool = knob(True, "Show a tqdm bar.")
+    tensorboard: bool = knob(False, "Shorthand for report_to: [tensorboard] (kept for old configs).")
+    report_to: list[str] | str | None = knob(
         None,
         "Also send each log row to these backends: tensorboard, wandb, trackio "
         "(each must be installed; an absent one is an error, not a silent skip).",
+        none="none",
     )
 
     def __post_init__(self):
@@ -229,96 +208,25 @@ class TrainConfig:
 
     # ------------------------------------------------------------------
     def validate(self) -> None:
-        """Refuse a configuration that cannot run, naming the field and the allowed values.
-        Types first (``_coerce_types``: "1e-4" for a float field is read as the float YAML 1.1
-        leaves as a string; ``steps: '3'``, ``use_lora: 'no'``, ``group_size: 2.5`` are refused),
-        then ranges."""
-        self._coerce_types()
-        if self.group_size is None or int(self.group_size) < 2:
-            raise ValueError(
-                f"group_size must be >= 2 (GRPO needs a group to normalise rewards), got {self.group_size!r}"
-            )
-        if self.dataset not in DATASETS:
-            raise ValueError(f"unknown dataset {self.dataset!r}; choices: {', '.join(DATASETS)}")
-        known = known_modulators()
-        if known is not None and self.modulator not in known:
-            raise ValueError(f"unknown modulator {self.modulator!r}; choices: {', '.join(sorted(known))}")
-        for key, allowed in (
-            ("loss_aggregation", LOSS_AGGREGATIONS),
-            ("backend", BACKENDS),
-            ("lr_schedule", ("linear", "constant")),
-        ):
-            if getattr(self, key) not in allowed:
-                raise ValueError(f"{key} must be one of {allowed}, got {getattr(self, key)!r}")
-        for key in ("steps", "queries_per_step", "num_iterations", "micro_batch_size", "max_new_tokens"):
-            if int(getattr(self, key)) < 1:
-                raise ValueError(f"{key} must be >= 1, got {getattr(self, key)!r}")
-        for key in ("save_total_limit", "n_train", "eval_n"):  # None = all; 0 or less would drop everything
-            if getattr(self, key) is not None and getattr(self, key) < 1:
-                raise ValueError(f"{key} must be >= 1 or null (keep all), got {getattr(self, key)!r}")
+        """Refuse a configuration that cannot run, naming the field and the allowed values:
+        every field against its declaration (``check_knobs``: type, range, choices; "1e-4" for a
+        float field is read as the float YAML 1.1 leaves as a string; ``steps: '3'``,
+        ``use_lora: 'no'``, ``group_size: 2.5`` are refused), then the rules between fields."""
+        check_knobs(self)
         self.modulator_params = check_modulator_params(self.modulator_params)
-        if not self.r_max > self.r_min:
-            raise ValueError(f"r_max ({self.r_max}) must be > r_min ({self.r_min})")
-        if self.temperature <= 0:
-            raise ValueError(f"temperature must be > 0 for sampling, got {self.temperature}")
-        for key, ok, rule in (
-            ("beta", self.beta >= 0, ">= 0"),
-            ("eps", self.eps > 0, "> 0"),
-            ("top_p", 0 < self.top_p <= 1, "in (0, 1]"),
-            ("train_frac", 0 < self.train_frac < 1, "in (0, 1)"),
-            ("alpha_base", self.alpha_base >= 0, ">= 0 (a negative α flips the sign of the advantages)"),
-            ("q_hawkeye_alpha", self.q_hawkeye_alpha >= 0, ">= 0 (a negative α flips the sign of the advantages)"),
-            ("clip_epsilon", self.clip_epsilon > 0, "> 0"),
-            ("learning_rate", self.learning_rate >= 0, ">= 0"),
-            ("max_grad_norm", self.max_grad_norm >= 0, ">= 0"),
-            ("nli_threshold", 0 <= self.nli_threshold <= 1, "in [0, 1]"),
-        ):
-            value = getattr(self, key)
-            if not (math.isfinite(value) and ok):
-                raise ValueError(f"{key} must be a finite number {rule}, got {value!r}")
         from .reporting import check_report_to
 
         self.report_to = check_report_to(self.report_to) + (["tensorboard"] if self.tensorboard else [])
         self.report_to = check_report_to(self.report_to)  # once each, also when validate runs again
-        if self.track_gradvar not in (False, True, "full"):
-            raise ValueError(f"track_gradvar must be true, false or 'full', got {self.track_gradvar!r}")
         if self.track_gradvar and self.gradient_checkpointing:
             raise ValueError(
                 "track_gradvar needs gradient_checkpointing: false (the recomputation would fire the hooks twice)"
             )
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
         out = Path(self.output_dir)
         if out.exists() and not out.is_dir():
             raise ValueError(f"output_dir {self.output_dir!r} is a file, not a folder")
         if any(p.exists() and not p.is_dir() for p in out.parents):
             raise ValueError(f"output_dir {self.output_dir!r}: a parent of it is a file")
-
-    def _coerce_types(self) -> None:
-        """Check every field against its annotation (``field_kinds``: ``typing.get_type_hints``,
-        ``X | None`` read as X), naming the field. Numbers written in scientific notation arrive
-        as strings from YAML 1.1 (``1e-4``): those become floats."""
-        kinds = field_kinds(type(self))
-        for f in dataclasses.fields(self):
-            value, kind = getattr(self, f.name), getattr(kinds[f.name], "__name__", None)
-            if value is None and f.default is None:
-                continue
-            if kind == "float":
-                if isinstance(value, str) and _NUMBER.fullmatch(value.strip()):
-                    value = float(value)
-                if isinstance(value, bool) or not isinstance(value, (int, float)):
-                    raise ValueError(f"{f.name} must be a number, got {value!r} ({type(value).__name__})")
-                setattr(self, f.name, float(value))
-            elif kind == "int" and (isinstance(value, bool) or not isinstance(value, int)):
-                raise ValueError(f"{f.name} must be an integer, got {value!r} ({type(value).__name__})")
-            elif kind == "bool" and not isinstance(value, bool):
-                raise ValueError(f"{f.name} must be true or false, got {value!r} ({type(value).__name__})")
-            elif kind == "str" and not isinstance(value, str):
-                raise ValueError(f"{f.name} must be a string, got {value!r} ({type(value).__name__})")
-            elif f.name == "report_to" and isinstance(value, str):
-                continue  # one backend's name, or "none", as TRL accepts it: check_report_to reads it
-            elif kind in ("list", "dict") and not isinstance(value, (list, tuple) if kind == "list" else dict):
-                raise ValueError(f"{f.name} must be a {kind}, got {value!r} ({type(value).__name__})")
 
     @property
     def task_is_math(self) -> bool:
@@ -345,15 +253,6 @@ class TrainConfig:
     def config_hash(self) -> str:
         blob = json.dumps(self.identity(), sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-def known_modulators():
-    """Names in gcpo_analysis.measures.modulators.MODULATORS, or None when it is not importable."""
-    try:
-        from gcpo_analysis.measures.modulators import MODULATORS
-    except ImportError:
-        return None
-    return set(MODULATORS)
 
 
 # modulate()'s own arguments; modulator_params must not pass them a second time
@@ -395,17 +294,46 @@ def check_modulator_params(params):
 YAML_NODE_LIMIT = 100_000  # nodes after alias expansion; a config has a few hundred
 
 
-def safe_yaml(text: str, source: str):
-    """``yaml.safe_load`` with the alias expansion bounded (a "billion laughs" bomb is refused
-    before anything expands) and a syntax error as one line naming the source and the line."""
+def _unique_key_loader():
+    """A ``yaml.SafeLoader`` that refuses a mapping with a key twice (PyYAML keeps the last value
+    silently), naming the key and both lines."""
     import yaml
 
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as err:
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            seen: dict = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None,
+                        None,
+                        f"duplicate key {key!r} (first at line {seen[key] + 1}); give each key once",
+                        key_node.start_mark,
+                    )
+                seen[key] = key_node.start_mark.line
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeyLoader
+
+
+def safe_yaml(text: str, source: str):
+    """YAML as ``yaml.safe_load`` reads it, with the alias expansion bounded (a "billion laughs"
+    bomb is refused before anything expands), a key given twice refused, and a syntax error as
+    one line naming the source and the line."""
+    import yaml
+
+    loader = _unique_key_loader()
+
+    def one_line(err: yaml.YAMLError) -> ValueError:
         mark = getattr(err, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        raise ValueError(f"{source}:{where} not valid YAML ({getattr(err, 'problem', None) or err})") from None
+        return ValueError(f"{source}:{where} not valid YAML ({getattr(err, 'problem', None) or err})")
+
+    try:
+        node = yaml.compose(text, Loader=loader)
+    except yaml.YAMLError as err:
+        raise one_line(err) from None
     if node is None:
         return None
     sizes: dict = {}
@@ -427,7 +355,10 @@ def safe_yaml(text: str, source: str):
         raise ValueError(
             f"{source}: refused, its aliases expand to more than {YAML_NODE_LIMIT:,} values (a YAML alias bomb?)"
         )
-    return yaml.safe_load(text)
+    try:
+        return yaml.load(text, Loader=loader)  # noqa: S506  (a SafeLoader subclass)
+    except yaml.YAMLError as err:
+        raise one_line(err) from None
 
 
 def field_help() -> dict[str, str]:

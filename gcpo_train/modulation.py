@@ -16,48 +16,48 @@ Text that is embedded/clustered: the extracted answer for QA, the full completio
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from gcpo_analysis.measures.advantages import EPS
-from gcpo_analysis.vocab import ALPHA_BASE, JUDGE, NLI_THRESHOLD, R_MAX, R_MIN
-
-
-def _h(default: Any, help: str) -> Any:
-    return field(default=default, metadata={"help": help})
+from gcpo_analysis.knobs import check_knobs, shared
 
 
 @dataclass(frozen=True)
 class ModulationSettings:
-    """Everything ``GroupModulator`` reads: the modulator, its measurement tools and its knobs."""
+    """Everything ``GroupModulator`` reads: the modulator, its measurement tools and its knobs,
+    each declared once in ``gcpo_analysis.knobs.SHARED`` and checked by ``check_knobs``."""
 
-    modulator: str = _h("bot_rd", "Advantage modulator, a name of gcpo_analysis.measures.modulators.MODULATORS.")
-    embedder: str | None = _h(None, "sentence-transformers name or path for mu_i (None = packaged all-MiniLM-L6-v2).")
-    judge: str = _h(JUDGE, "Clustering judge: 'embedding', 'lexical', 'math', 'nli' or 'nli:<model>' (Appendix E).")
-    nli_threshold: float = _h(NLI_THRESHOLD, "Entailment threshold of the greedy clustering (Appendix E).")
-    alpha_base: float = _h(ALPHA_BASE, "alpha_base; alpha_G = alpha_base / ln G (Section 3.4).")
-    r_min: float = _h(R_MIN, "Lower end of the reward range (RD and Q-Hawkeye normalisation).")
-    r_max: float = _h(R_MAX, "Upper end of the reward range.")
-    eps: float = _h(EPS, "eps in A_i = (r_i - mean r)/(std r + eps) (our loop's GRPO advantages).")
-    q_hawkeye_alpha: float = _h(ALPHA_BASE, "Q-Hawkeye alpha in omega = 1 - alpha Var(r)/Var_max (Appendix F).")
-    eg_spo_alpha: float = _h(1.0, "EG-SPO gate strength: gate_i ~ exp(-alpha H_i / H_bar) (Appendix F).")
-    r2vpo_lambda: float = _h(1.0, "R2VPO lambda in w_i = 1/(1 + lambda Var_t rho_it) (Appendix F).")
-    empo_low: float = _h(0.0, "EMPO: keep a query if SE/ln G >= empo_low.")
-    empo_high: float = _h(0.5, "EMPO: keep a query if SE/ln G <= empo_high.")
-    modulator_params: dict | None = _h(
-        None, "Extra keyword arguments passed to the modulator verbatim (win over the above)."
-    )
+    modulator: str = shared("modulator")
+    embedder: str | None = shared("embedder")
+    judge: str = shared("judge")
+    nli_threshold: float = shared("nli_threshold")
+    alpha_base: float = shared("alpha_base")
+    r_min: float = shared("r_min")
+    r_max: float = shared("r_max")
+    eps: float = shared("eps")
+    q_hawkeye_alpha: float = shared("q_hawkeye_alpha")
+    eg_spo_alpha: float = shared("eg_spo_alpha")
+    r2vpo_lambda: float = shared("r2vpo_lambda")
+    empo_low: float = shared("empo_low")
+    empo_high: float = shared("empo_high")
+    modulator_params: dict | None = shared("modulator_params")
+
+    def __post_init__(self):
+        check_knobs(self)
 
     @classmethod
-    def from_config(cls, config: Any) -> ModulationSettings:
+    def from_config(cls, config: Any, missing_ok: bool = False) -> ModulationSettings:
         """The settings read by name from a config that has every field (a TrainConfig, or any
-        object with these attributes); a missing one is an error, never a silent default."""
-        missing = [f.name for f in dataclasses.fields(cls) if not hasattr(config, f.name)]
-        if missing:
+        object with these attributes); a missing one is an error, never a silent default, unless
+        ``missing_ok`` (GCPOConfig: eps and the per-rollout modulators' knobs, which TRL refuses,
+        keep their declared defaults)."""
+        names = [f.name for f in dataclasses.fields(cls)]
+        missing = [n for n in names if not hasattr(config, n)]
+        if missing and not missing_ok:
             raise ValueError(f"{type(config).__name__} lacks the modulation settings {missing}")
-        return cls(**{f.name: getattr(config, f.name) for f in dataclasses.fields(cls)})
+        return cls(**{n: getattr(config, n) for n in names if n not in missing})
 
 
 def modulator_params(config: Any) -> dict:

@@ -123,7 +123,7 @@ def generate_groups(
     temperature: float = 1.0,
     top_p: float = 1.0,
     do_sample: bool = True,
-    max_prompt_tokens: int = 1024,
+    max_prompt_tokens: int | None = 1024,
     device=None,
     seeds=None,
     share_prompt: bool = True,
@@ -202,7 +202,8 @@ def _generate(
     torch = require("torch")
     tokenizer.padding_side = "left"
     enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-    ids, att = enc["input_ids"][:, -max_prompt_tokens:], enc["attention_mask"][:, -max_prompt_tokens:]
+    keep = slice(None) if max_prompt_tokens is None else slice(-max_prompt_tokens, None)  # None: no cap
+    ids, att = enc["input_ids"][:, keep], enc["attention_mask"][:, keep]
     if device is not None:
         ids, att = ids.to(device), att.to(device)
     eos = eos_ids_of(tokenizer, model)

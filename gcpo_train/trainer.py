@@ -594,16 +594,3 @@ class GCPOLoopTrainer:
             output=self.out / "eval" / f"{tag}.json",
             progress=False,
         )
-
-
-def __getattr__(name: str) -> type:
-    """``GRPOTrainer``, the old name of ``GCPOLoopTrainer`` (it shared TRL's class name): warns."""
-    if name == "GRPOTrainer":
-        warnings.warn(
-            "gcpo_train.trainer.GRPOTrainer is renamed GCPOLoopTrainer (the name was TRL's); "
-            "the old name is removed in gcpo 0.3.0",
-            FutureWarning,
-            stacklevel=2,
-        )
-        return GCPOLoopTrainer
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

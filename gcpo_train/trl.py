@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
@@ -43,178 +43,96 @@ import torch
 from accelerate.utils import gather_object
 from trl import GRPOConfig, GRPOTrainer
 
+from gcpo_analysis.knobs import check_knobs, knob, shared
 from gcpo_analysis.measures.modulators import MODULATORS
-from gcpo_analysis.vocab import ALPHA_BASE, JUDGE, NLI_THRESHOLD, R_MAX, R_MIN, TRL_USE_FULL_COMPLETION
+from gcpo_analysis.vocab import R_MIN, TRL_USE_FULL_COMPLETION
 
 from .modulation import ModulationSettings
 from .trl_shared_prompt import SharedPromptMixin
 
-# the group-level modulators (one weight per group): none, se, kle, care, cd, bot, rd, cd_rd, bot_rd, q_hawkeye
-TRL_MODULATORS = tuple(name for name, m in MODULATORS.items() if m.weight is not None)
-REFUSED = {
-    "eg_spo": "it gates each rollout by its token entropy (a per-rollout weight, not a group weight)",
-    "r2vpo": "it weights each rollout by the variance of its policy ratio against the reference "
-    "policy, which TRL has not computed when the advantages are made",
-    "empo": "it replaces the reward by the cluster frequency instead of weighting the advantage",
-}
+
+def trl_modulators() -> tuple[str, ...]:
+    """The registered modulators that run under TRL: those with one weight per group."""
+    return tuple(name for name, m in MODULATORS.items() if m.weight is not None)
+
+
+def trl_refused() -> dict[str, str]:
+    """The registered modulators TRL cannot run, each with its reason (``Modulator.no_weight``)."""
+    return {name: m.no_weight for name, m in MODULATORS.items() if m.weight is None}
+
+
+# at import: none, se, kle, care, q_hawkeye, rd, cd, bot, cd_rd, bot_rd (a later registration is
+# read by trl_modulators())
+TRL_MODULATORS = trl_modulators()
 
 
 def check_trl_modulator(name: str) -> None:
     """Refuse a modulator that cannot run under TRL, naming it and the reason."""
     if name not in MODULATORS:
         raise ValueError(f"unknown modulator {name!r}; choices: {', '.join(sorted(MODULATORS))}")
-    if name not in TRL_MODULATORS:
+    refused = trl_refused()
+    if name in refused:
         raise ValueError(
-            f"modulator {name!r} cannot run inside TRL's GRPOTrainer: {REFUSED[name]}. "
-            f"Use gcpo_train's own loop (gcpo train --backend gcpo) or one of {', '.join(TRL_MODULATORS)}"
+            f"modulator {name!r} cannot run inside TRL's GRPOTrainer: {refused[name]}. "
+            f"Use gcpo_train's own loop (gcpo train --backend gcpo) or one of {', '.join(trl_modulators())}"
         )
 
 
 @dataclass
 class GCPOConfig(GRPOConfig):
-    """``trl.GRPOConfig`` plus the GCPO fields (paper Section 3.4, Appendix E)."""
+    """``trl.GRPOConfig`` plus the GCPO fields (paper Section 3.4, Appendix E), each declared once
+    in ``gcpo_analysis.knobs`` (as TrainConfig has it) and checked by the same validator,
+    ``check_knobs``. ``HfArgumentParser``/``TrlParser`` read it as they read GRPOConfig."""
 
-    modulator: str = field(
-        default="bot_rd",
-        metadata={
-            "help": "Advantage modulator from gcpo_analysis.measures."
-            "modulators: " + ", ".join(TRL_MODULATORS) + " (eg_spo, r2vpo, empo are refused under TRL)."
-        },
+    modulator: str = shared(
+        "modulator",
+        help="Advantage modulator from gcpo_analysis.measures.modulators: a group-level one ("
+        + ", ".join(TRL_MODULATORS)
+        + f"); {', '.join(trl_refused())} are refused under TRL.",
     )
-    alpha_base: float = field(
-        default=ALPHA_BASE, metadata={"help": "alpha_base; alpha_G = alpha_base / ln G (Section 3.4). Finite, >= 0."}
+    alpha_base: float = shared("alpha_base")
+    r_min: float = shared("r_min")
+    r_max: float = shared("r_max")
+    judge: str = shared("judge")
+    embedder: str | None = shared("embedder")
+    nli_threshold: float = shared("nli_threshold")
+    q_hawkeye_alpha: float = shared("q_hawkeye_alpha")
+    use_full_completion: bool = shared(
+        "use_full_completion",
+        TRL_USE_FULL_COMPLETION,  # vocab says why it differs from TrainConfig's auto
+        help="Embed and cluster the full completion (True, the paper's choice for math) or the extracted QA "
+        "answer (False).",
+        none="",  # a TRL dataset has no name, so there is no auto
     )
-    r_min: float = field(
-        default=R_MIN,
-        metadata={
-            "help": "Lower end of the reward range (RD normalisation). Rewards outside [r_min, r_max] are refused."
-        },
+    modulator_params: dict | None = shared("modulator_params")
+    share_prompt: bool = shared(
+        "share_prompt",
+        help="Run each group's prompt once in TRL's log-prob passes (training forward and backward, old-policy"
+        " and reference) and in transformers generation's prefill: the G rows that share a prompt get its"
+        " keys/values repeated and only their completions run. Same numbers as TRL's pass up to float "
+        "rounding. Falls back to TRL's pass, named in an info log and in the metric gcpo/shared_prompt "
+        "(fraction of passes shared), under gradient checkpointing (TRL's default; the training forward "
+        "only, set gradient_checkpointing=False to share it too), DeepSpeed ZeRO-3, FSDP, multimodal "
+        "inputs, the MoE aux loss, the entropy bonus, prompt-learning PEFT or a model without a cache.",
     )
-    r_max: float = field(
-        default=R_MAX,
-        metadata={
-            "help": "Upper end of the reward range (the paper's rewards live on [0, 2]; set 1.0 for 0/1 rewards)."
-        },
-    )
-    judge: str = field(
-        default=JUDGE,
-        metadata={
-            "help": (
-                "Clustering judge for SE/BoT/CARE: 'embedding' (offline MiniLM similarity), 'lexical', 'math', "
-                "'nli' or 'nli:<model>' (the paper: roberta-large-mnli)."
-            )
-        },
-    )
-    embedder: str | None = field(
-        default=None,
-        metadata={
-            "help": (
-                "sentence-transformers name or path for the answer embeddings (None = the packaged all-MiniLM-L6-v2)."
-            )
-        },
-    )
-    nli_threshold: float = field(
-        default=NLI_THRESHOLD, metadata={"help": "Entailment threshold of the greedy clustering (Appendix E)."}
-    )
-    q_hawkeye_alpha: float = field(
-        default=ALPHA_BASE,
-        metadata={
-            "help": (
-                "Q-Hawkeye alpha in omega = 1 - alpha Var(r)/Var_max (Appendix F; not group-normalised). Finite, >= 0."
-            )
-        },
-    )
-    use_full_completion: bool = field(
-        default=TRL_USE_FULL_COMPLETION,  # vocab says why it differs from TrainConfig's auto
-        metadata={
-            "help": (
-                "Embed and cluster the full completion (True, the paper's choice for math) or the extracted QA "
-                "answer (False)."
-            )
-        },
-    )
-    modulator_params: dict | None = field(
-        default=None,
-        metadata={"help": "Extra keyword arguments passed to modulate() verbatim (e.g. {'q_alpha': 0.6})."},
-    )
-    share_prompt: bool = field(
-        default=True,
-        metadata={
-            "help": (
-                "Run each group's prompt once in TRL's log-prob passes (training forward and backward, old-policy"
-                " and reference) and in transformers generation's prefill: the G rows that share a prompt get its"
-                " keys/values repeated and only their completions run. Same numbers as TRL's pass up to float "
-                "rounding. Falls back to TRL's pass, named in an info log and in the metric gcpo/shared_prompt "
-                "(fraction of passes shared), under gradient checkpointing (TRL's default; the training forward "
-                "only, set gradient_checkpointing=False to share it too), DeepSpeed ZeRO-3, FSDP, multimodal "
-                "inputs, the MoE aux loss, the entropy bonus, prompt-learning PEFT or a model without a cache."
-            )
-        },
-    )
-    log_group_measures: bool = field(
-        default=False,
-        metadata={
-            "help": (
-                "Also write each step's per-group measures and weights as "
-                "output_dir/gcpo_groups/step_XXXXXX.parquet (main process)."
-            )
-        },
+    log_group_measures: bool = knob(
+        False,
+        "Also write each step's per-group measures and weights as "
+        "output_dir/gcpo_groups/step_XXXXXX.parquet (main process).",
     )
 
     def __post_init__(self):
         super().__post_init__()
-        self._check_gcpo_types()
+        check_knobs(self, gcpo_config_fields())  # TRL checks its own fields
         check_trl_modulator(self.modulator)
-        from gcpo_analysis.measures.dispersion import check_alpha_base
-
         from .config import check_modulator_params
 
-        check_alpha_base(self.alpha_base)
-        try:
-            check_alpha_base(self.q_hawkeye_alpha)
-        except ValueError:
-            raise ValueError(f"q_hawkeye_alpha must be a finite number >= 0, got {self.q_hawkeye_alpha!r}") from None
         self.modulator_params = check_modulator_params(self.modulator_params)
-        if not self.r_max > self.r_min:
-            raise ValueError(f"r_max ({self.r_max}) must be > r_min ({self.r_min})")
-        if not 0 <= self.nli_threshold <= 1:
-            raise ValueError(f"nli_threshold must lie in [0, 1], got {self.nli_threshold}")
 
     def modulation_settings(self) -> ModulationSettings:
         """What ``GroupModulator`` reads. eps is the default (TRL makes the advantages; we only
         scale them), and the per-rollout modulators' knobs keep their defaults: those are refused."""
-        return ModulationSettings(
-            modulator=self.modulator,
-            embedder=self.embedder,
-            judge=self.judge,
-            nli_threshold=self.nli_threshold,
-            alpha_base=self.alpha_base,
-            r_min=self.r_min,
-            r_max=self.r_max,
-            q_hawkeye_alpha=self.q_hawkeye_alpha,
-            modulator_params=self.modulator_params,
-        )
-
-    def _check_gcpo_types(self) -> None:
-        """The GCPO fields validated as TrainConfig's are: numbers finite and not strings or
-        booleans ("0.6" is refused, not stored), booleans real booleans ("no" is refused, not
-        read as True), strings strings."""
-        import math
-
-        for name in ("alpha_base", "q_hawkeye_alpha", "r_min", "r_max", "nli_threshold"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise ValueError(f"{name} must be a finite number, got {value!r} ({type(value).__name__})")
-            setattr(self, name, float(value))
-        for name in ("use_full_completion", "log_group_measures"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(
-                    f"{name} must be true or false, got {getattr(self, name)!r} ({type(getattr(self, name)).__name__})"
-                )
-        for name, optional in (("modulator", False), ("judge", False), ("embedder", True)):
-            value = getattr(self, name)
-            if not (isinstance(value, str) or (optional and value is None)):
-                raise ValueError(f"{name} must be a string, got {value!r} ({type(value).__name__})")
+        return ModulationSettings.from_config(self, missing_ok=True)
 
 
 def completion_text(completion) -> str:
@@ -246,6 +164,19 @@ class GCPOTrainer(SharedPromptMixin, GRPOTrainer):
     (keyword-only) inject ready objects (tests, offline runs); otherwise they are built from
     the config on first use, so ``modulator="none"``/``"rd"`` never loads an embedding model.
     """
+
+    # The model card's name, tags and citation, as TRL's trainers set them (else it would say GRPO).
+    _name = "GCPO"
+    _tag_names = ["trl", "grpo", "gcpo"]
+    _paper = {  # no arXiv id yet, so no "id"
+        "title": "Why Semantic Entropy Fails: Geometry-Aware and Calibrated Uncertainty for Policy Optimization",
+        "citation": "@article{zhang2026gcpo,\n"
+        "    title  = {{Why Semantic Entropy Fails: Geometry-Aware and Calibrated Uncertainty for Policy "
+        "Optimization}},\n"
+        "    author = {Zheyuan Zhang and Kaiwen Shi and Han Bao and Zehong Wang and Tianyi Ma and Yanfang Ye},\n"
+        "    year   = 2026,\n"
+        "}",
+    }
 
     def __init__(self, *args, embedder=None, judge=None, **kwargs):
         config = kwargs.get("args", args[2] if len(args) > 2 else None)

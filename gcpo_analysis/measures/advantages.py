@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
+from ..vocab import EPS  # noqa: F401  (re-exported: the name modulators and trainers import)
 from .dispersion import (
     ALPHA_BASE,
     R_MAX,
@@ -21,8 +22,6 @@ from .dispersion import (
     rd_weight,
     reward_dispersion,
 )
-
-EPS = 1e-6
 
 
 def grpo_advantages(rewards: ArrayLike, eps: float = EPS) -> np.ndarray:

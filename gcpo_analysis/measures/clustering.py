@@ -52,9 +52,10 @@ def _check_group(texts: Sequence[str], where: str = "") -> list[str]:
 
 
 def _check_threshold(threshold: float) -> float:
-    if not 0.0 <= threshold <= 1.0:
-        raise ValueError(f"threshold must be in [0, 1], got {threshold!r}")
-    return float(threshold)
+    """The entailment threshold checked against its one declaration (``knobs.SHARED``)."""
+    from ..knobs import SHARED, check_value
+
+    return check_value("nli_threshold", threshold, SHARED["nli_threshold"], float)
 
 
 def greedy_nli_clusters(texts: Sequence[str], judge: Judge, threshold: float = NLI_THRESHOLD) -> np.ndarray:

@@ -77,13 +77,9 @@ def as_rewards(rewards: ArrayLike, r_min: float, r_max: float, *, batch: bool) -
 def check_alpha_base(alpha_base: float) -> float:
     """alpha_base must be a finite number >= 0: a negative one flips the sign of advantages
     (omega_geo > 1, omega_RD < 1), NaN makes every weight NaN."""
-    try:
-        a = float(alpha_base)
-    except (TypeError, ValueError):
-        raise ValueError(f"alpha_base must be a number, got {alpha_base!r}") from None
-    if isinstance(alpha_base, bool) or not math.isfinite(a) or a < 0:
-        raise ValueError(f"alpha_base must be a finite number >= 0, got {alpha_base!r}")
-    return a
+    from ..knobs import SHARED, check_value
+
+    return check_value("alpha_base", alpha_base, SHARED["alpha_base"], float)
 
 
 def check_labels(c: np.ndarray, where: str = "") -> np.ndarray:

@@ -320,23 +320,28 @@ def make_judge(spec=JUDGE, **kwargs):
             f"{spec!r} is not a judge: it needs name, entailment(premises, hypotheses) "
             f"and describe(); or give one of {', '.join(JUDGE_CHOICES)}"
         )
-    text = str(spec).strip()
+    kind, name = parse_judge_spec(str(spec))
+    if kind == "nli":
+        return NLIJudge(name, **kwargs)
+    return {"embedding": EmbeddingJudge, "lexical": LexicalJudge, "math": MathJudge}[kind](**kwargs)
+
+
+def parse_judge_spec(spec: str) -> tuple[str, str | None]:
+    """(kind, NLI model) of a judge spec, without building anything: the rules of ``make_judge``,
+    which the configs' validation reads too (a typo is refused before any model loads)."""
+    text = spec.strip()
     key = text.lower()
-    if key == "embedding":
-        return EmbeddingJudge(**kwargs)
-    if key == "lexical":
-        return LexicalJudge(**kwargs)
-    if key == "math":
-        return MathJudge(**kwargs)
+    if key in ("embedding", "lexical", "math"):
+        return key, None
     if key == "nli":
-        return NLIJudge(DEFAULT_NLI, **kwargs)
+        return "nli", DEFAULT_NLI
     if key.startswith("nli:"):
         name = text[4:].strip()
         if not name:
             raise ValueError("'nli:' needs a model name or path after the colon")
-        return NLIJudge(name, **kwargs)
+        return "nli", name
     if "/" in text or Path(text).exists() or key in KNOWN_BARE_NLI:
-        return NLIJudge(text, **kwargs)
+        return "nli", text
     raise ValueError(
         f"unknown judge {text!r}; choose one of: {', '.join(JUDGE_CHOICES)} "
         "(use 'nli:<name>' for an org-less hub NLI model)"

@@ -12,6 +12,10 @@ bot, rd, cd_rd, bot_rd, q_hawkeye). eg_spo and r2vpo weigh each rollout by itsel
 replaces the reward: they have no group weight (``weight`` is None, ``no_weight`` says why) and
 make their advantages themselves.
 
+Each modulator is registered by ``@register_modulator`` on its weight (or advantages) function;
+a new one is one file (docs/guides/extending.md), and the configs' choices, the TRL refusals and
+``modulator_params``' accepted keys are read from ``MODULATORS``.
+
 ``info`` holds the measures and weights a modulator used, named as in the groups frame (``se``,
 ``w_se``, ``cd``, ``w_cd``, ``rd``, ``w_rd``, ...). The measures and their weights are the
 functions of ``dispersion`` and ``entropy`` that the groups frame uses too (``registry``).
@@ -20,7 +24,7 @@ functions of ``dispersion`` and ``entropy`` that the groups frame uses too (``re
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,8 +43,7 @@ AdvantageFn = Callable[..., tuple[np.ndarray, Info]]
 @dataclass
 class GroupFeatures:
     """One query's group of G rollouts as a measure or modulator sees it: the rewards and the
-    per-rollout features (embeddings, clusters, entropies, log-probs). Old name ``GroupRollouts``
-    (deprecated, removed in 0.3.0)."""
+    per-rollout features (embeddings, clusters, entropies, log-probs)."""
 
     rewards: np.ndarray
     embeddings: np.ndarray | None = None  # (G, d), answer (QA) or completion (math) embeddings
@@ -77,6 +80,7 @@ class Modulator:
     weight: WeightFn | None = None
     per_rollout: AdvantageFn | None = None
     no_weight: str = ""
+    optional_needs: frozenset[str] = frozenset()  # in needs, but a caller may skip them
 
     def __call__(self, group: GroupFeatures, *, eps: float = EPS, **params: Any) -> tuple[np.ndarray, Info]:
         """(advantages (G,), info) of one group."""
@@ -99,12 +103,52 @@ class Modulator:
         return self.require_weight()(group, **params)
 
 
+MODULATORS: dict[str, Modulator] = {}
+
+
+def register_modulator(
+    name: str,
+    *,
+    needs: Iterable[str] = (),
+    source: str,
+    per_rollout: bool = False,
+    no_weight: str = "",
+    optional_needs: Iterable[str] = (),
+) -> Callable[[Callable], Callable]:
+    """Decorator: register a modulator (verl's ``@register_adv_est`` habit). By default the
+    decorated function is a group weight, ``weight(group, *, alpha, r_min, r_max, **params) ->
+    (omega, info)``; with ``per_rollout=True`` it gives the advantages itself, ``fn(group, *, eps,
+    **params) -> (advantages, info)``, and ``no_weight`` must say why it has no group weight (the
+    TRL bridge refuses it with that reason). Everything that lists modulators (the configs'
+    choices, the TRL refusals, ``modulator_params``' accepted keys) reads ``MODULATORS``."""
+    if per_rollout and not no_weight:
+        raise ValueError(f"per-rollout modulator {name!r}: say why it has no group weight (no_weight=...)")
+
+    def add(fn: Callable) -> Callable:
+        if name in MODULATORS:
+            raise ValueError(f"modulator {name!r} is registered already")
+        MODULATORS[name] = Modulator(
+            name,
+            frozenset(needs),
+            source,
+            weight=None if per_rollout else fn,
+            per_rollout=fn if per_rollout else None,
+            no_weight=no_weight,
+            optional_needs=frozenset(optional_needs),
+        )
+        return fn
+
+    return add
+
+
 # --------------------------------------------------------------------------- group weights
+@register_modulator("none", source="GRPO (Shao et al. 2024)")
 def grpo_weight(g: GroupFeatures, **_: Any) -> tuple[float, Info]:
     """Plain GRPO (Shao et al. 2024): omega = 1."""
     return 1.0, {}
 
 
+@register_modulator("se", needs={CLUSTERS, "logprobs"}, optional_needs={"logprobs"}, source="Seed-GRPO")
 def seed_grpo_weight(g: GroupFeatures, *, alpha: float = ALPHA_BASE, **_: Any) -> tuple[float, Info]:
     """Seed-GRPO (Chen et al. 2025, arXiv:2505.12346): omega = max(0, 1 - alpha * SE(q) / ln G)
     (``entropy.entropy_weight``, their linear f(x) = 1 - x). SE is likelihood-weighted when
@@ -116,6 +160,7 @@ def seed_grpo_weight(g: GroupFeatures, *, alpha: float = ALPHA_BASE, **_: Any) -
     return w, {"se": se, "w_se": w}
 
 
+@register_modulator("kle", needs={EMBEDDINGS}, source="KLE (Nikitin et al. 2024)")
 def kle_weight(g: GroupFeatures, *, alpha: float = ALPHA_BASE, **_: Any) -> tuple[float, Info]:
     """KLE weighting: Seed-GRPO's linear scaling with kernel language entropy (Nikitin et al.
     2024) in place of SE, omega = max(0, 1 - alpha * KLE / ln G); KLE of G responses is at most
@@ -127,6 +172,7 @@ def kle_weight(g: GroupFeatures, *, alpha: float = ALPHA_BASE, **_: Any) -> tupl
     return w, {"kle": kle, "w_kle": w}
 
 
+@register_modulator("care", needs={CLUSTERS}, source="GRPO-CARE")
 def care_weight(g: GroupFeatures, *, alpha: float = ALPHA_BASE, **_: Any) -> tuple[float, Info]:
     """GRPO-CARE adaptation (Chen et al. 2025, arXiv:2506.16141; paper App. E): consistency is
     the pairwise agreement across rollouts, a(q) = sum_k n_k (n_k - 1) / (G (G - 1)), the chance
@@ -144,6 +190,7 @@ def care_weight(g: GroupFeatures, *, alpha: float = ALPHA_BASE, **_: Any) -> tup
     return w, {"care": agreement, "w_care": w}
 
 
+@register_modulator("q_hawkeye", source="Q-Hawkeye")
 def q_hawkeye_weight(
     g: GroupFeatures, *, q_alpha: float = ALPHA_BASE, r_min: float = R_MIN, r_max: float = R_MAX, **_: Any
 ) -> tuple[float, Info]:
@@ -159,6 +206,7 @@ def q_hawkeye_weight(
     return w, {"reward_var": u, "w_q_hawkeye": w}
 
 
+@register_modulator("rd", source="GCPO, RD only")
 def rd_only_weight(
     g: GroupFeatures, *, alpha: float = ALPHA_BASE, r_min: float = R_MIN, r_max: float = R_MAX, **_: Any
 ) -> tuple[float, Info]:
@@ -234,6 +282,13 @@ def rd_only_advantages(
 
 
 # ------------------------------------------------------------------- per-rollout and reward-replacing
+@register_modulator(
+    "empo",
+    needs={CLUSTERS},
+    source="EMPO",
+    per_rollout=True,
+    no_weight="it replaces the reward by the cluster frequency instead of weighting the advantage",
+)
 def empo_advantages(
     g: GroupFeatures, *, empo_low: float = 0.0, empo_high: float = 0.5, eps: float = EPS, **_: Any
 ) -> tuple[np.ndarray, Info]:
@@ -251,6 +306,13 @@ def empo_advantages(
     return grpo_advantages(freq, eps) * keep, {"se": se, "w_empo": keep}
 
 
+@register_modulator(
+    "eg_spo",
+    needs={"token_entropy"},
+    source="EG-SPO",
+    per_rollout=True,
+    no_weight="it gates each rollout by its own token entropy (a per-rollout weight, not a group weight)",
+)
 def eg_spo_advantages(
     g: GroupFeatures, *, eg_alpha: float = 1.0, eps: float = EPS, **_: Any
 ) -> tuple[np.ndarray, Info]:
@@ -271,6 +333,14 @@ def eg_spo_advantages(
     return A * gate, {"token_entropy": float(hbar), "w_eg_spo": float(gate.min())}
 
 
+@register_modulator(
+    "r2vpo",
+    needs={"ratio_var"},
+    source="R2VPO",
+    per_rollout=True,
+    no_weight="it damps each rollout by the variance of its own policy ratio against the reference policy, "
+    "which TRL has not computed when the advantages are made",
+)
 def r2vpo_advantages(
     g: GroupFeatures, *, r2vpo_lambda: float = 1.0, eps: float = EPS, **_: Any
 ) -> tuple[np.ndarray, Info]:
@@ -283,45 +353,15 @@ def r2vpo_advantages(
     return grpo_advantages(g.rewards, eps) * w, {"ratio_var": float(v.mean()), "w_r2vpo": float(w.mean())}
 
 
-_E, _C = EMBEDDINGS, CLUSTERS
-MODULATORS: dict[str, Modulator] = {
-    m.name: m
-    for m in [
-        Modulator("none", frozenset(), "GRPO (Shao et al. 2024)", weight=grpo_weight),
-        Modulator("se", frozenset({_C, "logprobs"}), "Seed-GRPO", weight=seed_grpo_weight),
-        Modulator("kle", frozenset({_E}), "KLE (Nikitin et al. 2024)", weight=kle_weight),
-        Modulator(
-            "empo",
-            frozenset({_C}),
-            "EMPO",
-            per_rollout=empo_advantages,
-            no_weight="it replaces the reward by the cluster frequency instead of weighting the advantage",
-        ),
-        Modulator("care", frozenset({_C}), "GRPO-CARE", weight=care_weight),
-        Modulator("cd", frozenset({_E}), "GCPO, CD", weight=_gcpo("cd", False)),
-        Modulator("bot", frozenset({_E, _C}), "GCPO, BoT", weight=_gcpo("bot", False)),
-        Modulator("rd", frozenset(), "GCPO, RD only", weight=rd_only_weight),
-        Modulator("cd_rd", frozenset({_E}), "GCPO, CD + RD", weight=_gcpo("cd", True)),
-        Modulator("bot_rd", frozenset({_E, _C}), "GCPO, BoT + RD", weight=_gcpo("bot", True)),
-        Modulator("q_hawkeye", frozenset(), "Q-Hawkeye", weight=q_hawkeye_weight),
-        Modulator(
-            "eg_spo",
-            frozenset({"token_entropy"}),
-            "EG-SPO",
-            per_rollout=eg_spo_advantages,
-            no_weight="it gates each rollout by its own token entropy (a weight per rollout)",
-        ),
-        Modulator(
-            "r2vpo",
-            frozenset({"ratio_var"}),
-            "R2VPO",
-            per_rollout=r2vpo_advantages,
-            no_weight="it damps each rollout by the variance of its own policy ratio (a weight per rollout)",
-        ),
-    ]
-}
-# logprobs are optional for Seed-GRPO (discrete SE without them); a caller may skip them.
-OPTIONAL_NEEDS = {"se": frozenset({"logprobs"})}
+# GCPO's four combinations (Section 3.4): one weight function each, made by _gcpo
+for _name, _geometry, _use_rd, _source in (
+    ("cd", "cd", False, "GCPO, CD"),
+    ("bot", "bot", False, "GCPO, BoT"),
+    ("cd_rd", "cd", True, "GCPO, CD + RD"),
+    ("bot_rd", "bot", True, "GCPO, BoT + RD"),
+):
+    _needs = {EMBEDDINGS, CLUSTERS} if _geometry == "bot" else {EMBEDDINGS}
+    register_modulator(_name, needs=_needs, source=_source)(_gcpo(_geometry, _use_rd))
 
 
 def _checked(
@@ -331,10 +371,22 @@ def _checked(
         raise ValueError(f"unknown modulator {name!r}; choose one of {sorted(MODULATORS)}")
     as_rewards(group.rewards, r_min, r_max, batch=False)
     check_alpha_base(alpha_base)
-    for key in ("q_alpha", "eg_alpha"):
+    from ..knobs import SHARED, check_value
+
+    for key, knob in _PARAM_KNOBS.items():  # each checked against its one declaration
         if key in params:
-            check_alpha_base(params[key])
+            check_value(key, params[key], SHARED[knob], float)
     return MODULATORS[name]
+
+
+# a modulator's keyword argument -> the knob that declares it (the configs' name)
+_PARAM_KNOBS = {
+    "q_alpha": "q_hawkeye_alpha",
+    "eg_alpha": "eg_spo_alpha",
+    "r2vpo_lambda": "r2vpo_lambda",
+    "empo_low": "empo_low",
+    "empo_high": "empo_high",
+}
 
 
 def modulate(
@@ -367,18 +419,3 @@ def group_weight(
     (the same ``info`` as ``modulate``'s). eg_spo, r2vpo and empo have none: refused, saying why."""
     modulator = _checked(name, group, alpha_base, r_min, r_max, params)
     return modulator.group_weight(group, alpha=alpha_base, r_min=r_min, r_max=r_max, **params)
-
-
-def __getattr__(name: str) -> type:
-    """``GroupRollouts``, the old name of ``GroupFeatures``: warns (removed in gcpo 0.3.0)."""
-    if name == "GroupRollouts":
-        import warnings
-
-        warnings.warn(
-            "GroupRollouts is renamed GroupFeatures (what it holds: one group's rewards and features); "
-            "the old name is removed in gcpo 0.3.0",
-            FutureWarning,
-            stacklevel=2,
-        )
-        return GroupFeatures
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

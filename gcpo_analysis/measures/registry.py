@@ -16,13 +16,18 @@ functions (``modulators.seed_grpo_weight``, ``kle_weight``, ``advantages.gcpo_we
 weights here are the modulators' omega(q): ``w_cd``/``w_bot`` = clip(1 - alpha_G u^2, 0, 1)
 (Sections 3.1-3.2), ``w_rd`` = 1 + alpha_G RD (Section 3.3), ``w_se``/``w_se_lw``/``w_kle`` =
 max(0, 1 - alpha_base u / ln G) (Seed-GRPO's linear scaling).
+
+Adding a measure is one file: its values function under ``@register_measure(name, ...)``
+(docs/guides/extending.md). The groups frame's columns (``frame_order``), ``--measures`` and its
+help, the study's defaults (``default_measures``), labels and table order are read from
+``MEASURE_REGISTRY``; nothing else lists the measures.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -45,11 +50,18 @@ ValuesFn = Callable[[Groups, float, float], np.ndarray]
 WeightFn = Callable[[np.ndarray, int, float], "float | np.ndarray"]
 # rollouts column -> the GroupFeatures field that carries it
 FEATURE_OF_COLUMN = {"token_entropy": "token_entropy", "logprob": "logprobs", "n_tokens": "n_tokens"}
+LAST = 1_000  # the rank of a measure that names none: after the built-in ones
 
 
 @dataclass(frozen=True)
 class Measure:
-    """One measure of the groups frame (a column named ``name``) and its weight column."""
+    """One measure of the groups frame (a column named ``name``) and its weight column.
+
+    ``label``: its name in the study's tables and figures. ``frame_rank``/``table_rank``: its
+    place among the groups frame's columns and the study's table columns (ties keep the
+    registration order; a new measure goes last). ``default``: compared by the study (and scored
+    by ``score_groups``) when no ``measures`` are named; ``needs_logprob``-style requirements are
+    read from ``columns``."""
 
     name: str
     values: ValuesFn
@@ -60,6 +72,128 @@ class Measure:
     weight_column: str | None = None
     weight: WeightFn | None = None
     source: str = ""
+    label: str = ""
+    frame_rank: int = LAST
+    table_rank: int = LAST
+    default: bool = True
+
+    def reads(self) -> list[str]:
+        """The ``GroupFeatures`` fields this measure reads (the rewards, what ``needs`` and ``columns`` name)."""
+        fields = [FEATURE_OF_COLUMN[c] for c in self.columns + self.optional_columns]
+        fields += [need for need in (EMBEDDINGS, CLUSTERS) if need in self.needs]
+        return (["rewards"] if self.rewards else []) + fields
+
+    def compute(self, groups: Groups, r_min: float, r_max: float) -> np.ndarray:
+        """``values`` with the registry's checks on every measure: the numbers it reads finite
+        (NaN or inf refused, naming the field and the group), and one finite real value per group."""
+        for name in self.reads():
+            for k, g in enumerate(groups):
+                value = getattr(g, name)
+                if value is not None and not np.isfinite(np.asarray(value, dtype=float)).all():
+                    raise ValueError(f"measure {self.name!r}: group {k} has a NaN or infinite {name!r}")
+        out = np.asarray(self.values(groups, r_min, r_max))
+        if out.shape != (len(groups),) or out.dtype.kind != "f" or not np.isfinite(out).all():
+            raise ValueError(
+                f"measure {self.name!r} gave values of shape {out.shape} and dtype {out.dtype} for "
+                f"{len(groups)} groups; it must give one finite float per group"
+            )
+        return out
+
+
+MEASURE_REGISTRY: dict[str, Measure] = {}
+
+
+def register_measure(
+    name: str,
+    *,
+    label: str | None = None,
+    needs: Iterable[str] = (),
+    columns: tuple[str, ...] = (),
+    optional_columns: tuple[str, ...] = (),
+    rewards: bool = False,
+    weight: WeightFn | None = None,
+    weight_column: str | None = None,
+    source: str = "",
+    frame_rank: int = LAST,
+    table_rank: int = LAST,
+    default: bool = True,
+) -> Callable[[ValuesFn], ValuesFn]:
+    """Decorator: register ``values(groups of one size G, r_min, r_max) -> (N,)`` as the measure
+    ``name`` (verl's ``@register_adv_est`` habit). Everything that lists measures (the groups
+    frame's columns, ``--measures``, the study's defaults, labels and table order) reads this
+    registry, so a new measure is one file: its formula and this decorator. A weight function
+    gives the column ``w_<name>`` unless ``weight_column`` names another. A name registered twice
+    is refused (``MEASURE_REGISTRY.pop(name)`` first to replace one)."""
+    if not name.isidentifier():
+        raise ValueError(f"a measure name must be an identifier (a frame column), got {name!r}")
+
+    def add(values: ValuesFn) -> ValuesFn:
+        if name in MEASURE_REGISTRY:
+            raise ValueError(f"measure {name!r} is registered already (by {MEASURE_REGISTRY[name].values.__module__})")
+        MEASURE_REGISTRY[name] = Measure(
+            name,
+            values,
+            needs=frozenset(needs),
+            columns=tuple(columns),
+            optional_columns=tuple(optional_columns),
+            rewards=rewards,
+            weight_column=(weight_column or f"w_{name}") if weight is not None else None,
+            weight=weight,
+            source=source,
+            label=label or name,
+            frame_rank=frame_rank,
+            table_rank=table_rank,
+            default=default,
+        )
+        return values
+
+    return add
+
+
+def _ranked(key: str) -> list[str]:
+    position = {name: i for i, name in enumerate(MEASURE_REGISTRY)}
+    return sorted(MEASURE_REGISTRY, key=lambda n: (getattr(MEASURE_REGISTRY[n], key), position[n]))
+
+
+def frame_order() -> list[str]:
+    """The groups frame's measure columns in order: every registered measure, none dropped."""
+    return _ranked("frame_rank")
+
+
+def table_order() -> list[str]:
+    """The study's table columns in order (every registered measure)."""
+    return _ranked("table_rank")
+
+
+def default_measures() -> tuple[str, ...]:
+    """The measures the study compares when none are named (``Measure.default``), in registration order."""
+    return tuple(n for n, m in MEASURE_REGISTRY.items() if m.default)
+
+
+def measure_help() -> str:
+    """The ``--measures`` help: the registered names and the rollouts columns each one reads."""
+    reads = [f"{n} reads {', '.join(m.columns)}" for n, m in MEASURE_REGISTRY.items() if m.columns]
+    return f"comma-separated: {', '.join(MEASURE_REGISTRY)}, or 'all' (rollouts columns: {'; '.join(reads)})"
+
+
+class RegistryView(Mapping[str, Any]):
+    """A read-only mapping computed from a registry at each access, so a measure registered
+    after import (a plug-in, a test) is in it: ``score.MEASURES``, ``gap.MEASURE_LABELS``."""
+
+    def __init__(self, registry: Mapping[str, Any], get: Callable[[Any], Any]):
+        self._registry, self._get = registry, get
+
+    def __getitem__(self, name: str) -> Any:
+        return self._get(self._registry[name])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._registry))
+
+    def __len__(self) -> int:
+        return len(self._registry)
+
+    def __repr__(self) -> str:
+        return repr(dict(self))
 
 
 def _field(groups: Groups, name: str) -> list[np.ndarray]:
@@ -74,6 +208,14 @@ def _field(groups: Groups, name: str) -> list[np.ndarray]:
 
 
 # ------------------------------------------------------------------ batch functions
+@register_measure(
+    "token_entropy",
+    label="Entropy",
+    columns=("token_entropy",),
+    source="mean token entropy",
+    frame_rank=3,
+    table_rank=0,
+)
 def token_entropy_values(groups: Groups, r_min: float, r_max: float) -> np.ndarray:
     """Mean over the G rollouts of each rollout's mean per-token entropy (the rollouts column),
     in the column's own dtype (a trainer frame's float32 stays float32, as pandas' mean keeps it).
@@ -82,16 +224,45 @@ def token_entropy_values(groups: Groups, r_min: float, r_max: float) -> np.ndarr
     return np.array([np.mean(h) for h in _field(groups, "token_entropy")])
 
 
+@register_measure(
+    "pe",
+    label="PE",
+    columns=("logprob",),
+    source="predictive entropy (Malinin & Gales 2021)",
+    frame_rank=4,
+    table_rank=1,
+    default=False,
+)
 def pe_values(groups: Groups, r_min: float, r_max: float) -> np.ndarray:
     """Predictive entropy -(1/G) sum_i log p(y_i | x) (Sec. 2.2; ``entropy.predictive_entropy``)."""
     return np.array([predictive_entropy(lp) for lp in _field(groups, "logprobs")])
 
 
+@register_measure(
+    "se",
+    label="SE",
+    needs={CLUSTERS},
+    weight=entropy_weight,
+    source="semantic entropy, discrete (Farquhar et al. 2024); weight: Seed-GRPO",
+    frame_rank=5,
+    table_rank=2,
+)
 def se_values(groups: Groups, r_min: float, r_max: float) -> np.ndarray:
     """Discrete semantic entropy, C_k = |k| / G (the empirical cluster mass BoT's Pi_k uses)."""
     return np.array([semantic_entropy(c) for c in _field(groups, "clusters")])
 
 
+@register_measure(
+    "se_lw",
+    label="SE-LW",
+    needs={CLUSTERS},
+    columns=("logprob",),
+    optional_columns=("n_tokens",),
+    weight=entropy_weight,
+    source="semantic entropy, likelihood-weighted (Kuhn et al. 2023); weight: Seed-GRPO",
+    frame_rank=6,
+    table_rank=3,
+)
 def se_lw_values(groups: Groups, r_min: float, r_max: float) -> np.ndarray:
     """Likelihood-weighted SE, C_k = sum_{i in k} p_i / sum_i p_i, p_i from the mean token
     log-probability when n_tokens is known (``entropy.se_logweights``)."""
@@ -99,6 +270,15 @@ def se_lw_values(groups: Groups, r_min: float, r_max: float) -> np.ndarray:
     return np.array([semantic_entropy(c, se_logweights(g.logprobs, g.n_tokens)) for c, g in zip(clusters, groups)])
 
 
+@register_measure(
+    "kle",
+    label="KLE",
+    needs={EMBEDDINGS},
+    weight=entropy_weight,
+    source="kernel language entropy (Nikitin et al. 2024); weight: Seed-GRPO's scaling",
+    frame_rank=7,
+    table_rank=6,
+)
 def kle_values(groups: Groups, r_min: float, r_max: float) -> np.ndarray:
     """Kernel language entropy of the embeddings (Nikitin et al. 2024); 0 for G = 1."""
     return np.array(
@@ -106,64 +286,37 @@ def kle_values(groups: Groups, r_min: float, r_max: float) -> np.ndarray:
     )
 
 
+@register_measure(
+    "cd", label="CD", needs={EMBEDDINGS}, weight=geometry_weight, source="GCPO", frame_rank=1, table_rank=4
+)
 def cd_values(groups: Groups, r_min: float, r_max: float) -> np.ndarray:
     """Cosine Dispersion of N groups of one size at once (Section 3.1)."""
     return cosine_dispersion_batch(np.stack(_field(groups, "embeddings")))
 
 
+@register_measure(
+    "bot", label="BoT", needs={EMBEDDINGS, CLUSTERS}, weight=geometry_weight, source="GCPO", frame_rank=2, table_rank=5
+)
 def bot_values(groups: Groups, r_min: float, r_max: float) -> np.ndarray:
     """Barycentric Transport of N groups of one size at once (Section 3.2)."""
     return barycentric_transport_batch(np.stack(_field(groups, "embeddings")), np.stack(_field(groups, "clusters")))
 
 
+@register_measure("rd", label="RD", rewards=True, weight=rd_weight, source="GCPO", frame_rank=0, table_rank=7)
 def rd_values(groups: Groups, r_min: float, r_max: float) -> np.ndarray:
     """Reward Dispersion of N groups of one size at once, rewards in [r_min, r_max] (Section 3.3)."""
     return reward_dispersion_batch(np.stack([g.rewards for g in groups]), r_min, r_max)
-
-
-_E, _C = EMBEDDINGS, CLUSTERS
-# In the order of the measures everywhere (``score.MEASURES``, ``--measures all``).
-MEASURE_REGISTRY: dict[str, Measure] = {
-    m.name: m
-    for m in [
-        Measure("token_entropy", token_entropy_values, columns=("token_entropy",), source="mean token entropy"),
-        Measure("pe", pe_values, columns=("logprob",), source="predictive entropy (Malinin & Gales 2021)"),
-        Measure(
-            "se",
-            se_values,
-            needs=frozenset({_C}),
-            weight_column="w_se",
-            weight=entropy_weight,
-            source="semantic entropy, discrete (Farquhar et al. 2024); weight: Seed-GRPO",
-        ),
-        Measure(
-            "se_lw",
-            se_lw_values,
-            needs=frozenset({_C}),
-            columns=("logprob",),
-            optional_columns=("n_tokens",),
-            weight_column="w_se_lw",
-            weight=entropy_weight,
-            source="semantic entropy, likelihood-weighted (Kuhn et al. 2023); weight: Seed-GRPO",
-        ),
-        Measure(
-            "kle",
-            kle_values,
-            needs=frozenset({_E}),
-            weight_column="w_kle",
-            weight=entropy_weight,
-            source="kernel language entropy (Nikitin et al. 2024); weight: Seed-GRPO's scaling",
-        ),
-        Measure("cd", cd_values, needs=frozenset({_E}), weight_column="w_cd", weight=geometry_weight, source="GCPO"),
-        Measure(
-            "bot", bot_values, needs=frozenset({_E, _C}), weight_column="w_bot", weight=geometry_weight, source="GCPO"
-        ),
-        Measure("rd", rd_values, rewards=True, weight_column="w_rd", weight=rd_weight, source="GCPO"),
-    ]
-}
 
 
 def rollouts_columns(measures: Iterable[str]) -> set[str]:
     """The rollouts columns the named measures read (``Measure.columns``): what
     ``frames.check_logprob_convention`` must look at before they are computed."""
     return {c for m in measures if m in MEASURE_REGISTRY for c in MEASURE_REGISTRY[m].columns}
+
+
+# The built-in defaults, as the settings' defaults read them at import (StudyConfig.measures,
+# score_groups, gap_study). `gcpo score`'s default differs on purpose: it takes any tool's rollouts
+# frame, and a measure that reads the ``logprob`` column (se_lw) needs a column such frames often
+# lack (the study and score_groups' callers have it).
+DEFAULT_MEASURES = default_measures()
+SCORE_CLI_MEASURES = tuple(m for m in DEFAULT_MEASURES if "logprob" not in MEASURE_REGISTRY[m].columns)

@@ -19,21 +19,18 @@ import pandas as pd
 from ..frames import id_order, validate_rollouts
 from ..vocab import (
     CLUSTERS,
-    DEFAULT_MEASURES,
     EMBEDDINGS,
     JUDGE,
     NLI_THRESHOLD,
     USE_FULL_COMPLETION,
     full_completion,
-    renamed_setting,
 )
 from .dispersion import ALPHA_BASE, R_MAX, R_MIN, check_alpha_base
-from .registry import FEATURE_OF_COLUMN, MEASURE_REGISTRY
+from .registry import DEFAULT_MEASURES, FEATURE_OF_COLUMN, MEASURE_REGISTRY, RegistryView, frame_order
 
-# measure -> what it needs computed, named as Modulator.needs names it (the registry's ``needs``)
-MEASURES: dict[str, set[str]] = {name: set(m.needs) for name, m in MEASURE_REGISTRY.items()}
-# The groups frame's column order, as gcpo has always written it: the vectorised measures first.
-FRAME_ORDER = ("rd", "cd", "bot", "token_entropy", "pe", "se", "se_lw", "kle")
+# measure -> what it needs computed, named as Modulator.needs names it (the registry's ``needs``),
+# read from the registry at each access (a measure registered later is in it)
+MEASURES: RegistryView = RegistryView(MEASURE_REGISTRY, lambda m: set(m.needs))
 
 
 def parse_measures(measures: str | Iterable[str]) -> list[str]:
@@ -61,7 +58,6 @@ def score_groups(
     r_min: float = R_MIN,
     r_max: float = R_MAX,
     progress: bool = True,
-    threshold: float | None = None,
 ) -> pd.DataFrame:
     """The groups frame: one row per query with every requested measure and weight.
 
@@ -78,8 +74,7 @@ def score_groups(
     'nli:<model>'); the default 'embedding' is the offline MiniLM-similarity judge (the paper
     uses roberta-large-mnli: pass judge='nli' where it is installed). ``embedder``: a spec for
     ``make_embedder`` or an object with ``encode``, wrapped in an ``Embedder`` (de-duplicated,
-    L2-normalised). ``nli_threshold``: the clustering's entailment threshold (``threshold`` is
-    its deprecated old name).
+    L2-normalised). ``nli_threshold``: the clustering's entailment threshold.
 
     Each measure is an entry of ``registry.MEASURE_REGISTRY`` (what it needs, its values over the
     groups of one size, its weight); this function only turns the frame into groups and back.
@@ -87,7 +82,6 @@ def score_groups(
     from ..rewards import math_fallbacks
     from .prepare import measurement_tools, prepare_groups
 
-    nli_threshold = renamed_setting("threshold", "nli_threshold", threshold, nli_threshold, NLI_THRESHOLD)
     measures = parse_measures(measures)
     chosen = [MEASURE_REGISTRY[m] for m in measures]
     check_alpha_base(alpha_base)
@@ -168,11 +162,11 @@ def score_groups(
         idx = np.flatnonzero(sizes == G)
         same_size = [prepared[i] for i in idx]
         for m in chosen:
-            u = m.values(same_size, r_min, r_max)
+            u = m.compute(same_size, r_min, r_max)
             values.setdefault(m.name, np.empty(len(groups), dtype=np.asarray(u).dtype))[idx] = u
             if m.weight is not None and m.weight_column is not None:
                 values.setdefault(m.weight_column, np.empty(len(groups)))[idx] = m.weight(u, int(G), alpha_base)
-    for name in FRAME_ORDER:
+    for name in frame_order():  # every registered measure has a place: none is dropped
         m = MEASURE_REGISTRY[name]
         if name in values:
             out[name] = values[name]

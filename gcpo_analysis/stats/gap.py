@@ -37,21 +37,13 @@ from numpy.typing import ArrayLike
 from scipy import stats as sps
 
 from ..frames import write_frame, write_json
-from ..vocab import DEFAULT_MEASURES
+from ..measures.registry import DEFAULT_MEASURES, MEASURE_REGISTRY, RegistryView, table_order
 from .decomposition import paired_retrieval_bootstrap, v_zero_decomposition
 from .rank import _paired_frame, _percentile_ci, _point_rhos, bootstrap_rhos, retrieval, spearman
 from .size_control import NORM_COLUMN, add_holm, size_control
 
-MEASURE_LABELS = {
-    "token_entropy": "Entropy",
-    "se": "SE",
-    "se_lw": "SE-LW",
-    "kle": "KLE",
-    "cd": "CD",
-    "bot": "BoT",
-    "rd": "RD",
-}
-_TABLE_ORDER = ("token_entropy", "se", "se_lw", "cd", "bot", "kle", "rd")
+# a measure's name in the tables and figures, read from the measures registry at each access
+MEASURE_LABELS = RegistryView(MEASURE_REGISTRY, lambda m: m.label)
 
 
 # --------------------------------------------------------------------------- trimming
@@ -169,7 +161,7 @@ class GapStudyResult:
     size_control: pd.DataFrame | None = None
 
     def _paper_rows(self, table: pd.DataFrame) -> pd.DataFrame:
-        cols = [m for m in _TABLE_ORDER if m in set(table["measure"])]
+        cols = [m for m in table_order() if m in set(table["measure"])]
         t = table.set_index("measure")
         rho: dict[str, float | str] = {MEASURE_LABELS.get(m, m): round(float(t["rho"].loc[m]), 3) for m in cols}
         rows = [rho] + [

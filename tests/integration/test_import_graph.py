@@ -38,9 +38,9 @@ LAYER_OF_PREFIX = {
     "gcpo_analysis.tokens": "base",
     "gcpo_analysis.prompt_cache": "base",
     "gcpo_analysis.testing": "base",
-    "gcpo_analysis._moved": "base",
     "gcpo_analysis.rewards": "rewards",
     "gcpo_analysis.measures": "measures",
+    "gcpo_analysis.knobs": "measures",  # the settings' declarations: choices read the registries
     "gcpo_analysis.gradvar": "measures",
     "gcpo_analysis.stats": "stats",
     "gcpo_analysis.theory": "stats",
@@ -107,13 +107,9 @@ def layer_of(module: str) -> str | None:
 
 
 def shims(names=None) -> set[str]:
-    """The deprecated flat module paths of gcpo 0.1: the names ``gcpo_analysis._moved``'s import
-    finder answers (no file stands there), or the given short names of a made-up tree."""
-    if names is None:
-        from gcpo_analysis import _moved
-
-        names = [*_moved.MOVED, *_moved.SPLIT]
-    return {f"gcpo_analysis.{n}" for n in names}
+    """Deprecated flat module paths: none since the unpublished 0.1.0's were removed; the given
+    short names of a made-up tree, for the checker's own tests."""
+    return {f"gcpo_analysis.{n}" for n in names or ()}
 
 
 def layer_violations(graph: dict[str, set[str]], shim_modules=frozenset()) -> list[str]:
@@ -250,14 +246,8 @@ def test_gcpo_train_uses_only_public_gcpo_analysis_names():
     assert private_uses(_sources()) == []
 
 
-@pytest.mark.slow
-def test_the_shims_are_the_flat_modules_and_nothing_imports_them():
-    s = shims()
-    assert {"gcpo_analysis.collect", "gcpo_analysis.proofs", "gcpo_analysis.rank_stats"} <= s
-    assert all(n.count(".") == 1 for n in s), s  # only root modules are shims
-    assert not s & set(_sources()), "a file stands at an old path; the finder of _moved.py answers them"
-    importers = {src for src, edges in _graph().items() for dst in edges if dst in s}
-    assert not importers, importers
+def test_there_are_no_shims_left():
+    assert shims() == set() and "gcpo_analysis._moved" not in _sources()
 
 
 @pytest.mark.slow
@@ -337,7 +327,7 @@ def test_the_checker_reports_an_import_of_gcpo_train_and_of_a_shim(tmp_path):
     sources = _fake_sources(
         tmp_path,
         {
-            # gcpo_analysis.rank_stats is an old path: no file, the finder answers it
+            "gcpo_analysis/rank_stats.py": "",  # a made-up shim module
             "gcpo_analysis/stats/__init__.py": "",
             "gcpo_analysis/stats/gap.py": "import gcpo_analysis.rank_stats\n",
             "gcpo_analysis/study/__init__.py": "",

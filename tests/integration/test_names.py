@@ -2,7 +2,6 @@
 name, TRL's ``GRPOTrainer``, warns), rollout containers say what they hold, one ``group_weights``."""
 
 import ast
-import warnings
 from pathlib import Path
 
 import pytest
@@ -25,22 +24,16 @@ def test_no_class_of_ours_is_named_as_trl_names_its_trainer():
     assert classes["GCPOLoopTrainer"] == "gcpo_train/trainer.py"
 
 
-def test_the_old_trainer_name_warns_and_is_the_new_class():
+def test_the_old_trainer_name_is_gone():
     pytest.importorskip("torch")
+    import gcpo_train
     from gcpo_train import trainer
 
-    with pytest.warns(FutureWarning, match=r"GCPOLoopTrainer.*0\.3\.0"):
-        from gcpo_train.trainer import GRPOTrainer
-    assert GRPOTrainer is trainer.GCPOLoopTrainer
-    import gcpo_train
-
-    with pytest.warns(FutureWarning, match="GCPOLoopTrainer"):
-        assert gcpo_train.GRPOTrainer is trainer.GCPOLoopTrainer
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # the new name is silent
-        assert gcpo_train.GCPOLoopTrainer is trainer.GCPOLoopTrainer
     with pytest.raises(AttributeError):
-        trainer.NoSuchTrainer  # noqa: B018
+        trainer.GRPOTrainer  # noqa: B018
+    with pytest.raises(AttributeError):
+        gcpo_train.GRPOTrainer  # noqa: B018
+    assert gcpo_train.GCPOLoopTrainer is trainer.GCPOLoopTrainer
 
 
 def test_the_reward_phase_is_named_reward():
@@ -48,17 +41,6 @@ def test_the_reward_phase_is_named_reward():
     from gcpo_train.trainer import GCPOLoopTrainer
 
     assert hasattr(GCPOLoopTrainer, "_reward") and not hasattr(GCPOLoopTrainer, "_score")
-
-
-def test_group_features_old_name_warns():
-    from gcpo_analysis import measures
-    from gcpo_analysis.measures import modulators
-
-    with pytest.warns(FutureWarning, match=r"GroupFeatures.*0\.3\.0"):
-        old = modulators.GroupRollouts
-    assert old is modulators.GroupFeatures
-    assert measures.GroupFeatures is modulators.GroupFeatures
-    assert "GroupRollouts" not in measures.__all__ and "GroupFeatures" in measures.__all__
 
 
 @pytest.mark.slow

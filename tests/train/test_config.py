@@ -46,8 +46,8 @@ def test_yaml_then_overrides(tmp_path):
     "text,match",
     [
         ("learning_rat: 1.0\n", r"unknown config key 'learning_rat'.*did you mean learning_rate"),
-        ("modulator: entropy\n", r"unknown modulator 'entropy'; choices: .*bot_rd"),
-        ("dataset: squad\n", r"unknown dataset 'squad'; choices: narrativeqa"),
+        ("modulator: entropy\n", r"modulator must be one of .*bot_rd, got 'entropy'"),
+        ("dataset: squad\n", r"dataset must be one of narrativeqa.*got 'squad'"),
         ("group_size: 1\n", r"group_size must be >= 2"),
         ("loss_aggregation: mean\n", r"loss_aggregation must be one of"),
         ("r_min: 2\nr_max: 1\n", r"r_max"),

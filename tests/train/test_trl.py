@@ -247,3 +247,12 @@ def test_math_judge_under_trl_clusters_final_answers(tmp_path):
     ]
     _, infos = group_weights(texts, np.array([2.0, 2.0, 0.0, 2.0]), 4, group_modulator=group_modulator, modulator="bot")
     assert infos[0]["n_clusters"] == 2  # {9, 9, 9.0} and {10}; the derivations themselves all differ
+
+
+def test_model_cards_name_gcpo_not_grpo():
+    from trl import GRPOTrainer
+
+    assert GCPOTrainer._name == "GCPO" and GRPOTrainer._name == "GRPO"
+    assert set(GRPOTrainer._tag_names) < set(GCPOTrainer._tag_names) and "gcpo" in GCPOTrainer._tag_names
+    assert "Why Semantic Entropy Fails" in GCPOTrainer._paper["title"]
+    assert GCPOTrainer._paper["citation"].startswith("@article{") and "Zhang" in GCPOTrainer._paper["citation"]

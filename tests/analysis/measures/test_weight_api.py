@@ -48,7 +48,7 @@ def _cases():
 
 
 def test_the_registry_says_which_kind():
-    assert [n for n, m in MODULATORS.items() if m.weight is not None] == GROUP_LEVEL
+    assert sorted(n for n, m in MODULATORS.items() if m.weight is not None) == sorted(GROUP_LEVEL)
     assert sorted(n for n, m in MODULATORS.items() if m.weight is None) == sorted(PER_ROLLOUT)
     for name in PER_ROLLOUT:
         assert MODULATORS[name].per_rollout is not None and MODULATORS[name].no_weight
