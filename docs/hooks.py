@@ -3,7 +3,7 @@
 Nothing here is typed by hand that the code or a committed file already says: the CLI page is
 `gcpo ... --help`, the configuration page is `dataclasses.fields(...)` with each field's
 ``metadata["help"]``, the frame page is the column tuples of `gcpo_analysis.frames` and
-`gcpo_analysis.measures.score`, the run pages include every committed table of `figures/<run>/`
+the measure registry, the run pages include every committed table of `figures/<run>/`
 with `pymdownx.snippets` (a missing file fails the strict build), and the proofs page is
 `figures/proofs.json`. The notebooks and the figures' images are added from their folders outside
 `docs/`, so they are rendered from where they live (mkdocs-jupyter, without executing them).
@@ -197,7 +197,7 @@ def config_page() -> str:
 # --------------------------------------------------------------------------- frames
 def frames_page() -> str:
     from gcpo_analysis import frames
-    from gcpo_analysis.measures import score
+    from gcpo_analysis.measures.registry import frame_order
 
     def cols(names) -> str:
         return ", ".join(f"`{c}`" for c in names)
@@ -207,7 +207,7 @@ def frames_page() -> str:
             "# Frame schemas",
             "",
             "Generated at build time from the column tuples of `gcpo_analysis.frames` and"
-            " `gcpo_analysis.measures.score`; what each column means is in"
+            " the measure registry (`gcpo_analysis.measures.registry`); what each column means is in"
             " [the conventions](../conventions.md#the-frames).",
             "",
             "| frame | columns | where |",
@@ -218,7 +218,8 @@ def frames_page() -> str:
             " | `frames.POLICY_COLUMNS` |",
             f"| rollouts, written by the trainer | {cols(frames.TRAINER_COLUMNS)} | `frames.TRAINER_COLUMNS` |",
             f"| groups, required | {cols(frames.GROUP_REQUIRED)} | `frames.GROUP_REQUIRED` |",
-            f"| groups, as `gcpo score` orders them | {cols(score.FRAME_ORDER)} | `score.FRAME_ORDER` |",
+            f"| groups, measure columns as `gcpo score` orders them | {cols(frame_order())}"
+            " | `measures.registry.frame_order()` |",
             "",
             "## Reading and validating frames",
             "",
