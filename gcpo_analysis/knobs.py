@@ -33,9 +33,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .datasets import dataset_names
 from .vocab import (
     ALPHA_BASE,
-    DATASETS,
     EPS,
     JUDGE,
     NLI_THRESHOLD,
@@ -103,6 +103,17 @@ class Help(str):
         return out
 
 
+def cli_help(f: dataclasses.Field) -> str:
+    """A field's help for a parser built now: the declared help, and a registry's choices as they
+    stand when the parser is built (``Knob.help_text`` leaves them out, being read at import), so
+    a dataset or modulator registered before the parser is listed."""
+    text = str(f.metadata["help"])
+    spec = getattr(f.metadata["help"], "knob", None)
+    if spec is not None and callable(spec.choices):
+        text += f" One of {', '.join(map(str, spec.allowed()))}."
+    return text
+
+
 def knob(default: Any, help: str, **rules: Any) -> Any:
     """A dataclass field declared with its rules (a knob of one config)."""
     return Knob(default, help, **rules).field()
@@ -122,7 +133,9 @@ _WEIGHT_SIGN = "(a negative one flips the sign of the advantages)"
 # The knobs that more than one settings object has. Defaults that differ by scale (the study runs
 # on 2 cores, training follows the paper) are given where the field is made: shared(name, default).
 SHARED: dict[str, Knob] = {
-    "dataset": Knob("narrativeqa", "Benchmark.", choices=DATASETS),
+    "dataset": Knob(
+        "narrativeqa", "Benchmark: a name of the dataset registry (gcpo_analysis.datasets).", choices=dataset_names
+    ),
     "data_path": Knob(
         None, "Local benchmark file or folder (gcpo_analysis.data.load_queries).", none="the packaged or default source"
     ),

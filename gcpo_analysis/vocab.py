@@ -1,7 +1,9 @@
 """The shared vocabulary: every name and default that more than one module uses, defined once.
 
 Benchmarks (paper Section 5): ``DATASETS``; the math ones (``MATH_DATASETS``) embed and cluster
-the full completion (Appendix E). The measures and their defaults are listed by their registry
+the full completion (Appendix E); ``TASK_OF_DATASET`` gives each one's reward task (``TASKS``).
+These are views of the dataset registry (``gcpo_analysis.datasets``), read when asked for, so a
+dataset registered later is listed. The measures and their defaults are listed by their registry
 (``gcpo_analysis.measures.registry``), nowhere else. What a measure or a
 modulator needs computed for a group: ``EMBEDDINGS`` (the unit vectors mu_i) and ``CLUSTERS``
 (the greedy entailment clusters) — the names of the ``GroupFeatures`` fields they fill.
@@ -11,7 +13,8 @@ Defaults of the paper (Appendix E): ``ALPHA_BASE`` = 0.6 in alpha_G = alpha_base
 rewards on [``R_MIN``, ``R_MAX``] = [0, 2]. The threshold's name is ``nli_threshold`` in every
 setting (TrainConfig, GCPOConfig, StudyConfig, ``score_groups``, the CLI).
 
-Plain Python, no imports beyond the standard library: configs and the CLI read it for free.
+Plain Python, no imports beyond the standard library and the dataset registry (itself standard
+library only): configs and the CLI read it for free.
 """
 
 from __future__ import annotations
@@ -19,9 +22,20 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
+from typing import Any
 
-DATASETS = ("narrativeqa", "qasper", "hotpotqa", "math500", "aime24", "olympiadbench", "asdiv")
-MATH_DATASETS = ("math500", "aime24", "olympiadbench", "asdiv")
+from .datasets import TASKS as TASKS
+from .datasets import dataset_names, math_datasets, task_of_dataset
+
+_DATASET_VIEWS = {"DATASETS": dataset_names, "MATH_DATASETS": math_datasets, "TASK_OF_DATASET": task_of_dataset}
+
+
+def __getattr__(name: str) -> Any:
+    """``DATASETS``, ``MATH_DATASETS`` and ``TASK_OF_DATASET``, read from the dataset registry
+    when asked for (``vocab.DATASETS``; a ``from ... import`` copies the list of that moment)."""
+    if name in _DATASET_VIEWS:
+        return _DATASET_VIEWS[name]()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 EMBEDDINGS = "embeddings"
@@ -85,7 +99,7 @@ def full_completion(setting: bool | None, datasets) -> bool:
     if datasets is None:
         return False
     names = {datasets} if isinstance(datasets, str) else set(datasets)
-    return bool(names) and names <= set(MATH_DATASETS)  # an unknown or missing name (NaN) is not math
+    return bool(names) and names <= set(math_datasets())  # an unknown or missing name (NaN) is not math
 
 
 def field_kinds(cls: type) -> dict[str, type | None]:
@@ -105,15 +119,5 @@ def field_kinds(cls: type) -> dict[str, type | None]:
     return kinds
 
 
-# The reward task of each dataset (docs/conventions.md "Rewards"): rewards live on [0, REWARD_MAX].
-TASK_OF_DATASET = {
-    "narrativeqa": "qa_f1",
-    "qasper": "qa_f1",
-    "hotpotqa": "hotpot",
-    "math500": "math",
-    "aime24": "math",
-    "olympiadbench": "math",
-    "asdiv": "math",
-}
-TASKS = ("qa_f1", "hotpot", "math")
+# Rewards live on [0, REWARD_MAX] (docs/conventions.md "Rewards").
 REWARD_MAX = 2.0

@@ -14,7 +14,8 @@ import argparse
 import dataclasses
 import json
 
-from gcpo_analysis.knobs import SPLITS
+from gcpo_analysis.datasets import dataset_names
+from gcpo_analysis.knobs import SPLITS, cli_help
 from gcpo_analysis.vocab import field_kinds
 
 from .config import DTYPES, TrainConfig, load_config
@@ -42,7 +43,7 @@ def add_train_parser(subparsers) -> argparse.ArgumentParser:
             dest=f"cfg_{f.name}",
             default=argparse.SUPPRESS,
             type=_yaml_value,
-            help=f"{f.metadata['help']} (default: {f.default!r})",
+            help=f"{cli_help(f)} (default: {f.default!r})",
             metavar="V",
         )
         if kinds[f.name] is bool:
@@ -59,7 +60,7 @@ def add_eval_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument(
         "checkpoint", help="checkpoint folder (output_dir/checkpoints/step_N), 'packaged', or a model name/path"
     )
-    p.add_argument("--dataset", default=None, help="benchmark (default: the checkpoint's)")
+    p.add_argument("--dataset", default=None, choices=dataset_names(), help="benchmark (default: the checkpoint's)")
     p.add_argument("--split", default="test", choices=SPLITS, help="split to evaluate (default: test)")
     p.add_argument("--n", type=int, default=None, help="evaluate the first n queries (default: all)")
     p.add_argument(

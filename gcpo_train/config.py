@@ -17,9 +17,10 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from gcpo_analysis.datasets import math_datasets
 from gcpo_analysis.errors import did_you_mean
 from gcpo_analysis.knobs import check_knobs, knob, shared
-from gcpo_analysis.vocab import MATH_DATASETS, PACKAGED_POLICY, PAPER_POLICY, full_completion
+from gcpo_analysis.vocab import PACKAGED_POLICY, PAPER_POLICY, full_completion
 
 LOSS_AGGREGATIONS = ("sequence", "token")
 BACKENDS = ("gcpo", "trl", "hf", "vllm")
@@ -230,7 +231,7 @@ class TrainConfig:
 
     @property
     def task_is_math(self) -> bool:
-        return self.dataset in MATH_DATASETS
+        return self.dataset in math_datasets()
 
     @property
     def full_completion(self) -> bool:

@@ -1,7 +1,8 @@
 """Task rewards and evaluation metrics (paper Appendix E, Table "Per-task reward definitions";
 docs/conventions.md "Rewards"): the one public entry point of the rewards layer.
 
-Rewards live on [0, 2] (``vocab.REWARD_MAX``); the task of each dataset is ``vocab.TASK_OF_DATASET``.
+Rewards live on [0, 2] (``vocab.REWARD_MAX``); the task of each dataset is declared where it is
+registered (``gcpo_analysis.datasets``), ``dataset_reward`` scores a completion by it.
 
 * ``qa``: token-F1 / EM (the SQuAD script's normalisation), HotpotQA F1, BLEU (sacrebleu), the
   per-task reward and metrics;
@@ -10,7 +11,8 @@ Rewards live on [0, 2] (``vocab.REWARD_MAX``); the task of each dataset is ``voc
   the time-limited sympy worker (``math.sympy_worker``, ``math.sympy_check``).
 """
 
-from ..vocab import REWARD_MAX, TASK_OF_DATASET, TASKS
+from ..datasets import task_of_dataset
+from ..vocab import REWARD_MAX, TASKS
 from .extraction import extract_boxed, extract_math_answer, extract_qa_answer, strip_think
 from .math.grading import (
     FALLBACK_REASONS,
@@ -32,8 +34,10 @@ from .math.syntax import (
     MAX_SYMBOLIC_EXPONENT,
 )
 from .qa import (
+    REWARD_OF_TASK,
     bleu,
     corpus_bleu,
+    dataset_reward,
     exact_match,
     extract_answer,
     hotpot_f1_em,
@@ -50,6 +54,7 @@ from .qa import (
 
 __all__ = [
     "REWARD_MAX",
+    "REWARD_OF_TASK",
     "TASK_OF_DATASET",
     "TASKS",
     "extract_boxed",
@@ -73,6 +78,7 @@ __all__ = [
     "MAX_SYMBOLIC_EXPONENT",
     "bleu",
     "corpus_bleu",
+    "dataset_reward",
     "exact_match",
     "extract_answer",
     "hotpot_f1_em",
@@ -86,3 +92,10 @@ __all__ = [
     "task_reward",
     "token_f1",
 ]
+
+
+def __getattr__(name: str):
+    """``TASK_OF_DATASET``: {dataset: reward task}, read from the dataset registry when asked for."""
+    if name == "TASK_OF_DATASET":
+        return task_of_dataset()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -5,8 +5,11 @@ Rewards live on [0, 2]:
 
 * NarrativeQA, Qasper (task ``qa_f1``): r = 2 · max_ref token-F1(extracted answer, ref);
 * HotpotQA (task ``hotpot``): r = 2 · F1 of the official HotpotQA evaluation (EM reported too);
-* MATH500, AIME24, OlympiadBench (task ``math``): r = 2 if the extracted answer is equivalent to
-  the reference, else 0.
+* MATH500, AIME24, OlympiadBench, ASDiv (task ``math``): r = 2 if the extracted answer is
+  equivalent to the reference, else 0.
+
+Each dataset names its task where it is registered (``gcpo_analysis.datasets``);
+``dataset_reward`` scores a completion of a dataset by that task's reward (``REWARD_OF_TASK``).
 
 Token-F1 / EM follow the SQuAD evaluation script (normalisation: Unicode NFKC, lower-case, strip
 punctuation and the articles a/an/the, collapse whitespace). BLEU is sacrebleu. Answer extraction lives in
@@ -24,6 +27,7 @@ import unicodedata
 from collections import Counter
 from collections.abc import Sequence
 
+from ..datasets import get_dataset
 from ..vocab import REWARD_MAX, TASKS
 from .extraction import extract_math_answer, extract_qa_answer
 from .math.grading import math_equiv_any
@@ -162,11 +166,19 @@ def math_reward(completion: str, reference) -> float:
     return REWARD_MAX * float(math_equiv_any(extract_math_answer(completion), _as_refs(reference, "reference")))
 
 
+REWARD_OF_TASK = {"qa_f1": qa_reward, "hotpot": hotpot_reward, "math": math_reward}
+"""The reward of each task of ``TASKS`` (the dataset registry's task names)."""
+
+
 def task_reward(task: str, completion: str, references) -> float:
     """Reward of one completion for ``task`` ∈ {qa_f1, hotpot, math}; always in [0, 2]."""
     _check_task(task)
-    fn = {"qa_f1": qa_reward, "hotpot": hotpot_reward, "math": math_reward}[task]
-    return fn(completion, references)
+    return REWARD_OF_TASK[task](completion, references)
+
+
+def dataset_reward(dataset: str, completion: str, references) -> float:
+    """Reward of one completion of a registered ``dataset``: the reward of its task."""
+    return task_reward(get_dataset(dataset).task, completion, references)
 
 
 def is_success(task: str, reward: float) -> bool:

@@ -25,6 +25,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from ..knobs import cli_help
 from ..outputs import folder_lock
 from ..vocab import field_kinds
 from . import run
@@ -52,7 +53,7 @@ def add_parser(sub) -> None:
     for f in fields(StudyConfig):
         flags = dict.fromkeys(["--" + f.name.replace("_", "-"), "--" + f.name])  # both spellings
         kind = kinds[f.name] or str
-        help_text = f.metadata["help"].replace("%", "%%")  # argparse %-formats help strings
+        help_text = cli_help(f).replace("%", "%%")  # argparse %-formats help strings
         p.add_argument(*flags, dest=f.name, type=kind, default=None, help=f"{help_text} (default: {f.default})")
     p.add_argument(
         "--restat",

@@ -31,6 +31,7 @@ LAYER_OF_PREFIX = {
     "gcpo_analysis.frames": "base",
     "gcpo_analysis.models": "base",
     "gcpo_analysis.data": "base",
+    "gcpo_analysis.datasets": "base",  # the dataset registry: standard library only, vocab reads it
     "gcpo_analysis.prompts": "base",
     "gcpo_analysis.errors": "base",
     "gcpo_analysis.outputs": "base",
