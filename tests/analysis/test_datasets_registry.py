@@ -143,3 +143,18 @@ def test_an_unregistered_dataset_is_refused_by_the_configs():
     assert "toy_echo" not in DATASET_REGISTRY
     with pytest.raises(ValueError, match="dataset must be one of narrativeqa.*asdiv, got 'toy_echo'"):
         StudyConfig(dataset="toy_echo")
+
+
+def test_the_guide_s_dataset_example_runs_as_written(tmp_path):
+    import re
+    from pathlib import Path
+
+    guide = Path(__file__).resolve().parents[2] / "docs" / "guides" / "extending.md"
+    block = next(b for b in re.findall(r"```python\n(.*?)```", guide.read_text(), re.S) if "register_dataset" in b)
+    try:
+        exec(block, {})
+        check_parses_its_example("toy_echo", tmp_path)
+        check_refuses_a_missing_field("toy_echo", tmp_path)
+        check_reward_of_its_example("toy_echo")
+    finally:
+        DATASET_REGISTRY.pop("toy_echo", None)
