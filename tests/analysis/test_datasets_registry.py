@@ -158,3 +158,17 @@ def test_the_guide_s_dataset_example_runs_as_written(tmp_path):
         check_reward_of_its_example("toy_echo")
     finally:
         DATASET_REGISTRY.pop("toy_echo", None)
+
+
+def test_the_registry_and_vocab_import_with_the_standard_library_alone():
+    """vocab reads the registry at import: neither may pull numpy, pandas or torch in."""
+    import subprocess
+
+    code = (
+        "import sys, gcpo_analysis.vocab as v, gcpo_analysis.datasets\n"
+        "assert len(v.DATASETS) >= 7\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('numpy', 'pandas', 'torch')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
