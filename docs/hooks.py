@@ -156,7 +156,9 @@ def _field_rows(cls, skip: frozenset[str], prefix: str) -> list[str]:
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
             rows += _field_rows(type(value), frozenset(), f"{prefix}{f.name}.")
             continue
-        rows.append(f"| `{prefix}{f.name}` | {_type(f)} | {_cell(_default(f))} | {_cell(f.metadata['help'])} |")
+        from gcpo_analysis.knobs import cli_help  # a registry's choices (datasets, modulators) as built
+
+        rows.append(f"| `{prefix}{f.name}` | {_type(f)} | {_cell(_default(f))} | {_cell(cli_help(f))} |")
     return rows
 
 

@@ -34,7 +34,7 @@ TASKS = ("qa_f1", "hotpot", "math")
 @dataclass(frozen=True)
 class Example:
     """A worked example of a dataset, checked for every registered dataset by
-    tests/analysis/test_dataset_conformance.py: ``record`` in the dataset's own schema parses to
+    tests/analysis/test_datasets_registry.py: ``record`` in the dataset's own schema parses to
     ``references``; a completion ``completion`` earns ``reward``, computed by hand (say how in a
     comment); removing any top-level field of ``record`` not in ``optional`` is refused, naming
     the record and the field."""
