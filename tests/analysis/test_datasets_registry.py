@@ -64,8 +64,13 @@ def test_every_registered_dataset_conforms(name, tmp_path):
     check_reward_of_its_example(name)
 
 
-def test_every_task_has_its_reward_and_the_views_follow_the_registry():
-    assert set(REWARD_OF_TASK) == set(TASKS)
+def test_every_task_has_its_reward_and_prompt_and_the_views_follow_the_registry():
+    from gcpo_analysis.prompts import PROMPT_TEMPLATES
+    from gcpo_analysis.rewards import task_metrics
+
+    assert set(REWARD_OF_TASK) == set(TASKS) and set(TASKS) <= set(PROMPT_TEMPLATES)
+    for task in TASKS:
+        assert task_metrics(task, ["2"], [["2"]])["n"] == 1
     assert vocab.DATASETS == tuple(DATASET_REGISTRY)
     assert vocab.MATH_DATASETS == tuple(n for n, d in DATASET_REGISTRY.items() if d.task == "math")
     assert vocab.TASK_OF_DATASET == {n: d.task for n, d in DATASET_REGISTRY.items()}
