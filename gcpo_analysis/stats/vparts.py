@@ -111,11 +111,14 @@ def v_parts_tables(
     level: float = 0.95,
 ) -> dict[str, pd.DataFrame]:
     """The tables of the module docstring for one groups frame (already trimmed or not)."""
-    missing = [c for c in (V, N_COL, C_COL) if c not in groups.columns]
-    if missing:
-        raise ValueError(
-            f"the groups frame has no {missing} column(s): V = N + C needs the groups' Gram matrices "
-            "(grams.parquet; scripts/recompute_grams.py rebuilds them for older runs)"
+    if V not in groups.columns:
+        raise ValueError(f"the groups frame has no {V!r} column")
+    has_parts = N_COL in groups.columns and C_COL in groups.columns
+    if not has_parts:
+        warnings.warn(
+            "no grad_var_norm / grad_var_cross columns (the study kept no Gram matrices; "
+            "scripts/recompute_grams.py rebuilds them): only the size controls without N are reported",
+            stacklevel=2,
         )
     controls = [c for c in (S_COL, LEN_COL, CAP_COL) if c in groups.columns]
     sets = {k: cs for k, cs in CONTROL_SETS.items() if all(c in groups.columns for c in cs)}
@@ -124,7 +127,7 @@ def v_parts_tables(
             f"control set(s) {sorted(set(CONTROL_SETS) - set(sets))} skipped: column(s) missing from the groups frame",
             stacklevel=2,
         )
-    cols = list(dict.fromkeys(measures + [V, N_COL, C_COL] + controls))
+    cols = list(dict.fromkeys(measures + [V] + ([N_COL, C_COL] if has_parts else []) + controls))
     ok = np.isfinite(groups[cols].to_numpy(float)).all(axis=1)
     if (~ok).any():
         warnings.warn(f"{int((~ok).sum())} group(s) with a non-finite value left out of V = N + C", stacklevel=2)
@@ -137,16 +140,15 @@ def v_parts_tables(
             continue
         idx = rng.integers(0, len(frame), size=(n_boot, len(frame)))
         F = _Frame(frame, cols, idx)
-        out["v_parts"] += _share_rows(frame, idx, subset, level)
-        for other in [N_COL, C_COL] + controls:
+        if has_parts and subset == "v_pos":  # C/V is defined on V > 0 only
+            out["v_parts"] += _share_rows(frame, idx, subset, level)
+        for other in ([N_COL, C_COL] if has_parts else []) + controls:
             est, boot = F.partial(V, other)
             out["v_parts"].append(_row(est, boot, level, subset=subset, statistic=f"rho(V, {other})", n=F.n))
-        for stat, (target, ctrl) in {
-            "rho(u, V)": (V, ()),
-            "rho(u, N)": (N_COL, ()),
-            "rho(u, C)": (C_COL, ()),
-            "rho(u, C | N)": (C_COL, (N_COL,)),
-        }.items():
+        stats = {"rho(u, V)": (V, ())}
+        if has_parts:
+            stats.update({"rho(u, N)": (N_COL, ()), "rho(u, C)": (C_COL, ()), "rho(u, C | N)": (C_COL, (N_COL,))})
+        for stat, (target, ctrl) in stats.items():
             for m in measures:
                 est, boot = F.partial(m, target, ctrl)
                 out["v_parts_measures"].append(
@@ -159,7 +161,7 @@ def v_parts_tables(
                     _row(est, boot, level, subset=subset, controls=name, measure=m, p=partial_p(est, F.n, len(cs)), n=F.n)
                 )
         if subset == "v_pos":
-            for target in CONFIRMATORY_TARGETS:
+            for target in [t for t in CONFIRMATORY_TARGETS if t in F.col]:
                 for ref, u in CONFIRMATORY:
                     if ref not in F.col or u not in F.col:
                         continue

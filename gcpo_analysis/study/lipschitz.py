@@ -149,6 +149,24 @@ def _by_query(prepared: pd.DataFrame) -> tuple[dict, dict]:
     return E, cl
 
 
+def _clusters_check(folder: Path, prepared: pd.DataFrame) -> dict | None:
+    """Do the sidecar's clusters give the groups frame's n_clusters? (A judge changed since the
+    run, e.g. the math grader, gives other clusters than the measures used: said, not hidden.)"""
+    path = folder / "groups.parquet"
+    if not path.exists():
+        return None
+    n = pd.read_parquet(path, columns=["query_id", "n_clusters"]).set_index("query_id")["n_clusters"]
+    k = prepared.groupby("query_id", sort=False)["cluster"].nunique().reindex(n.index)
+    agree = int((k == n).sum())
+    if agree < len(n):
+        warnings.warn(
+            f"{folder}: the sidecar's clusters give the groups frame's n_clusters in {agree} of {len(n)} groups "
+            "(the judge differs from the run's); the Lipschitz check uses the sidecar's",
+            stacklevel=3,
+        )
+    return {"groups": int(len(n)), "n_clusters_equal": agree}
+
+
 def lipschitz_study(
     rollouts: pd.DataFrame,
     grams,
@@ -278,6 +296,10 @@ def write_lipschitz(
         source=folder.name,
         queries="all" if queries is None else sorted(keep),
     )
+    emb = meta.get("embedder")
+    if isinstance(emb, dict) and isinstance(emb.get("path"), str) and "site-packages/" in emb["path"]:
+        emb["path"] = emb["path"].split("site-packages/", 1)[1]  # the package's file, not this machine's
+    meta["clusters_vs_groups_frame"] = _clusters_check(folder, prepared)
     tables, figs = folder / "tables", folder / "figures"
     tables.mkdir(exist_ok=True)
     write_frame(summary, tables / f"{name}.csv")
