@@ -149,6 +149,34 @@ def _by_query(prepared: pd.DataFrame) -> tuple[dict, dict]:
     return E, cl
 
 
+BOUND_NOTE = (
+    "App. C's inequality ||g_i - g_j|| <= L ||e_i - e_j|| (gcpo_analysis/stats/lipschitz_bound.py): per pair "
+    "ratio_raw = ||g_i - g_j|| / ||e_i - e_j|| and ratio = ratio_raw / sqrt(mean_i ||g_i||^2) of its group; "
+    "L_group = a group's largest ratio; share_pairs_break_at_median_L = pairs above the median L_group; "
+    "share_pairs_equal_e_unequal_g = same embedding, different gradient (breaks any finite L). 95% percentile "
+    "bootstrap CIs over groups. The simulator's planted Lipschitz and non-Lipschitz gradients (theory.simulate, "
+    "200 groups of 8, 200 resamples) are the reference rows."
+)
+
+
+def _bound_table(rollouts, grams, prepared, n_boot: int, seed: int) -> pd.DataFrame:
+    from ..stats.lipschitz_bound import bound_summary, planted
+    from .collect import grams_by_query
+
+    K = grams_by_query(grams) if isinstance(grams, pd.DataFrame) else dict(grams)
+    E, _ = _by_query(prepared)
+    order = [q for q in pd.unique(rollouts["query_id"]) if q in K]
+    parts = [
+        bound_summary({q: K[q] for q in order}, {q: E[q] for q in order}, n_boot=n_boot, seed=seed, column=c).assign(
+            source="this study", ratio=c
+        )
+        for c in ("ratio", "ratio_raw")
+    ]
+    parts.append(planted(n_queries=200, G=8, seed=seed, n_boot=200))  # a reference: 200 resamples
+    cols = ["source", "ratio", "statistic", "estimate", "ci_low", "ci_high", "n_groups", "n_pairs"]
+    return pd.concat(parts, ignore_index=True)[cols]
+
+
 def _clusters_check(folder: Path, prepared: pd.DataFrame) -> dict | None:
     """Do the sidecar's clusters give the groups frame's n_clusters? (A judge changed since the
     run, e.g. the math grader, gives other clusters than the measures used: said, not hidden.)"""
@@ -307,6 +335,9 @@ def write_lipschitz(
     subset = "" if queries is None else f" ({len(keep)} selected queries)"
     write_text(tables / f"{name}.md", to_markdown(summary, f"# Lipschitz check: {settings['dataset']}{subset}"))
     write_json(tables / f"{name}_meta.json", meta, default=str)
+    bound = _bound_table(rollouts, grams, prepared, n_boot=n_boot, seed=seed)
+    write_frame(bound, tables / f"{name}_bound.csv")
+    write_text(tables / f"{name}_bound.md", BOUND_NOTE + "\n\n" + bound.to_markdown(index=False, floatfmt=".3f") + "\n")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # tight_layout notes on tiny test figures
         fig = plots.lipschitz_plot(pairs, per_group, summary, path=figs / name, title=settings["dataset"])
