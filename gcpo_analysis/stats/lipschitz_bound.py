@@ -116,5 +116,7 @@ def planted(n_queries: int = 200, G: int = 8, seed: int = 0, n_boot: int = 200, 
         emb = {q: e[q] for q in range(len(e))}
         for column in ("ratio", "ratio_raw"):
             t = bound_summary(grams, emb, n_boot=n_boot, seed=seed, column=column)
-            out.append(t.assign(source="simulated, planted Lipschitz" if lip else "simulated, not Lipschitz", ratio=column))
+            out.append(
+                t.assign(source="simulated, planted Lipschitz" if lip else "simulated, not Lipschitz", ratio=column)
+            )
     return pd.concat(out, ignore_index=True)

@@ -136,7 +136,9 @@ def v_parts_tables(
     for subset, mask in (("all", np.ones(len(base), bool)), ("v_pos", base[V].to_numpy(float) > 0)):
         frame = base[mask].reset_index(drop=True)
         if len(frame) < 5:
-            warnings.warn(f"V = N + C: {len(frame)} group(s) in {SUBSETS[subset]!r}, too few; not reported", stacklevel=2)
+            warnings.warn(
+                f"V = N + C: {len(frame)} group(s) in {SUBSETS[subset]!r}, too few; not reported", stacklevel=2
+            )
             continue
         idx = rng.integers(0, len(frame), size=(n_boot, len(frame)))
         F = _Frame(frame, cols, idx)
@@ -152,13 +154,24 @@ def v_parts_tables(
             for m in measures:
                 est, boot = F.partial(m, target, ctrl)
                 out["v_parts_measures"].append(
-                    _row(est, boot, level, subset=subset, statistic=stat, measure=m, p=partial_p(est, F.n, len(ctrl)), n=F.n)
+                    _row(
+                        est,
+                        boot,
+                        level,
+                        subset=subset,
+                        statistic=stat,
+                        measure=m,
+                        p=partial_p(est, F.n, len(ctrl)),
+                        n=F.n,
+                    )
                 )
         for name, cs in sets.items():
             for m in measures:
                 est, boot = F.partial(m, V, cs)
                 out["size_controls"].append(
-                    _row(est, boot, level, subset=subset, controls=name, measure=m, p=partial_p(est, F.n, len(cs)), n=F.n)
+                    _row(
+                        est, boot, level, subset=subset, controls=name, measure=m, p=partial_p(est, F.n, len(cs)), n=F.n
+                    )
                 )
         if subset == "v_pos":
             for target in [t for t in CONFIRMATORY_TARGETS if t in F.col]:

@@ -41,7 +41,9 @@ def group_covariates(rollouts: pd.DataFrame, grams: dict | None, max_new_tokens:
             K = np.asarray(grams[q], float)
             if len(K) != len(g):
                 raise ValueError(f"query {q!r}: {len(g)} rollouts but a {len(K)} x {len(K)} Gram matrix")
-            row["grad_var_norm"], row["grad_var_cross"] = variance_parts(K, grpo_advantages(g["reward"].to_numpy(float)))
+            row["grad_var_norm"], row["grad_var_cross"] = variance_parts(
+                K, grpo_advantages(g["reward"].to_numpy(float))
+            )
             row["grad_cos_abs_mean"] = _cos_abs_mean(K)
         if "n_tokens" in g.columns:
             n = g["n_tokens"].to_numpy(float)

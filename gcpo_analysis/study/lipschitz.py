@@ -217,7 +217,11 @@ def lipschitz_study(
     """
     if prepared is None:
         prepared = embed_rollouts(
-            rollouts, embedder=embedder, judge=judge, use_full_completion=use_full_completion, nli_threshold=nli_threshold
+            rollouts,
+            embedder=embedder,
+            judge=judge,
+            use_full_completion=use_full_completion,
+            nli_threshold=nli_threshold,
         )
     text_col = prepared.attrs.get("lipschitz", {}).get("text", "answer")
     order, K, *_ = _group_inputs(rollouts, grams, text_col)

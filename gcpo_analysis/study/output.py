@@ -146,12 +146,18 @@ def restat(folder, overrides: dict | None = None):
     overrides = dict(overrides or {})
     unknown = sorted(set(overrides) - set(RESTAT_OVERRIDES))
     if unknown:
-        raise ValueError(f"--restat takes only {', '.join('--' + k.replace('_', '-') for k in RESTAT_OVERRIDES)}; got {unknown}")
+        raise ValueError(
+            f"--restat takes only {', '.join('--' + k.replace('_', '-') for k in RESTAT_OVERRIDES)}; got {unknown}"
+        )
     card_path = folder / "reanalysis_card.json"
     card_path = card_path if card_path.exists() else folder / "run_card.json"
     if not card_path.exists():
         raise FileNotFoundError(f"{folder} has no run_card.json: not a study folder")
     card = json.loads(card_path.read_text())
+    if "pooled" in card and "run" in card:  # a --from-training folder: its own tables
+        from .from_training import restat_training
+
+        return restat_training(folder, overrides)
     dataset = card["settings"]["dataset"]
     saved = folder / "tables" / "gap_study.json"
     if saved.exists():
@@ -190,7 +196,12 @@ def restat(folder, overrides: dict | None = None):
         groups = with_covariates(groups, rollouts, grams, card["settings"].get("max_new_tokens"))
     write_untrimmed(folder, groups, settings, dataset)
     card["trim_note"] = write_v_tables(
-        folder / "tables", groups, result.settings["measures"], settings.get("trim", 0.02), result.settings["n_boot"], result.settings["seed"]
+        folder / "tables",
+        groups,
+        result.settings["measures"],
+        settings.get("trim", 0.02),
+        result.settings["n_boot"],
+        result.settings["seed"],
     )
     if grams is not None and rollouts is not None and (folder / SIDECAR).exists():
         _, lip = write_lipschitz(folder, seed=result.settings["seed"], rollouts=rollouts, grams=grams)

@@ -21,7 +21,6 @@ from ..measures.score import parse_measures
 from ..vocab import full_completion
 from .config import StudyConfig
 from .covariates import with_covariates
-from .vtables import write_untrimmed, write_v_tables
 from .output import (  # noqa: F401
     RESTAT_OVERRIDES,
     _card_statistics,
@@ -31,6 +30,7 @@ from .output import (  # noqa: F401
     _write_paper_tables,
     restat,
 )
+from .vtables import write_untrimmed, write_v_tables
 
 log = logging.getLogger(__name__)
 
@@ -235,7 +235,18 @@ def _from_rollouts(cfg: StudyConfig, timer: _Timer, card: dict):
     return rollouts, groups, grams
 
 
-_GAP_KEYS = ("measures", "target", "reference", "trim", "n_boot", "top_frac", "k_folds", "seed", "success_column", "level")
+_GAP_KEYS = (
+    "measures",
+    "target",
+    "reference",
+    "trim",
+    "n_boot",
+    "top_frac",
+    "k_folds",
+    "seed",
+    "success_column",
+    "level",
+)
 
 
 def run_study(cfg: StudyConfig):

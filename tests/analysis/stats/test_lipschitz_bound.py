@@ -24,7 +24,9 @@ def test_planted_lipschitz_constant_is_recovered():
     L = 3.0
     _, _, arr = simulate_study(n_queries=30, G=6, lipschitz=True, lipschitz_const=L, grad_noise=0.0, return_arrays=True)
     g, e = arr["gradients"], arr["embeddings"]
-    t = bound_summary({q: g[q] @ g[q].T for q in range(30)}, {q: e[q] for q in range(30)}, n_boot=20, column="ratio_raw")
+    t = bound_summary(
+        {q: g[q] @ g[q].T for q in range(30)}, {q: e[q] for q in range(30)}, n_boot=20, column="ratio_raw"
+    )
     est = t.set_index("statistic")["estimate"]
     assert est["ratio_q10"] == pytest.approx(L, rel=1e-6) and est["ratio_q99"] == pytest.approx(L, rel=1e-6)
     assert est["share_pairs_break_at_median_L"] == 0.0

@@ -30,7 +30,9 @@ def _folder(tmp_path, n=30, G=4, cap=6, seed=0):
         K = g @ g.T
         r = (rng.random(G) < 0.5).astype(float) * 2
         for i in range(G):
-            rows.append(dict(query_id=qid, rollout_id=i, completion="x", answer="x", reward=r[i], n_tokens=int(n_tok[i])))
+            rows.append(
+                dict(query_id=qid, rollout_id=i, completion="x", answer="x", reward=r[i], n_tokens=int(n_tok[i]))
+            )
         grams.append(gram_frame(qid, K))
         groups.append(
             dict(
