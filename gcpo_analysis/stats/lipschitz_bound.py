@@ -20,6 +20,8 @@ non-Lipschitz gradients (``theory.simulate``), so the numbers have a reference.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -100,7 +102,7 @@ def bound_summary(
     return pd.DataFrame(rows)
 
 
-def planted(n_queries: int = 200, G: int = 8, seed: int = 0, n_boot: int = 200, **kw) -> pd.DataFrame:
+def planted(n_queries: int = 200, G: int = 8, seed: int = 0, n_boot: int = 200, **kw: Any) -> pd.DataFrame:
     """``bound_summary`` on the simulator's planted Lipschitz and non-Lipschitz gradients
     (``theory.simulate.simulate_study``, same seed), normalised and raw ratios, with ``source``
     and ``ratio`` columns. The planted gradients g = L M (e - e_bar) are Lipschitz with one

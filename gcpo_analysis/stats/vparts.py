@@ -53,11 +53,11 @@ CONFIRMATORY_TARGETS = (V, C_COL)
 SUBSETS = {"all": "all groups", "v_pos": "V > 0"}
 
 
-def _ci(x, level):
+def _ci(x: np.ndarray, level: float) -> tuple[float, float]:
     return _percentile_ci(np.asarray(x, float), level)
 
 
-def _row(est, boot, level, **kw):
+def _row(est: float, boot: np.ndarray, level: float, **kw: object) -> dict:
     lo, hi = _ci(boot, level)
     return dict(kw, estimate=float(est), ci_low=lo, ci_high=hi)
 
@@ -72,7 +72,7 @@ class _Frame:
         self.R0 = spearman_matrices(self.Z)
         self.RB = spearman_matrices(self.Z, idx)
 
-    def partial(self, u: str, v: str, controls=()) -> tuple[float, np.ndarray]:
+    def partial(self, u: str, v: str, controls: tuple[str, ...] = ()) -> tuple[float, np.ndarray]:
         j = [self.col[c] for c in controls]
         return float(partial_from_matrix(self.R0, self.col[u], self.col[v], j)[0]), partial_from_matrix(
             self.RB, self.col[u], self.col[v], j
@@ -147,7 +147,7 @@ def v_parts_tables(
         for other in ([N_COL, C_COL] if has_parts else []) + controls:
             est, boot = F.partial(V, other)
             out["v_parts"].append(_row(est, boot, level, subset=subset, statistic=f"rho(V, {other})", n=F.n))
-        stats = {"rho(u, V)": (V, ())}
+        stats: dict[str, tuple[str, tuple[str, ...]]] = {"rho(u, V)": (V, ())}
         if has_parts:
             stats.update({"rho(u, N)": (N_COL, ()), "rho(u, C)": (C_COL, ()), "rho(u, C | N)": (C_COL, (N_COL,))})
         for stat, (target, ctrl) in stats.items():
@@ -201,7 +201,7 @@ def v_parts_tables(
     return tables
 
 
-def trim_note(groups: pd.DataFrame, kept: pd.DataFrame, trim) -> pd.DataFrame:
+def trim_note(groups: pd.DataFrame, kept: pd.DataFrame, trim: float) -> pd.DataFrame:
     """The trim as a share of all groups and of the V > 0 groups (a zero-inflated V: the trim
     removes only V > 0 groups, so it bites harder there than its nominal share says)."""
     v_all, v_kept = groups[V].to_numpy(float), kept[V].to_numpy(float)
@@ -223,7 +223,7 @@ def trim_note(groups: pd.DataFrame, kept: pd.DataFrame, trim) -> pd.DataFrame:
 
 
 def v_structure(
-    groups: pd.DataFrame, measures: list[str], trim, n_boot: int = 10_000, seed: int = 0, level: float = 0.95
+    groups: pd.DataFrame, measures: list[str], trim: float, n_boot: int = 10_000, seed: int = 0, level: float = 0.95
 ) -> dict[str, pd.DataFrame]:
     """``v_parts_tables`` on the trimmed frame (``gap.trim_top``, the study's trim) and on the
     untrimmed one, stacked with a ``frame`` column first; plus ``trim`` (``trim_note``). Each
@@ -231,7 +231,7 @@ def v_structure(
     from .gap import trim_top
 
     kept = trim_top(groups, V, trim)
-    parts = {}
+    parts: dict[str, list[pd.DataFrame]] = {}
     for label, frame in (("trimmed", kept), ("untrimmed", groups)):
         for key, table in v_parts_tables(frame, measures, np.random.default_rng(seed), n_boot, level).items():
             parts.setdefault(key, []).append(table.assign(frame=label)[["frame"] + list(table.columns)])

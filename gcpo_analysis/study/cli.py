@@ -84,7 +84,12 @@ def _run_cli(args) -> int:
                 f"gcpo study --restat re-scores a finished folder with its own settings; it takes only "
                 f"--trim, --n-boot and --measures, not {', '.join('--' + k.replace('_', '-') for k in refused)}"
             )
-        run.restat(args.restat, overrides=given)
+        from .from_training import is_training_folder, restat_training
+
+        if is_training_folder(args.restat):
+            restat_training(args.restat, overrides=given)
+        else:
+            run.restat(args.restat, overrides=given)
         return 0
     if getattr(args, "from_training", None):
         from .from_training import run_from_cli

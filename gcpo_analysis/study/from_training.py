@@ -376,6 +376,15 @@ def training_statistics(groups: pd.DataFrame, rollouts: pd.DataFrame, out: Path,
             )
 
 
+def is_training_folder(folder) -> bool:
+    """Whether ``folder`` was written by ``--from-training`` (its card has the run and phases)."""
+    card = Path(folder) / "run_card.json"
+    if not card.exists():
+        return False
+    blob = json.loads(card.read_text())
+    return "pooled" in blob and "run" in blob
+
+
 def restat_training(folder, overrides: dict | None = None) -> dict:
     """``gcpo study --restat`` on a ``--from-training`` folder: every table from its committed
     groups.parquet and rollouts.parquet (no model, no re-scoring), with the card's settings and

@@ -119,6 +119,17 @@ def _card_statistics(result) -> dict:
     return card
 
 
+def write_untrimmed(folder: Path, groups: pd.DataFrame, settings: dict, dataset: str) -> None:
+    """Every headline table of ``stats.gap_study`` again with trim = 0, in tables/untrimmed/."""
+    from ..stats.gap import gap_study
+
+    untrimmed = folder / "tables" / "untrimmed"
+    result = gap_study(groups, name=dataset, **dict(settings, trim=0))
+    result.save(untrimmed)
+    _write_paper_tables(result, untrimmed, dataset)
+    write_text(untrimmed / "summary.md", result.to_markdown())
+
+
 RESTAT_OVERRIDES = ("trim", "n_boot", "measures")
 
 
@@ -140,7 +151,7 @@ def restat(folder, overrides: dict | None = None):
     from ..stats.gap import gap_study
     from .covariates import with_covariates
     from .lipschitz import SIDECAR, write_lipschitz
-    from .vtables import write_untrimmed, write_v_tables
+    from .vtables import write_v_tables
 
     folder = Path(folder)
     overrides = dict(overrides or {})
@@ -154,10 +165,8 @@ def restat(folder, overrides: dict | None = None):
     if not card_path.exists():
         raise FileNotFoundError(f"{folder} has no run_card.json: not a study folder")
     card = json.loads(card_path.read_text())
-    if "pooled" in card and "run" in card:  # a --from-training folder: its own tables
-        from .from_training import restat_training
-
-        return restat_training(folder, overrides)
+    if "pooled" in card and "run" in card:
+        raise ValueError(f"{folder} is a --from-training folder: use from_training.restat_training (the CLI does)")
     dataset = card["settings"]["dataset"]
     saved = folder / "tables" / "gap_study.json"
     if saved.exists():

@@ -29,8 +29,9 @@ from .output import (  # noqa: F401
     _versions,
     _write_paper_tables,
     restat,
+    write_untrimmed,
 )
-from .vtables import write_untrimmed, write_v_tables
+from .vtables import write_v_tables
 
 log = logging.getLogger(__name__)
 

@@ -60,15 +60,3 @@ def write_v_tables(
         write_frame(table, tables / f"{name}.csv")
         write_text(tables / f"{name}.md", NOTES[name] + "\n\n" + table.to_markdown(index=False, floatfmt=".3f") + "\n")
     return out["trim"].iloc[0].to_dict()
-
-
-def write_untrimmed(folder: Path, groups: pd.DataFrame, settings: dict, dataset: str) -> None:
-    """Every headline table of ``stats.gap_study`` again with trim = 0, in tables/untrimmed/."""
-    from ..stats.gap import gap_study
-    from .output import _write_paper_tables
-
-    untrimmed = folder / "tables" / "untrimmed"
-    result = gap_study(groups, name=dataset, **dict(settings, trim=0))
-    result.save(untrimmed)
-    _write_paper_tables(result, untrimmed, dataset)
-    write_text(untrimmed / "summary.md", result.to_markdown())
