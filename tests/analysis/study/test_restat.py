@@ -101,7 +101,7 @@ def test_restat_twice_is_byte_identical_and_takes_its_three_flags(tmp_path, caps
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("study", ["default_study", "cpu_math", "cpu_large"])
+@pytest.mark.parametrize("study", ["default_study", "cpu_math", "cpu_large", "train_gradvar"])
 def test_restat_reproduces_every_committed_table(tmp_path, study):
     """The committed tables are what --restat writes from the committed files, byte for byte."""
     src = ROOT / "figures" / study
