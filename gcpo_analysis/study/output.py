@@ -14,6 +14,7 @@ import json
 import logging
 import platform
 import time
+import warnings
 from pathlib import Path
 
 import pandas as pd
@@ -215,6 +216,13 @@ def restat(folder, overrides: dict | None = None):
     if grams is not None and rollouts is not None and (folder / SIDECAR).exists():
         _, lip = write_lipschitz(folder, seed=result.settings["seed"], rollouts=rollouts, grams=grams)
         card["lipschitz"] = lip.attrs.get("lipschitz")
+    elif grams is not None and rollouts is not None:
+        reason = (
+            f"no {SIDECAR}: the Lipschitz tables were not re-scored (restat loads no model; "
+            "study.lipschitz.write_lipschitz(folder) embeds once and writes the sidecar)"
+        )
+        warnings.warn(f"{folder}: {reason}", stacklevel=2)
+        card["lipschitz_restat_skipped"] = reason
     card["restat"] = {
         "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "seconds": round(time.perf_counter() - t0, 2),
