@@ -10,7 +10,8 @@ with A_i the GRPO advantage of rollout i. V depends on the gradients only throug
 matrix K_ij = g_i . g_j, which we compute with ONE batched forward and ONE backward over the G
 sequences -- never G copies of the gradient.
 
-- ``variance``: ``gradient_variance(K, A)``, the formula above (numpy only).
+- ``variance``: ``gradient_variance(K, A)``, the formula above, and ``variance_parts(K, A)``, its
+  split V = N + C into the norm part and the geometry (cross) part (numpy only).
 - ``batch``: the checked batch, ``sequence_logprobs``, the parameter selection.
 - ``rules``: per-layer factored per-sample gradients and their Gram (ghost or materialised).
 - ``hooks``: the forward/backward hooks that feed those rules during one backward.
@@ -21,7 +22,7 @@ sequences -- never G copies of the gradient.
 from .batch import sequence_logprobs
 from .gram import group_gradient_gram
 from .naive import flat_gram, naive_gram, naive_group_gradients
-from .variance import gradient_variance
+from .variance import gradient_variance, variance_parts
 
 __all__ = [
     "flat_gram",
@@ -30,4 +31,5 @@ __all__ = [
     "naive_gram",
     "naive_group_gradients",
     "sequence_logprobs",
+    "variance_parts",
 ]

@@ -39,3 +39,24 @@ def gradient_variance(gram: ArrayLike, advantages: ArrayLike) -> float:
             raise ValueError(f"gradient variance is negative ({v:.3e}); the gram is not positive semi-definite")
         v = 0.0
     return v
+
+
+def variance_parts(gram: ArrayLike, advantages: ArrayLike) -> tuple[float, float]:
+    """(N, C) with V = N + C (docs/conventions.md "V = N + C"; issue 26):
+
+        N(q) = (1/G)(1 - 1/G) sum_i A_i^2 K_ii          what V would be with orthogonal gradients,
+        C(q) = -(1/G^2) sum_{i != j} A_i A_j K_ij        the geometry of the gradients.
+
+    From ``gradient_variance``'s form, V = (1/G) sum_i A_i^2 K_ii - (1/G^2) sum_ij A_i A_j K_ij;
+    splitting the double sum into i = j and i != j gives N + C. N >= 0 always; C has either
+    sign (C < 0 when same-sign advantages have aligned gradients). G = 1 and equal rewards
+    (A = 0) give N = C = 0. Same checks as ``gradient_variance``.
+    """
+    K = np.asarray(gram, dtype=np.float64)
+    a = np.asarray(advantages, dtype=np.float64)
+    gradient_variance(K, a)  # the shape, finiteness and positive semi-definiteness checks
+    G = K.shape[0]
+    diag = float(np.sum(a * a * np.diag(K)))
+    n = diag * (1.0 - 1.0 / G) / G
+    c = -(float(a @ K @ a) - diag) / G**2
+    return n, c

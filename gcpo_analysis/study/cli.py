@@ -60,7 +60,8 @@ def add_parser(sub) -> None:
         metavar="FOLDER",
         default=None,
         help="re-score a finished study folder's statistics (tables, figures, card) in place from its "
-        "groups frame; no model, no other flag",
+        "frames, Grams and embeddings sidecar; no model. Takes --trim, --n-boot and --measures (recorded in "
+        "the card); any other flag is refused",
     )
     p.add_argument(
         "--from-training",
@@ -108,7 +109,21 @@ def refuse_ignored(args, mode: str, ignored: set[str]) -> None:
 
 def _run_cli(args) -> int:
     if args.restat:
-        run.restat(args.restat)
+        given = {f.name: getattr(args, f.name) for f in fields(StudyConfig) if getattr(args, f.name) is not None}
+        if args.preset:
+            given["preset"] = args.preset
+        refused = sorted(set(given) - set(run.RESTAT_OVERRIDES))
+        if refused:
+            raise ValueError(
+                f"gcpo study --restat re-scores a finished folder with its own settings; it takes only "
+                f"--trim, --n-boot and --measures, not {', '.join('--' + k.replace('_', '-') for k in refused)}"
+            )
+        from .from_training import is_training_folder, restat_training
+
+        if is_training_folder(args.restat):
+            restat_training(args.restat, overrides=given)
+        else:
+            run.restat(args.restat, overrides=given)
         return 0
     if getattr(args, "from_training", None):
         from .from_training import run_from_cli

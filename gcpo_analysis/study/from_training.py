@@ -229,8 +229,6 @@ def run_training_study(
     n_windows: int = 10,
 ) -> dict:
     """The whole ``--from-training`` analysis into ``output`` (default RUN/training_study)."""
-    from ..stats.gap import gap_study
-
     t0 = time.perf_counter()
     run = _check_run_folder(run)  # before anything is created under it
     out = Path(output) if output else run / "training_study"
@@ -251,10 +249,52 @@ def run_training_study(
     study_kw = dict(
         measures=measures, target="grad_var", reference=reference, trim=trim, n_boot=n_boot, k_folds=k_folds, seed=seed
     )
-    card = {"run": str(run), "settings": {**study_kw, "judge": judge, "n_windows": n_windows}, **notes}
+    card = {"run": run.name, "settings": {**study_kw, "judge": judge, "n_windows": n_windows}, **notes}
     # a run of gcpo <= 0.1.0 wrote the sampler's (tempered) token_entropy and logprob
     note_logprob_convention(rollouts, rollouts_columns(measures), card, run)
-    phase_rho = {}
+    card["max_new_tokens"] = info.get("config", {}).get("max_new_tokens")
+    card["dataset"] = dataset
+    training_statistics(groups, rollouts, out, card)
+    card["seconds"] = round(time.perf_counter() - t0, 1)
+    write_json(out / "run_card.json", card, default=float)
+    log.info("--from-training: %d groups from %s; wrote %s/", len(groups), run, out)
+    return card
+
+
+def with_training_covariates(groups: pd.DataFrame, rollouts: pd.DataFrame, max_new_tokens) -> pd.DataFrame:
+    """The size controls without the advantages (issue 26): the completion length and the share at
+    the token cap (``study.covariates``; V_train has no Gram here, so no N and C), and
+    ``grad_var_unmod`` = V_train / omega^2, omega = w_BoT * w_RD the run's modulator weight of the
+    group (its modulated advantage is omega A_i, so V_train carries omega^2; RD's rho with V_train is
+    partly that). Groups with omega = 0 get NaN (left out with a warning by the statistics)."""
+    from .covariates import with_covariates
+
+    out = with_covariates(groups, rollouts, None, max_new_tokens)
+    if "train_w_bot" in out.columns and "train_w_rd" in out.columns:
+        w = (out["train_w_bot"] * out["train_w_rd"]).to_numpy(float)
+        out["omega"] = w
+        out["grad_var_unmod"] = np.where(w != 0, out["grad_var"].to_numpy(float) / np.where(w != 0, w, 1) ** 2, np.nan)
+    return out
+
+
+def training_statistics(groups: pd.DataFrame, rollouts: pd.DataFrame, out: Path, card: dict) -> None:
+    """Every table and figure of ``--from-training`` from the scored groups frame (also what
+    ``gcpo study --restat`` re-runs on a training-study folder): per phase the gap study, the
+    size controls with the completion length (trimmed and untrimmed, ``study.vtables``), the
+    same on V_train / omega^2 (``unmodulated/``), both with V_pg's zeros (V_train set to 0 where
+    the advantages are all zero, so V > 0 means what it means in the study), the N analysed (``n_analysed``), V_pg's
+    decomposition and rho over training."""
+    from ..stats.gap import gap_study
+    from .vtables import write_v_tables
+
+    s = card["settings"]
+    study_kw = {k: s[k] for k in ("measures", "target", "reference", "trim", "n_boot", "k_folds", "seed")}
+    measures, k_folds, seed, n_windows = study_kw["measures"], study_kw["k_folds"], study_kw["seed"], s["n_windows"]
+    dataset = card.get("dataset", "narrativeqa")
+    groups = with_training_covariates(groups, rollouts, card.get("max_new_tokens"))
+
+    phase_rho: dict = {}
+    n_rows: list[dict] = []
     for name in ("pooled", *PHASES):
         part = groups if name == "pooled" else groups[groups["phase"] == name]
         k = min(k_folds, len(part) // 3)  # the held-out regression needs >= 3 groups per fold
@@ -267,6 +307,28 @@ def run_training_study(
         result = gap_study(part, name=name, **{**study_kw, "k_folds": k})
         result.save(out / "tables" / name)
         _write_tables(result, out / "tables" / name, dataset)
+        # V_pg as V here: with beta > 0 the KL term keeps every V_train above 0, and V > 0 should
+        # mean "the advantages are not all zero", as in the study
+        pg_part = part.assign(grad_var=part["grad_var_pg"])
+        note = write_v_tables(out / "tables" / name, pg_part, measures, study_kw["trim"], study_kw["n_boot"], seed)
+        unmod = (
+            part.assign(grad_var=np.where(part["adv_all_zero"], 0.0, part["grad_var_unmod"]))
+            if "grad_var_unmod" in part.columns
+            else None
+        )
+        if unmod is not None:
+            write_v_tables(
+                out / "tables" / name / "unmodulated", unmod, measures, study_kw["trim"], study_kw["n_boot"], seed
+            )
+        n_rows.append(
+            dict(
+                table=name,
+                n_groups=len(part),
+                n_trimmed=result.n_trimmed,
+                n_analysed=result.n_queries,
+                n_v_pos_trimmed=int(note["n_v_pos_removed"]),
+            )
+        )
         sp = result.spearman.set_index("measure")
         card[name] = {
             "n_groups": int(len(part)),
@@ -294,6 +356,14 @@ def run_training_study(
             + pg.decomposition.to_markdown(index=False, floatfmt=".3f")
             + "\n",
         )
+    write_frame(pd.DataFrame(n_rows), out / "tables" / "n_analysed.csv")
+    write_text(
+        out / "tables" / "n_analysed.md",
+        "The N analysed in every table: groups per table, removed by the trim, left (n_analysed).\n\n"
+        + pd.DataFrame(n_rows).to_markdown(index=False)
+        + "\n",
+    )
+    card["n_analysed"] = {r["table"]: r["n_analysed"] for r in n_rows}
     used = [m for m in measures if m in groups.columns]
     windows = rho_windows(groups, used, n_windows=n_windows, seed=seed)
     write_frame(windows, out / "tables" / "rho_over_training.csv")
@@ -312,9 +382,44 @@ def run_training_study(
             card.setdefault("train_vs_rescored_max_abs_diff", {})[m] = float(
                 np.nanmax(np.abs(groups[f"train_{m}"] - groups[m]))
             )
-    card["seconds"] = round(time.perf_counter() - t0, 1)
-    write_json(out / "run_card.json", card, default=float)
-    log.info("--from-training: %d groups from %s; wrote %s/", len(groups), run, out)
+
+
+def is_training_folder(folder) -> bool:
+    """Whether ``folder`` was written by ``--from-training`` (its card has the run and phases)."""
+    card = Path(folder) / "run_card.json"
+    if not card.exists():
+        return False
+    blob = json.loads(card.read_text())
+    return "pooled" in blob and "run" in blob
+
+
+def restat_training(folder, overrides: dict | None = None) -> dict:
+    """``gcpo study --restat`` on a ``--from-training`` folder: every table from its committed
+    groups.parquet and rollouts.parquet (no model, no re-scoring), with the card's settings and
+    ``overrides`` (trim, n_boot, measures)."""
+    from ..frames import read_frame
+    from ..measures.score import parse_measures
+
+    folder = Path(folder)
+    card = json.loads((folder / "run_card.json").read_text())
+    over = dict(overrides or {})
+    if "measures" in over:
+        over["measures"] = parse_measures(over["measures"])
+    card["settings"].update(over)
+    if "max_new_tokens" not in card and (folder / "run" / "run.json").exists():  # a card of gcpo <= 0.1
+        cfg = json.loads((folder / "run" / "run.json").read_text()).get("config", {})
+        card["max_new_tokens"], card["dataset"] = cfg.get("max_new_tokens"), cfg.get("dataset", "narrativeqa")
+    card["run"] = Path(str(card.get("run", folder.name))).name  # the run's name, not a machine's path
+    groups = read_frame(folder / "groups.parquet", "groups")
+    rollouts = pd.read_parquet(folder / "rollouts.parquet")
+    t0 = time.perf_counter()
+    training_statistics(groups, rollouts, folder, card)
+    card["restat"] = {
+        "seconds": round(time.perf_counter() - t0, 1),
+        "overrides": over,
+        "from": "groups.parquet, rollouts.parquet (no model)",
+    }
+    write_json(folder / "run_card.json", card, default=float)
     return card
 
 

@@ -14,7 +14,10 @@ import json
 import logging
 import platform
 import time
+import warnings
 from pathlib import Path
+
+import pandas as pd
 
 from ..frames import read_frame, write_json, write_text
 from ..vocab import MATH_DATASETS
@@ -123,24 +126,54 @@ def _card_statistics(result) -> dict:
     return card
 
 
-def restat(folder):
+def write_untrimmed(folder: Path, groups: pd.DataFrame, settings: dict, dataset: str) -> None:
+    """Every headline table of ``stats.gap_study`` again with trim = 0, in tables/untrimmed/."""
+    from ..stats.gap import gap_study
+
+    untrimmed = folder / "tables" / "untrimmed"
+    result = gap_study(groups, name=dataset, **dict(settings, trim=0))
+    result.save(untrimmed)
+    _write_paper_tables(result, untrimmed, dataset)
+    write_text(untrimmed / "summary.md", result.to_markdown())
+
+
+RESTAT_OVERRIDES = ("trim", "n_boot", "measures")
+
+
+def restat(folder, overrides: dict | None = None):
     """Re-score a study folder's statistics in place from its frames; no model is loaded.
 
-    ``gcpo study --restat FOLDER``. Reads ``groups.parquet`` (never written) and the settings of
-    ``tables/gap_study.json`` (else of the card), re-runs ``stats.gap_study`` with them, and
-    rewrites ``tables/``, ``figures/``, ``summary.md`` and the card's statistics
+    ``gcpo study --restat FOLDER``. Reads ``groups.parquet`` (never written), ``rollouts.parquet``,
+    ``grams.parquet`` and ``embeddings.parquet`` where present, and the settings of
+    ``tables/gap_study.json`` (else of the card); ``overrides`` replaces any of
+    ``RESTAT_OVERRIDES`` (trim, n_boot, measures). Re-runs ``stats.gap_study``, the tables of
+    issue 26 (``study.vtables``: V = N + C, size controls, confirmatory contrast, untrimmed
+    headline tables) and, with Grams and the embeddings sidecar, the Lipschitz check; rewrites
+    ``tables/``, ``figures/``, ``summary.md`` and the card's statistics
     (``reanalysis_card.json`` when the tables came from a re-analysis, else ``run_card.json``),
-    recording the re-scoring under the card's ``restat`` key.
+    recording the re-scoring under the card's ``restat`` key. Deterministic: a second run writes
+    the same tables byte for byte (tests/analysis/study/test_restat.py).
     """
     from ..measures.score import parse_measures
     from ..stats.gap import gap_study
+    from .covariates import with_covariates
+    from .lipschitz import SIDECAR, write_lipschitz
+    from .vtables import write_v_tables
 
     folder = Path(folder)
+    overrides = dict(overrides or {})
+    unknown = sorted(set(overrides) - set(RESTAT_OVERRIDES))
+    if unknown:
+        raise ValueError(
+            f"--restat takes only {', '.join('--' + k.replace('_', '-') for k in RESTAT_OVERRIDES)}; got {unknown}"
+        )
     card_path = folder / "reanalysis_card.json"
     card_path = card_path if card_path.exists() else folder / "run_card.json"
     if not card_path.exists():
         raise FileNotFoundError(f"{folder} has no run_card.json: not a study folder")
     card = json.loads(card_path.read_text())
+    if "pooled" in card and "run" in card:
+        raise ValueError(f"{folder} is a --from-training folder: use from_training.restat_training (the CLI does)")
     dataset = card["settings"]["dataset"]
     saved = folder / "tables" / "gap_study.json"
     if saved.exists():
@@ -148,7 +181,10 @@ def restat(folder):
     else:  # a folder whose statistics never ran: the card's settings, as run_study reads them
         s = dict(card["settings"])
         s["measures"] = parse_measures(s["measures"])
-        s["trim"] = int(s["trim"]) if s["trim"] >= 1 else s["trim"]
+    if "measures" in overrides:
+        overrides["measures"] = parse_measures(overrides["measures"])
+    s.update(overrides)
+    s["trim"] = int(s["trim"]) if s["trim"] >= 1 else s["trim"]
     keys = (
         "measures",
         "target",
@@ -163,16 +199,41 @@ def restat(folder):
     )
     t0 = time.perf_counter()
     groups = read_frame(folder / "groups.parquet", "groups")
-    result = gap_study(groups, name=dataset, **{k: s[k] for k in keys if k in s})
+    settings = {k: s[k] for k in keys if k in s}
+    result = gap_study(groups, name=dataset, **settings)
     result.save(folder / "tables")
     _write_paper_tables(result, folder / "tables", dataset)
     _draw_figures(result, folder / "figures", dataset)
     write_text(folder / "summary.md", result.to_markdown())
     card.update(_card_statistics(result))
+    rollouts = read_frame(folder / "rollouts.parquet", "rollouts") if (folder / "rollouts.parquet").exists() else None
+    grams = pd.read_parquet(folder / "grams.parquet") if (folder / "grams.parquet").exists() else None
+    if rollouts is not None:
+        groups = with_covariates(groups, rollouts, grams, card["settings"].get("max_new_tokens"))
+    write_untrimmed(folder, groups, settings, dataset)
+    card["trim_note"] = write_v_tables(
+        folder / "tables",
+        groups,
+        result.settings["measures"],
+        settings.get("trim", 0.02),
+        result.settings["n_boot"],
+        result.settings["seed"],
+    )
+    if grams is not None and rollouts is not None and (folder / SIDECAR).exists():
+        _, lip = write_lipschitz(folder, seed=result.settings["seed"], rollouts=rollouts, grams=grams)
+        card["lipschitz"] = lip.attrs.get("lipschitz")
+    elif grams is not None and rollouts is not None:
+        reason = (
+            f"no {SIDECAR}: the Lipschitz tables were not re-scored (restat loads no model; "
+            "study.lipschitz.write_lipschitz(folder) embeds once and writes the sidecar)"
+        )
+        warnings.warn(f"{folder}: {reason}", stacklevel=2)
+        card["lipschitz_restat_skipped"] = reason
     card["restat"] = {
         "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "seconds": round(time.perf_counter() - t0, 2),
-        "from": "groups.parquet (no model)",
+        "from": "groups.parquet, rollouts.parquet, grams.parquet, embeddings.parquet where present (no model)",
+        "overrides": overrides,
         "versions": _versions(),
     }
     write_json(card_path, card, default=_json_default)

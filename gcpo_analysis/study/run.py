@@ -20,7 +20,18 @@ from ..measures.registry import rollouts_columns
 from ..measures.score import parse_measures
 from ..vocab import full_completion
 from .config import StudyConfig
-from .output import _card_statistics, _draw_figures, _json_default, _versions, _write_paper_tables, restat  # noqa: F401
+from .covariates import with_covariates
+from .output import (  # noqa: F401
+    RESTAT_OVERRIDES,
+    _card_statistics,
+    _draw_figures,
+    _json_default,
+    _versions,
+    _write_paper_tables,
+    restat,
+    write_untrimmed,
+)
+from .vtables import write_v_tables
 
 log = logging.getLogger(__name__)
 
@@ -237,6 +248,20 @@ def _from_rollouts(cfg: StudyConfig, timer: _Timer, card: dict):
     return rollouts, groups, grams
 
 
+_GAP_KEYS = (
+    "measures",
+    "target",
+    "reference",
+    "trim",
+    "n_boot",
+    "top_frac",
+    "k_folds",
+    "seed",
+    "success_column",
+    "level",
+)
+
+
 def run_study(cfg: StudyConfig):
     """Run the whole study into ``cfg.output``; returns (groups frame, GapStudyResult)."""
     from ..measures.score import score_groups
@@ -277,6 +302,8 @@ def run_study(cfg: StudyConfig):
         scored.attrs = {}
         extra = [c for c in collected.columns if c == "query_id" or c not in scored.columns]
         groups = scored.merge(collected[extra], on="query_id", how="left")
+        # V = N + C and the completion-length controls (issue 26), from the frames and Grams
+        groups = with_covariates(groups, rollouts, grams, cfg.max_new_tokens)
         write_frame(rollouts, out / "rollouts.parquet")
         write_frame(groups, out / "groups.parquet")
         if grams is not None:  # the groups' Gram matrices K (docs/conventions.md, the gap study)
@@ -301,13 +328,26 @@ def run_study(cfg: StudyConfig):
         tables = out / "tables"
         result.save(tables)
         _write_paper_tables(result, tables, cfg.dataset)
+        write_untrimmed(out, groups, {k: result.settings[k] for k in _GAP_KEYS}, cfg.dataset)
+        card["trim_note"] = write_v_tables(tables, groups, measures, trim, cfg.n_boot, cfg.seed)
     with timer("figures"):
         _draw_figures(result, out / "figures", cfg.dataset)
     if grams is not None:
-        from .lipschitz import write_lipschitz
+        from .lipschitz import SIDECAR, embed_rollouts, write_embeddings, write_lipschitz
 
         with timer("Lipschitz check (gradient vs embedding distances)"):
-            _, lipschitz = write_lipschitz(out, embedder=cfg.embedder, seed=cfg.seed, settings=asdict(cfg))
+            # embedded and clustered once, kept as the sidecar so every number can be recomputed
+            prepared = embed_rollouts(
+                rollouts,
+                embedder=cfg.embedder,
+                judge=cfg.judge,
+                use_full_completion=use_full,
+                nli_threshold=cfg.nli_threshold,
+            )
+            write_embeddings(prepared, out / SIDECAR)
+            _, lipschitz = write_lipschitz(
+                out, seed=cfg.seed, settings=asdict(cfg), rollouts=rollouts, grams=grams, prepared=prepared
+            )
             card["lipschitz"] = lipschitz.attrs.get("lipschitz")
 
     card["timings_s"] = dict(timer.seconds, total=round(time.perf_counter() - t_start, 2))

@@ -278,3 +278,34 @@ def test_bootstrap_shortcuts_equal_scipy_with_ties():
     d, s = rng.integers(0, 6, 30).astype(float), rng.integers(0, 6, 17).astype(float)
     brute = np.mean([(a > b) + 0.5 * (a == b) for a in d for b in s])
     assert _auc(d, s) == pytest.approx(brute) and _auc(d, s, p_value=True)[0] == pytest.approx(brute)
+
+
+class _NoEmbedder:
+    def encode(self, texts):
+        raise AssertionError("the sidecar was there: nothing should be embedded")
+
+
+def test_sidecar_round_trip_and_reuse(tmp_path):
+    from gcpo_analysis.study.lipschitz import SIDECAR, embed_rollouts, read_embeddings, write_embeddings
+
+    rollouts, grams = _study_frames()
+    side = embed_rollouts(rollouts, embedder=HashEmbedder(), judge="embedding")
+    write_embeddings(side, tmp_path / SIDECAR)
+    back = read_embeddings(tmp_path / SIDECAR)
+    assert back["embedding"].iloc[0].dtype == np.float16 and len(back) == len(rollouts)
+    assert back.attrs["lipschitz"]["text"] == "answer"
+    assert (back["cluster"].to_numpy() == side["cluster"].to_numpy()).all()
+    direct, _ = lipschitz_study(rollouts, grams, embedder=HashEmbedder(), n_boot=5)
+    reused, _ = lipschitz_study(rollouts, grams, embedder=_NoEmbedder(), n_boot=5, prepared=back)
+    np.testing.assert_allclose(reused["rho"], direct["rho"], atol=2e-2)  # float16 embeddings
+    rollouts.to_parquet(tmp_path / "rollouts.parquet")
+    grams.to_parquet(tmp_path / "grams.parquet")
+    settings = {"dataset": "narrativeqa", "judge": "embedding"}
+    a, _ = write_lipschitz(tmp_path, embedder=_NoEmbedder(), n_boot=5, settings=settings)
+    b, _ = write_lipschitz(tmp_path, embedder=_NoEmbedder(), n_boot=5, settings=settings, prepared=back)
+    pd.testing.assert_frame_equal(a, b)
+    bad = back.drop(columns=["cluster"])
+    bad["embedding"] = [e.astype(np.float32) for e in bad["embedding"]]
+    bad.to_parquet(tmp_path / "bad.parquet")
+    with pytest.raises(ValueError, match="missing column"):
+        read_embeddings(tmp_path / "bad.parquet")

@@ -1,0 +1,119 @@
+"""`gcpo study --restat`: the issue-26 covariates and tables, the flags it takes and refuses, and
+byte-for-byte reproduction of a folder's tables (synthetic, and every committed study)."""
+
+import json
+import shutil
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gcpo_analysis.cli import main
+from gcpo_analysis.gradvar import gradient_variance
+from gcpo_analysis.measures.advantages import grpo_advantages
+from gcpo_analysis.study.collect import gram_frame
+from gcpo_analysis.study.covariates import group_covariates
+
+ROOT = Path(__file__).resolve().parents[3]
+MEASURES = ["token_entropy", "se", "bot", "rd"]
+
+
+def _folder(tmp_path, n=30, G=4, cap=6, seed=0):
+    rng = np.random.default_rng(seed)
+    rows, grams, groups = [], [], []
+    for q in range(n):
+        qid = f"q{q}"
+        n_tok = rng.integers(2, cap + 1, size=G)
+        g = rng.normal(size=(G, 7)) * np.sqrt(n_tok)[:, None]
+        K = g @ g.T
+        r = (rng.random(G) < 0.5).astype(float) * 2
+        for i in range(G):
+            rows.append(
+                dict(query_id=qid, rollout_id=i, completion="x", answer="x", reward=r[i], n_tokens=int(n_tok[i]))
+            )
+        grams.append(gram_frame(qid, K))
+        groups.append(
+            dict(
+                query_id=qid,
+                G=G,
+                success_rate=float(np.mean(r > 0)),
+                grad_var=gradient_variance(K, grpo_advantages(r)),
+                grad_norm2_mean=float(np.mean(np.diag(K))),
+                **{m: float(rng.normal()) for m in MEASURES},
+            )
+        )
+    folder = tmp_path / "run"
+    folder.mkdir()
+    pd.DataFrame(rows).to_parquet(folder / "rollouts.parquet")
+    pd.concat(grams, ignore_index=True).to_parquet(folder / "grams.parquet")
+    pd.DataFrame(groups).to_parquet(folder / "groups.parquet")
+    settings = dict(dataset="narrativeqa", measures=",".join(MEASURES), trim=0.1, n_boot=40, k_folds=3, seed=0)
+    settings.update(target="grad_var", reference="bot", max_new_tokens=cap, judge="embedding")
+    (folder / "run_card.json").write_text(json.dumps({"settings": settings}))
+    return folder
+
+
+def _tables(folder):
+    return {p.relative_to(folder): p.read_bytes() for p in sorted((folder / "tables").rglob("*")) if p.is_file()}
+
+
+def test_covariates_by_hand(tmp_path):
+    folder = _folder(tmp_path, n=3)
+    r = pd.read_parquet(folder / "rollouts.parquet")
+    from gcpo_analysis.study.collect import grams_by_query
+
+    K = grams_by_query(pd.read_parquet(folder / "grams.parquet"))
+    cov = group_covariates(r, K, 6).set_index("query_id")
+    g0 = r[r.query_id == "q0"]
+    assert cov.loc["q0", "n_tokens_mean"] == g0.n_tokens.mean()
+    assert cov.loc["q0", "cap_share"] == (g0.n_tokens == 6).mean()
+    a = grpo_advantages(g0.reward.to_numpy())
+    assert cov.loc["q0", "grad_var_norm"] + cov.loc["q0", "grad_var_cross"] == pytest.approx(
+        gradient_variance(K["q0"], a)
+    )
+    with pytest.raises(ValueError, match="'q0' has no Gram"):
+        group_covariates(r, {}, 6)
+
+
+@pytest.mark.slow
+def test_restat_twice_is_byte_identical_and_takes_its_three_flags(tmp_path, capsys):
+    folder = _folder(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert main(["study", "--restat", str(folder), "--n-boot", "30", "--trim", "0.2", "--measures", "se,bot"]) == 0
+        first = _tables(folder)
+        assert main(["study", "--restat", str(folder)]) == 0  # its own saved settings: the overrides stick
+    assert _tables(folder) == first
+    saved = json.loads((folder / "tables" / "gap_study.json").read_text())["settings"]
+    assert saved["n_boot"] == 30 and saved["trim"] == 0.2 and saved["measures"] == ["se", "bot"]
+    card = json.loads((folder / "run_card.json").read_text())
+    assert card["trim_note"]["n_removed"] == 6
+    v = pd.read_csv(folder / "tables" / "v_parts.csv")
+    assert set(v["frame"]) == {"trimmed", "untrimmed"}
+    assert (folder / "tables" / "untrimmed" / "spearman.csv").exists()
+    assert len(pd.read_csv(folder / "tables" / "untrimmed" / "spearman.csv")) == 2
+    capsys.readouterr()
+    assert main(["study", "--restat", str(folder), "--model", "x", "--seed", "3"]) != 0
+    err = capsys.readouterr().err
+    assert "--model" in err and "--seed" in err and "--trim" in err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("study", ["default_study", "cpu_math", "cpu_large", "train_gradvar"])
+def test_restat_reproduces_every_committed_table(tmp_path, study):
+    """The committed tables are what --restat writes from the committed files, byte for byte."""
+    src = ROOT / "figures" / study
+    folder = tmp_path / study
+    shutil.copytree(src, folder, ignore=shutil.ignore_patterns("figures"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert main(["study", "--restat", str(folder)]) == 0
+    committed = _tables(src)
+    again = _tables(folder)
+    recompute = {k for k in committed if k.name.startswith("gram_recompute") or k.name.startswith("lipschitz_")}
+    for name, blob in committed.items():
+        if name in recompute and name not in again:
+            continue  # written by scripts/recompute_grams.py or a sensitivity run, not by --restat
+        assert again.get(name) == blob, f"{study}/{name} differs"
