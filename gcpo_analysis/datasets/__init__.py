@@ -1,6 +1,6 @@
 """The benchmarks, one registry (``registry``: ``register_dataset``, ``DATASET_REGISTRY``): the
-reading-comprehension ones (``comprehension``) and the math ones (``math``), registered when this package is
-imported. The loaders that read them are ``gcpo_analysis.data``. Standard library only."""
+reading-comprehension ones (``comprehension``) and the math ones (``math``), registered when this
+package is imported. The loaders that read them are ``gcpo_analysis.data``. Standard library only."""
 
 from . import comprehension, math
 from .registry import (
@@ -21,11 +21,11 @@ __all__ = [
     "TASKS",
     "Dataset",
     "Example",
+    "comprehension",
     "dataset_names",
     "get_dataset",
     "math",
     "math_datasets",
-    "comprehension",
     "register_dataset",
     "task_of_dataset",
     "unregister_dataset",

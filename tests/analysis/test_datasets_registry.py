@@ -86,6 +86,14 @@ def test_every_task_has_its_reward_and_prompt_and_the_views_follow_the_registry(
     }
 
 
+def test_the_study_presets_name_registered_datasets():
+    from gcpo_analysis.study.config import PRESETS, StudyConfig
+
+    for name, preset in PRESETS.items():
+        config = StudyConfig(**preset)  # checked against the registry's choices when made
+        assert config.dataset in DATASET_REGISTRY, name
+
+
 def test_a_registration_is_checked():
     ex = Example(record={"q": "x"}, references=("x",), completion="x", reward=2.0)
     with pytest.raises(ValueError, match="unknown task 'f1'; expected one of qa_f1, hotpot, math"):
