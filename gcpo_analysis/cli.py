@@ -6,12 +6,13 @@ Each subcommand imports its heavy parts only when it runs, so `gcpo --help` is i
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import sys
 from pathlib import Path
 
-from .knobs import SHARED, check_flags, check_reward_range
+from .knobs import SHARED, Knob, check_flags, check_reward_range
 from .vocab import full_completion
 
 # the shared knobs that are `gcpo score` flags, with their types
@@ -152,10 +153,18 @@ def _read_rollouts(args, measures):
     return validate_rollouts(df, source=str(args.rollouts)), full
 
 
+PROOFS_KNOBS = {
+    "instances": Knob(2000, "Random instances per claim.", ge=1),
+    "seed": dataclasses.replace(SHARED["seed"], default=0, help="Seed of the random instances."),
+}
+
+
 def _add_proofs(sub):
     p = sub.add_parser("proofs", help="check the paper's propositions numerically and print the table")
-    p.add_argument("--instances", type=int, default=2000, help="random instances per claim")
-    p.add_argument("--seed", type=int, default=0, help="random seed")
+    p.add_argument(
+        "--instances", type=int, default=PROOFS_KNOBS["instances"].default, help=PROOFS_KNOBS["instances"].help_text()
+    )
+    p.add_argument("--seed", type=int, default=PROOFS_KNOBS["seed"].default, help=PROOFS_KNOBS["seed"].help_text())
     p.add_argument("-o", "--output", default=None, help="also write the table as CSV")
     p.add_argument(
         "--json",
@@ -175,6 +184,7 @@ def _run_proofs(args) -> int:
     from .frames import write_text
     from .theory.proofs import check_all, format_table
 
+    check_flags(args, {"instances": int, "seed": int}, PROOFS_KNOBS)
     table = check_all(n_instances=args.instances, seed=args.seed)
     print(format_table(table))
     if args.output:

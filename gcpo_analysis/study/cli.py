@@ -25,6 +25,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from ..knobs import check_given_flags
 from ..outputs import folder_lock
 from ..vocab import field_kinds
 from . import run
@@ -106,7 +107,10 @@ def refuse_ignored(args, mode: str, ignored: set[str]) -> None:
 
 
 def _run_cli(args) -> int:
+    check_given_flags(args, StudyConfig)  # naming the flag, in every mode, before any model loads
     if args.restat:
+        names = {f.name for f in fields(StudyConfig)} | {"preset", "from_training"}
+        refuse_ignored(args, "--restat (it re-scores the folder with the settings it was run with)", names)
         run.restat(args.restat)
         return 0
     if getattr(args, "from_training", None):

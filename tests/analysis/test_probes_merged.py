@@ -1,0 +1,57 @@
+"""Issue 27's probes re-run on the merged tree (the `trust` and `config` work together):
+the refusals that were still library messages, or silent, after the merge. Each is CLI-level and
+checks that the error names the flag and what would fix it, and that nothing was written.
+notes/issue27_probes_merged.md lists every probe and its outcome."""
+
+import pytest
+
+from gcpo_analysis.cli import main
+
+
+def _error(argv, capsys) -> tuple[int, str]:
+    capsys.readouterr()
+    rc = main(argv)
+    lines = [x for x in capsys.readouterr().err.splitlines() if "error:" in x]
+    assert len(lines) == 1, lines
+    return rc, lines[0]
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["proofs", "--instances", "0"], "--instances: instances must be >= 1, got 0"),
+        (["proofs", "--instances", "-3"], "--instances: instances must be >= 1, got -3"),
+        (["proofs", "--seed", "-1"], "--seed: seed must be >= 0, got -1"),
+    ],
+)
+def test_proofs_flags_are_checked_naming_the_flag(argv, named, tmp_path, capsys):
+    out = tmp_path / "p.json"
+    rc, line = _error([*argv, "--json", str(out)], capsys)
+    assert rc == 2 and named in line and not out.exists()
+
+
+@pytest.mark.parametrize("mode", ["--from-rollouts", "--from-training"])
+@pytest.mark.parametrize(
+    ("flag", "value", "named"),
+    [
+        ("--k-folds", "0", "--k-folds: k_folds must be >= 2, got 0"),
+        ("--k-folds", "1", "--k-folds: k_folds must be >= 2, got 1"),
+        ("--seed", "-1", "--seed: seed must be >= 0, got -1"),
+        ("--n-boot", "0", "--n-boot: n_boot must be >= 1, got 0"),
+    ],
+)
+def test_study_flags_are_checked_naming_the_flag_in_every_mode(mode, flag, value, named, tmp_path, capsys):
+    """--from-training builds no StudyConfig, so its flags were checked by nobody (a missing
+    folder was reported instead); in --from-rollouts the error named the field, not the flag."""
+    source = tmp_path / ("r.jsonl" if mode == "--from-rollouts" else "run")
+    out = tmp_path / "out"
+    rc, line = _error(["study", mode, str(source), flag, value, "--output", str(out)], capsys)
+    assert rc == 2 and named in line and not out.exists()
+
+
+@pytest.mark.parametrize("flags", [["--trim", "3"], ["--n-boot", "5"], ["--measures", "rd"], ["--output", "x"]])
+def test_restat_refuses_the_flags_it_does_not_read(flags, tmp_path, capsys):
+    """--restat re-scores a folder with the settings it was run with: --trim 3 was ignored
+    without a word (issue 27's example)."""
+    rc, line = _error(["study", "--restat", str(tmp_path), *flags], capsys)
+    assert rc == 2 and "--restat" in line and flags[0] in line and "drop it" in line
