@@ -55,3 +55,25 @@ def test_restat_refuses_the_flags_it_does_not_read(flags, tmp_path, capsys):
     without a word (issue 27's example)."""
     rc, line = _error(["study", "--restat", str(tmp_path), *flags], capsys)
     assert rc == 2 and "--restat" in line and flags[0] in line and "drop it" in line
+
+
+@pytest.mark.parametrize(
+    ("modulator", "params", "named"),
+    [
+        ("q_hawkeye", "{q_alpha: 1.5}", "modulator_params['q_alpha'] must be a finite number in [0, 1], got 1.5"),
+        ("r2vpo", "{r2vpo_lambda: -1}", "modulator_params['r2vpo_lambda'] must be a finite number >= 0, got -1.0"),
+        ("eg_spo", "{eg_alpha: -2}", "modulator_params['eg_alpha'] must be a finite number >= 0, got -2.0"),
+    ],
+)
+def test_modulator_params_keep_the_range_of_the_knob_they_override(modulator, params, named, tmp_path, capsys):
+    """modulator_params win over q_hawkeye_alpha and the rest, so {q_alpha: 1.5} gave the weight
+    of -1 that q_hawkeye_alpha: 1.5 is refused for; it was refused only at the first step, after
+    the model had loaded (here: a model path that does not exist is never reached)."""
+    config = tmp_path / "c.yaml"
+    out = tmp_path / "run"
+    config.write_text(
+        f"steps: 1\noutput_dir: {out}\nmodel: {tmp_path / 'no-model'}\n"
+        f"modulator: {modulator}\nmodulator_params: {params}\n"
+    )
+    rc, line = _error(["train", "--config", str(config)], capsys)
+    assert rc == 2 and named in line and not out.exists()
