@@ -77,3 +77,18 @@ def test_modulator_params_keep_the_range_of_the_knob_they_override(modulator, pa
     )
     rc, line = _error(["train", "--config", str(config)], capsys)
     assert rc == 2 and named in line and not out.exists()
+
+
+def test_one_cluster_scores_no_negative_zero(tmp_path):
+    """Semantic entropy of one cluster was -(0 / G) = -0.0, printed as -0.000000 in the frame."""
+    import numpy as np
+    import pandas as pd
+
+    rows = [dict(query_id="one", rollout_id=i, completion="Paris", answer="Paris", reward=1.0) for i in range(4)]
+    src = tmp_path / "one.jsonl"
+    pd.DataFrame(rows).to_json(src, orient="records", lines=True)
+    assert (
+        main(["score", str(src), "-o", str(tmp_path / "g.parquet"), "--measures", "se,rd", "--judge", "lexical"]) == 0
+    )
+    frame = pd.read_parquet(tmp_path / "g.parquet")
+    assert frame["se"].iloc[0] == 0.0 and not np.signbit(frame["se"].iloc[0])
