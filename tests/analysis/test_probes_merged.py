@@ -92,3 +92,15 @@ def test_one_cluster_scores_no_negative_zero(tmp_path):
     )
     frame = pd.read_parquet(tmp_path / "g.parquet")
     assert frame["se"].iloc[0] == 0.0 and not np.signbit(frame["se"].iloc[0])
+
+
+def test_more_queries_per_step_than_training_queries_is_refused_before_training(tmp_path):
+    """6 queries and queries_per_step 8: every step held a query twice (one query id, 2G
+    rollouts), and the run died at the end of step 1 on the rollouts frame's duplicate ids."""
+    pytest.importorskip("torch")
+    pytest.importorskip("peft")
+    from helpers.loop_setup import make
+
+    with pytest.raises(ValueError, match=r"queries_per_step \(8\) is more than the 6 training queries"):
+        make(tmp_path, "run", queries_per_step=8, steps=1)
+    assert not (tmp_path / "run").exists()
