@@ -104,3 +104,23 @@ def test_more_queries_per_step_than_training_queries_is_refused_before_training(
     with pytest.raises(ValueError, match=r"queries_per_step \(8\) is more than the 6 training queries"):
         make(tmp_path, "run", queries_per_step=8, steps=1)
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("output", [None, "elsewhere"])
+def test_a_failed_from_training_leaves_no_empty_output_folder(output, tmp_path, capsys):
+    """A run folder with no rollouts (or no grad_var) was refused, but RUN/training_study (or
+    --output) was left behind, empty."""
+    run = tmp_path / "run"
+    run.mkdir()
+    argv = ["study", "--from-training", str(run)] + (["--output", str(tmp_path / output)] if output else [])
+    rc, line = _error(argv, capsys)
+    assert rc == 2 and "step_*.parquet" in line
+    assert list(run.iterdir()) == [] and not (tmp_path / "elsewhere").exists()
+
+
+def test_a_failed_from_training_keeps_an_output_folder_it_did_not_create(tmp_path, capsys):
+    run = tmp_path / "run"
+    (run / "training_study").mkdir(parents=True)
+    (run / "training_study" / "mine.md").write_text("notes")
+    rc, _ = _error(["study", "--from-training", str(run)], capsys)
+    assert rc == 2 and (run / "training_study" / "mine.md").read_text() == "notes"
