@@ -124,3 +124,37 @@ def test_a_failed_from_training_keeps_an_output_folder_it_did_not_create(tmp_pat
     (run / "training_study" / "mine.md").write_text("notes")
     rc, _ = _error(["study", "--from-training", str(run)], capsys)
     assert rc == 2 and (run / "training_study" / "mine.md").read_text() == "notes"
+
+
+@pytest.mark.parametrize("where", ["absolute", "relative"])
+def test_a_missing_model_folder_is_named_as_missing(where, tmp_path, capsys, monkeypatch):
+    """eval /path/that/does/not/exist answered that the model was not in the Hugging Face cache
+    and the hub was offline: no hub name starts with '/' or './'."""
+    pytest.importorskip("transformers")
+    monkeypatch.chdir(tmp_path)
+    name = str(tmp_path / "nope") if where == "absolute" else "./nope"
+    rc, line = _error(["eval", name], capsys)
+    assert rc == 2 and f"model {name!r}: no such folder" in line and "cache" not in line
+
+
+def test_eval_takes_a_run_folder_as_export_does(tmp_path, capsys):
+    """eval RUN tried to load the run folder as a model (a tokenizers library message); export
+    RUN takes its newest checkpoint."""
+    pytest.importorskip("torch")
+    pytest.importorskip("peft")
+    from helpers.loop_setup import make, queries
+
+    empty = tmp_path / "empty"
+    (empty / "checkpoints").mkdir(parents=True)
+    rc, line = _error(["eval", str(empty)], capsys)
+    assert rc == 2 and "has no complete checkpoint" in line
+
+    make(tmp_path, "run", steps=1, checkpoint_every=1).train()
+    data = tmp_path / "q.jsonl"
+    queries().rename(columns={"context": "passage"}).assign(answers=lambda d: d["references"]).to_json(
+        data, orient="records", lines=True
+    )
+    argv = ["eval", str(tmp_path / "run"), "--data_path", str(data), "--n", "1", "--max_new_tokens", "2"]
+    capsys.readouterr()
+    assert main([*argv, "--no_progress"]) == 0
+    assert "step_000001" in capsys.readouterr().err
