@@ -158,3 +158,10 @@ def test_eval_takes_a_run_folder_as_export_does(tmp_path, capsys):
     capsys.readouterr()
     assert main([*argv, "--no_progress"]) == 0
     assert "step_000001" in capsys.readouterr().err
+
+
+def test_plot_train_names_a_missing_run_folder(tmp_path, capsys):
+    """plot-train on a folder that does not exist said 'no log.jsonl in ...'."""
+    missing = tmp_path / "nope"
+    rc, line = _error(["plot-train", str(missing)], capsys)
+    assert rc == 2 and f"{missing}: no such folder" in line and not missing.exists()
