@@ -47,7 +47,8 @@ def _add_score(sub):
         spec = SHARED[name]
         flags = dict.fromkeys([f"--{name.replace('_', '-')}", f"--{name}"])
         kind = float if annotation is float else str
-        p.add_argument(*flags, dest=name, type=kind, default=spec.default, help=spec.help_text())
+        # default None: a flag given is told from the default (_refuse_unread); check_flags fills it
+        p.add_argument(*flags, dest=name, type=kind, default=None, help=spec.help_text())
     p.add_argument(
         "--full-completion",
         "--full_completion",
@@ -80,6 +81,10 @@ def _run_score(args) -> int:
     from .measures.score import parse_measures, score_groups
 
     measures = parse_measures(args.measures)  # fail on a typo before any model loads
+    _refuse_unread(args, measures)
+    for name in SCORE_KNOBS:
+        if getattr(args, name) is None:
+            setattr(args, name, SHARED[name].default)
     check_flags(args, SCORE_KNOBS)
     check_reward_range(args.r_min, args.r_max, ("--r-min", "--r-max"))
     out = Path(args.output)
@@ -120,6 +125,35 @@ def _run_score(args) -> int:
         write_text(out.with_suffix(".meta.json"), json.dumps(meta, indent=2, default=str))
     print(f"wrote {out} ({len(groups)} queries) and {out.with_suffix('.meta.json')}")
     return 0
+
+
+def _refuse_unread(args, measures: list[str]) -> None:
+    """--judge, --nli-threshold and --embedder given to measures that do not read them are refused
+    naming the measures and those that would read them (a silent no-op would let a user believe
+    the judge changed RD)."""
+    from .measures.registry import MEASURE_REGISTRY
+    from .vocab import CLUSTERS, EMBEDDINGS
+
+    def readers(need: str) -> str:
+        return ", ".join(name for name, m in MEASURE_REGISTRY.items() if need in m.needs)
+
+    needs = set().union(*(MEASURE_REGISTRY[m].needs for m in measures))
+    judge = args.judge if args.judge is not None else SHARED["judge"].default
+    unread = []  # (flag, the measures that read it)
+    if CLUSTERS not in needs:
+        for flag, name in (("--judge", "judge"), ("--nli-threshold", "nli_threshold")):
+            if getattr(args, name) is not None:
+                unread.append((flag, readers(CLUSTERS)))
+    embeds = EMBEDDINGS in needs or (CLUSTERS in needs and str(judge).strip().lower() == "embedding")
+    if not embeds and args.embedder is not None:
+        unread.append(("--embedder", readers(EMBEDDINGS) + "; or clustering ones with --judge embedding"))
+    if unread:
+        flags = ", ".join(flag for flag, _ in unread)
+        fixes = "; ".join(f"{flag} is read by {by}" for flag, by in dict(unread).items())
+        raise ValueError(
+            f"--measures {','.join(measures)} do not read {flags}: drop "
+            f"{'them' if len(unread) > 1 else 'it'}, or add a measure that does ({fixes})"
+        )
 
 
 def _read_rollouts(args, measures):

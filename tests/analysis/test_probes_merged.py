@@ -165,3 +165,28 @@ def test_plot_train_names_a_missing_run_folder(tmp_path, capsys):
     missing = tmp_path / "nope"
     rc, line = _error(["plot-train", str(missing)], capsys)
     assert rc == 2 and f"{missing}: no such folder" in line and not missing.exists()
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--measures", "rd", "--judge", "math"], "--measures rd do not read --judge: drop it"),
+        (["--measures", "rd,pe", "--nli-threshold", "0.2"], "do not read --nli-threshold"),
+        (["--measures", "se", "--judge", "lexical", "--embedder", "x"], "--measures se do not read --embedder"),
+    ],
+)
+def test_score_refuses_a_flag_its_measures_do_not_read(flags, named, rollouts_file, tmp_path, capsys):
+    """--judge math with --measures rd was accepted and changed nothing."""
+    out = tmp_path / "g.parquet"
+    rc, line = _error(["score", str(rollouts_file), "-o", str(out), *flags], capsys)
+    assert rc == 2 and named in line and "is read by" in line and not out.exists()
+
+
+def test_score_names_a_missing_embedder_folder(rollouts_file, tmp_path, capsys):
+    """--embedder /no/such/folder answered with huggingface_hub's 'Repo id must use alphanumeric chars'."""
+    pytest.importorskip("sentence_transformers")
+    missing = tmp_path / "no-embedder"
+    rc, line = _error(
+        ["score", str(rollouts_file), "-o", str(tmp_path / "g.parquet"), "--embedder", str(missing)], capsys
+    )
+    assert rc == 2 and f"embedder {str(missing)!r}: no such folder" in line
