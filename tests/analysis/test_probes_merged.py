@@ -186,7 +186,15 @@ def test_score_names_a_missing_embedder_folder(rollouts_file, tmp_path, capsys):
     """--embedder /no/such/folder answered with huggingface_hub's 'Repo id must use alphanumeric chars'."""
     pytest.importorskip("sentence_transformers")
     missing = tmp_path / "no-embedder"
-    rc, line = _error(
-        ["score", str(rollouts_file), "-o", str(tmp_path / "g.parquet"), "--embedder", str(missing)], capsys
-    )
+    argv = [
+        "score",
+        str(rollouts_file),
+        "-o",
+        str(tmp_path / "g.parquet"),
+        "--measures",
+        "cd",
+        "--embedder",
+        str(missing),
+    ]
+    rc, line = _error(argv, capsys)
     assert rc == 2 and f"embedder {str(missing)!r}: no such folder" in line
