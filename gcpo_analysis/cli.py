@@ -6,12 +6,13 @@ Each subcommand imports its heavy parts only when it runs, so `gcpo --help` is i
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import sys
 from pathlib import Path
 
-from .knobs import SHARED, check_flags, check_reward_range
+from .knobs import SHARED, Knob, check_flags, check_reward_range
 from .vocab import full_completion
 
 # the shared knobs that are `gcpo score` flags, with their types
@@ -46,7 +47,8 @@ def _add_score(sub):
         spec = SHARED[name]
         flags = dict.fromkeys([f"--{name.replace('_', '-')}", f"--{name}"])
         kind = float if annotation is float else str
-        p.add_argument(*flags, dest=name, type=kind, default=spec.default, help=spec.help_text())
+        # default None: a flag given is told from the default (_refuse_unread); check_flags fills it
+        p.add_argument(*flags, dest=name, type=kind, default=None, help=spec.help_text())
     p.add_argument(
         "--full-completion",
         "--full_completion",
@@ -79,6 +81,10 @@ def _run_score(args) -> int:
     from .measures.score import parse_measures, score_groups
 
     measures = parse_measures(args.measures)  # fail on a typo before any model loads
+    _refuse_unread(args, measures)
+    for name in SCORE_KNOBS:
+        if getattr(args, name) is None:
+            setattr(args, name, SHARED[name].default)
     check_flags(args, SCORE_KNOBS)
     check_reward_range(args.r_min, args.r_max, ("--r-min", "--r-max"))
     out = Path(args.output)
@@ -121,6 +127,35 @@ def _run_score(args) -> int:
     return 0
 
 
+def _refuse_unread(args, measures: list[str]) -> None:
+    """--judge, --nli-threshold and --embedder given to measures that do not read them are refused
+    naming the measures and those that would read them (a silent no-op would let a user believe
+    the judge changed RD)."""
+    from .measures.registry import MEASURE_REGISTRY
+    from .vocab import CLUSTERS, EMBEDDINGS
+
+    def readers(need: str) -> str:
+        return ", ".join(name for name, m in MEASURE_REGISTRY.items() if need in m.needs)
+
+    needs = set().union(*(MEASURE_REGISTRY[m].needs for m in measures))
+    judge = args.judge if args.judge is not None else SHARED["judge"].default
+    unread = []  # (flag, the measures that read it)
+    if CLUSTERS not in needs:
+        for flag, name in (("--judge", "judge"), ("--nli-threshold", "nli_threshold")):
+            if getattr(args, name) is not None:
+                unread.append((flag, readers(CLUSTERS)))
+    embeds = EMBEDDINGS in needs or (CLUSTERS in needs and str(judge).strip().lower() == "embedding")
+    if not embeds and args.embedder is not None:
+        unread.append(("--embedder", readers(EMBEDDINGS) + "; or clustering ones with --judge embedding"))
+    if unread:
+        flags = ", ".join(flag for flag, _ in unread)
+        fixes = "; ".join(f"{flag} is read by {by}" for flag, by in dict(unread).items())
+        raise ValueError(
+            f"--measures {','.join(measures)} do not read {flags}: drop "
+            f"{'them' if len(unread) > 1 else 'it'}, or add a measure that does ({fixes})"
+        )
+
+
 def _read_rollouts(args, measures):
     """(the input as a rollouts frame, use_full_completion resolved): mapped columns renamed,
     rollout_id derived when absent, and an ``answer`` column required only when a measure reads
@@ -152,10 +187,18 @@ def _read_rollouts(args, measures):
     return validate_rollouts(df, source=str(args.rollouts)), full
 
 
+PROOFS_KNOBS = {
+    "instances": Knob(2000, "Random instances per claim.", ge=1),
+    "seed": dataclasses.replace(SHARED["seed"], default=0, help="Seed of the random instances."),
+}
+
+
 def _add_proofs(sub):
     p = sub.add_parser("proofs", help="check the paper's propositions numerically and print the table")
-    p.add_argument("--instances", type=int, default=2000, help="random instances per claim")
-    p.add_argument("--seed", type=int, default=0, help="random seed")
+    p.add_argument(
+        "--instances", type=int, default=PROOFS_KNOBS["instances"].default, help=PROOFS_KNOBS["instances"].help_text()
+    )
+    p.add_argument("--seed", type=int, default=PROOFS_KNOBS["seed"].default, help=PROOFS_KNOBS["seed"].help_text())
     p.add_argument("-o", "--output", default=None, help="also write the table as CSV")
     p.add_argument(
         "--json",
@@ -175,6 +218,7 @@ def _run_proofs(args) -> int:
     from .frames import write_text
     from .theory.proofs import check_all, format_table
 
+    check_flags(args, {"instances": int, "seed": int}, PROOFS_KNOBS)
     table = check_all(n_instances=args.instances, seed=args.seed)
     print(format_table(table))
     if args.output:

@@ -322,11 +322,23 @@ def check_reward_range(r_min: float | None, r_max: float | None, flags: tuple[st
         raise ValueError(f"{flags[1]} ({r_max}) must be > {flags[0]} ({r_min})")
 
 
-def check_flags(args: Any, annotations: dict[str, Any]) -> None:
-    """The flags of shared knobs on an argparse namespace, checked against their declarations;
-    the error names the flag (``--r-max: r_max must be a finite number, got inf``)."""
+def check_flags(args: Any, annotations: dict[str, Any], specs: dict[str, Knob] | None = None) -> None:
+    """The flags of knobs on an argparse namespace (the shared ones, or ``specs``), checked
+    against their declarations; the error names the flag (``--r-max: r_max must be a finite
+    number, got inf``)."""
     for name, annotation in annotations.items():
+        spec = (specs or SHARED)[name]
         try:
-            setattr(args, name, check_value(name, getattr(args, name), SHARED[name], annotation))
+            setattr(args, name, check_value(name, getattr(args, name), spec, annotation))
         except ValueError as err:
             raise ValueError(f"--{name.replace('_', '-')}: {err}") from None
+
+
+def check_given_flags(args: Any, cls: type) -> None:
+    """The flags of the settings dataclass ``cls`` given on the command line (not None), checked
+    naming the flag, whatever mode then reads them (``gcpo study --from-training`` builds no
+    ``StudyConfig``, yet reads ``--k-folds``)."""
+    hints = typing.get_type_hints(cls)
+    specs = knobs_of(cls)
+    given = {name: hints[name] for name in specs if getattr(args, name, None) is not None}
+    check_flags(args, given, specs)

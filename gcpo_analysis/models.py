@@ -103,6 +103,12 @@ def hub_reachable(seconds: float = HUB_PROBE_SECONDS) -> bool:
     return bool(ok)
 
 
+def looks_like_path(name: str) -> bool:
+    """True for a name that can only be a local path: absolute, relative (./, ../), under ~, or
+    with more than one '/' (a hub name is ``org/name``)."""
+    return name.startswith(("/", "./", "../", "~", "\\")) or name.count("/") > 1 or name in (".", "..")
+
+
 def offline_first(name: str) -> dict:
     """from_pretrained keyword arguments for ``name``: a hub name is read from the local cache only
     (no HTTP retries for a minute) when HF_HUB_OFFLINE is set or the hub does not answer within
@@ -110,8 +116,12 @@ def offline_first(name: str) -> dict:
     import os
     from pathlib import Path
 
-    if Path(name).exists():
+    if Path(name).expanduser().exists():
         return {}
+    if looks_like_path(name):  # no hub name has this form: the folder is missing, the hub is not the answer
+        raise FileNotFoundError(
+            f"model {name!r}: no such folder; pass an existing model folder, or a hub name (org/name)"
+        )
     if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
         return {"local_files_only": True, "_why": "HF_HUB_OFFLINE is set"}
     if not hub_reachable():

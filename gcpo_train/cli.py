@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import sys
+from pathlib import Path
 
 from gcpo_analysis.datasets import dataset_names
 from gcpo_analysis.knobs import SPLITS, cli_help
@@ -58,7 +60,9 @@ def add_eval_parser(subparsers) -> argparse.ArgumentParser:
     """Register ``eval``: greedy evaluation of a checkpoint folder or a model name."""
     p = subparsers.add_parser("eval", help="greedy evaluation on a test split", allow_abbrev=False)
     p.add_argument(
-        "checkpoint", help="checkpoint folder (output_dir/checkpoints/step_N), 'packaged', or a model name/path"
+        "checkpoint",
+        help="checkpoint folder (output_dir/checkpoints/step_N), a run folder (its newest checkpoint), "
+        "'packaged', or a model name/path",
     )
     p.add_argument("--dataset", default=None, choices=dataset_names(), help="benchmark (default: the checkpoint's)")
     p.add_argument("--split", default="test", choices=SPLITS, help="split to evaluate (default: test)")
@@ -142,9 +146,19 @@ def run_eval(args) -> int:
     for flag, value in (("--n", args.n), ("--max_new_tokens", args.max_new_tokens), ("--batch_size", args.batch_size)):
         if value is not None and value < 1:
             raise ValueError(f"{flag} must be >= 1, got {value}")
+    checkpoint = args.checkpoint
+    if (Path(checkpoint) / "checkpoints").is_dir():  # a run folder, as gcpo export takes it
+        from .checkpoint import latest_checkpoint
+
+        checkpoint = latest_checkpoint(checkpoint)
+        if checkpoint is None:
+            raise ValueError(
+                f"run folder {args.checkpoint} has no complete checkpoint: train with checkpoint_every >= 1"
+            )
+        print(f"[eval] {args.checkpoint}: its newest checkpoint, {checkpoint}", file=sys.stderr)
 
     res = evaluate(
-        args.checkpoint,
+        checkpoint,
         args.dataset,
         split=args.split,
         n=args.n,

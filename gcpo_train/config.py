@@ -282,6 +282,9 @@ def check_modulator_params(params):
         return None
     if not isinstance(params, dict):
         raise ValueError(f"modulator_params must be a mapping, got {params!r} ({type(params).__name__})")
+    from gcpo_analysis.knobs import SHARED, check_value
+    from gcpo_analysis.measures.modulators import PARAM_KNOBS
+
     accepted = modulator_param_names()
     for key, value in params.items():
         if key not in accepted:
@@ -289,6 +292,8 @@ def check_modulator_params(params):
             raise ValueError(f"modulator_params: unknown key {key!r}{hint}; accepted keys: {', '.join(accepted)}")
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise ValueError(f"modulator_params[{key!r}] must be a finite number, got {value!r}")
+        if key in PARAM_KNOBS:  # the range of the knob it overrides (q_alpha <= 1, r2vpo_lambda >= 0)
+            check_value(f"modulator_params[{key!r}]", float(value), SHARED[PARAM_KNOBS[key]], float)
     return {k: float(v) for k, v in params.items()}
 
 

@@ -40,8 +40,10 @@ def plot_training(run_dir, output=None):
 
     run_dir = Path(run_dir)
     log = run_dir / "log.jsonl" if run_dir.is_dir() else run_dir
+    if not run_dir.exists():
+        raise FileNotFoundError(f"{run_dir}: no such folder; give the output_dir of a gcpo train run")
     if not log.exists():
-        raise FileNotFoundError(f"no log.jsonl in {run_dir}")
+        raise FileNotFoundError(f"no log.jsonl in {run_dir}: it is not a gcpo train run folder, or no step has run")
     df = pd.DataFrame(read_log(log))
     if df.empty:
         raise ValueError(f"{log} has no logged step")

@@ -165,6 +165,11 @@ class GCPOLoopTrainer:
             self.queries = self.queries.iloc[: cfg.n_train].reset_index(drop=True)
         if len(self.queries) == 0:
             raise ValueError(f"no training queries for dataset {cfg.dataset!r}")
+        if len(self.queries) < cfg.queries_per_step:  # a step would hold a query twice: one group id, 2G rollouts
+            raise ValueError(
+                f"queries_per_step ({cfg.queries_per_step}) is more than the {len(self.queries)} training "
+                f"queries of {cfg.dataset!r}: set queries_per_step <= {len(self.queries)}, or give more queries"
+            )
         self._eval_queries = eval_queries
         if reward_fn is None:
             from gcpo_analysis.rewards import task_reward as reward_fn

@@ -66,6 +66,16 @@ class Embedder:
     def model(self):
         """The underlying sentence-transformers model, loaded on first use."""
         if self._model is None:
+            from pathlib import Path
+
+            from ..models import looks_like_path
+
+            name = str(self.model_name)
+            if looks_like_path(name) and not Path(name).expanduser().exists():
+                raise FileNotFoundError(
+                    f"embedder {name!r}: no such folder; pass an existing sentence-transformers folder, "
+                    f"or a hub name (org/name)"
+                )
             st = require("sentence_transformers")
             self._model = st.SentenceTransformer(self.model_name, device=self.device)  # None: cuda if available
         return self._model

@@ -79,7 +79,7 @@ def semantic_entropy_batch(clusters: ArrayLike, logprobs: ArrayLike | None = Non
     same = c[:, :, None] == c[:, None, :]  # (N, G, G)
     if logprobs is None:
         mass = same.sum(axis=2) / G  # C_{k(i)}
-        return -(np.log(mass).sum(axis=1) / G)
+        return 0.0 - np.log(mass).sum(axis=1) / G  # one cluster: +0.0, not the -0.0 of -(0 / G)
     lp = _as_logprobs(logprobs, (N, G))
     log_total = logsumexp(lp, axis=1, keepdims=True)
     log_mass = logsumexp(np.broadcast_to(lp[:, None, :], (N, G, G)), axis=2, b=same) - log_total

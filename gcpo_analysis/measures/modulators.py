@@ -373,14 +373,15 @@ def _checked(
     check_alpha_base(alpha_base)
     from ..knobs import SHARED, check_value
 
-    for key, knob in _PARAM_KNOBS.items():  # each checked against its one declaration
+    for key, knob in PARAM_KNOBS.items():  # each checked against its one declaration
         if key in params:
             check_value(key, params[key], SHARED[knob], float)
     return MODULATORS[name]
 
 
-# a modulator's keyword argument -> the knob that declares it (the configs' name)
-_PARAM_KNOBS = {
+# a modulator's keyword argument -> the knob that declares it (the configs' name); the configs'
+# modulator_params are checked against these declarations too (gcpo_train/config.py)
+PARAM_KNOBS = {
     "q_alpha": "q_hawkeye_alpha",
     "eg_alpha": "eg_spo_alpha",
     "r2vpo_lambda": "r2vpo_lambda",

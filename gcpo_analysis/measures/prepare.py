@@ -53,7 +53,7 @@ def cap_texts(groups: Sequence[Sequence[str]] | None, limit: int = MAX_TEXT_CHAR
     return out, cut
 
 
-def _warn_costs(texts: Sequence[Sequence[str]], n_cut: int) -> None:
+def _warn_costs(texts: Sequence[Sequence[str]], n_cut: int, group_ids: Sequence | None = None) -> None:
     import warnings
 
     if n_cut:
@@ -65,8 +65,9 @@ def _warn_costs(texts: Sequence[Sequence[str]], n_cut: int) -> None:
     sizes = [len(g) for g in texts]
     if sizes and max(sizes) > LARGE_GROUP:
         k = int(np.argmax(sizes))
+        which = f"group {k}" if group_ids is None else f"the group of query {group_ids[k]!r}"
         warnings.warn(
-            f"group {k} has G = {sizes[k]:,} rollouts, far more than any GRPO setup (G = 4-64): the pairwise "
+            f"{which} has G = {sizes[k]:,} rollouts, far more than any GRPO setup (G = 4-64): the pairwise "
             f"measures need G^2 = {sizes[k] ** 2:,} entries and KLE an O(G^3) eigendecomposition; "
             f"expect a long run (split the group, or drop kle)",
             stacklevel=3,
@@ -111,6 +112,7 @@ def prepare_groups(
     ratio_var: Sequence | None = None,
     n_tokens: Sequence | None = None,
     progress: bool = False,
+    group_ids: Sequence | None = None,
 ) -> tuple[list[GroupFeatures], dict]:
     """One ``GroupFeatures`` per group, and the clustering's counts with ``texts_cut`` (the texts
     cut to ``MAX_TEXT_CHARS``) when any was cut ({} without clustering and cuts).
@@ -123,7 +125,8 @@ def prepare_groups(
     specs (``measurement_tools``). embedding_dtype: cast the embeddings (None keeps the
     embedder's dtype). answers, token_entropy, logprobs, ratio_var, n_tokens: optional, one
     entry per group; token_entropy, logprobs and ratio_var are kept only when ``needs`` names
-    them, and n_tokens (SE's length normalisation) only with the log-probabilities.
+    them, and n_tokens (SE's length normalisation) only with the log-probabilities. group_ids:
+    what the warnings call each group (a frame's query ids; None: its position).
     """
     n = len(texts)
     if len(rewards) != n:
@@ -133,7 +136,7 @@ def prepare_groups(
     answers, cut_answers = cap_texts(answers)
     texts = capped if capped is not None else texts
     n_cut = len(cut | cut_answers)  # rollouts whose text or answer was cut
-    _warn_costs(texts, n_cut)
+    _warn_costs(texts, n_cut, group_ids)
     embeddings: list = [None] * n
     clusters: list = [None] * n
     stats: dict = {"texts_cut": n_cut} if n_cut else {}

@@ -134,6 +134,7 @@ def score_groups(
         nli_threshold=nli_threshold,
         progress=progress,
         answers=[g["answer"].tolist() for g in groups],
+        group_ids=list(order),
         **columns,
     )
     if "token_entropy" in read:

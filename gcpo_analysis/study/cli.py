@@ -25,7 +25,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from ..knobs import cli_help
+from ..knobs import check_given_flags, cli_help
 from ..outputs import folder_lock
 from ..vocab import field_kinds
 from . import run
@@ -108,6 +108,7 @@ def refuse_ignored(args, mode: str, ignored: set[str]) -> None:
 
 
 def _run_cli(args) -> int:
+    check_given_flags(args, StudyConfig)  # naming the flag, in every mode, before any model loads
     if args.restat:
         given = {f.name: getattr(args, f.name) for f in fields(StudyConfig) if getattr(args, f.name) is not None}
         if args.preset:
@@ -130,7 +131,16 @@ def _run_cli(args) -> int:
 
         names = {f.name for f in fields(StudyConfig)} | {"preset"}
         refuse_ignored(args, "--from-training", names - FROM_TRAINING_READS)
-        return run_from_cli(args)
+        # the folder it writes (from_training's default RUN/training_study): one this call
+        # creates is removed when the analysis fails, as a re-analysis's is
+        out = Path(args.output) if args.output else Path(args.from_training) / "training_study"
+        created = not out.exists()
+        try:
+            return run_from_cli(args)
+        except BaseException:
+            if created and out.is_dir():
+                shutil.rmtree(out)
+            raise
     if args.from_rollouts:
         refuse_ignored(args, "--from-rollouts (the rollouts exist: no model runs)", set(GENERATION_ONLY) | {"preset"})
     values: dict[str, Any] = dict(PRESETS.get(args.preset, {}))

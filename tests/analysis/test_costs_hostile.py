@@ -69,5 +69,5 @@ def test_a_group_far_larger_than_training_is_named(tmp_path, monkeypatch):
         }
     )
     df.to_parquet(tmp_path / "r.parquet")
-    with pytest.warns(UserWarning, match="group 0 has G = 9 rollouts.*KLE an O\\(G\\^3\\)"):
+    with pytest.warns(UserWarning, match="the group of query 'big' has G = 9 rollouts.*KLE an O\\(G\\^3\\)"):
         assert main(["score", str(tmp_path / "r.parquet"), "-o", str(tmp_path / "g.parquet"), "--measures", "rd"]) == 0

@@ -29,8 +29,17 @@ def _field_default(cls, name):
 
 
 def _score_flag(dest):
+    """The default `gcpo score` runs with: a knob flag's parser default is None (so that a flag
+    given is told from its default) and the run fills the knob's declared default."""
+    from gcpo_analysis.cli import SCORE_KNOBS
+    from gcpo_analysis.knobs import SHARED
+
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
-    return next(a for a in sub.choices["score"]._actions if a.dest == dest).default
+    default = next(a for a in sub.choices["score"]._actions if a.dest == dest).default
+    if dest in SCORE_KNOBS:
+        assert default is None
+        return SHARED[dest].default
+    return default
 
 
 def _param_default(fn, name):
