@@ -213,6 +213,12 @@ def _from_rollouts(cfg: StudyConfig, timer: _Timer, card: dict):
     with timer("read rollouts"):
         rollouts = read_frame(cfg.from_rollouts, kind="rollouts")
         target_file = Path(cfg.target_from) if cfg.target_from else Path(cfg.from_rollouts).with_name("groups.parquet")
+        if cfg.target == "success_rate" and "success" not in rollouts.columns:
+            # checked here, before the measures run: success_rate is the mean of this column
+            raise ValueError(
+                f"--target success_rate needs a 'success' column in {cfg.from_rollouts} (a bool per "
+                f"rollout); add it, or give --target-from GROUPS_FILE with the target column"
+            )
         groups = None
         if target_file.exists():
             groups = read_frame(target_file, kind="groups")
@@ -240,9 +246,11 @@ def _from_rollouts(cfg: StudyConfig, timer: _Timer, card: dict):
         card["unmatched_queries"] = len(unmatched)
         warnings.warn(
             f"{len(unmatched)} of the {rollouts['query_id'].nunique()} query ids of {cfg.from_rollouts} are not "
-            f"in {target_file} (e.g. {unmatched[0]!r}): no {cfg.target}, left out of the statistics",
+            f"in {target_file} (e.g. {unmatched[0]!r}): no {cfg.target}, left out of the study",
             stacklevel=2,
         )
+        # dropped here, so the statistics do not report them again as rows with a non-finite target
+        rollouts = rollouts[rollouts["query_id"].isin(known)].reset_index(drop=True)
     # Every column of the source groups frame is carried over (grad_norm2_mean, t_generate, ...):
     # a re-analysis adds what it computes and never drops what it did not.
     return rollouts, groups, grams
