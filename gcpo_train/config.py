@@ -36,7 +36,8 @@ from gcpo_analysis.vocab import (
     full_completion,
 )
 
-LOSS_AGGREGATIONS = ("sequence", "token")
+from .loss import LOSS_AGGREGATIONS
+
 BACKENDS = ("gcpo", "trl", "hf", "vllm")
 DTYPES = ("float32", "bfloat16", "float16")
 _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
@@ -122,6 +123,11 @@ class TrainConfig:
         False, "The benchmark ships one split: split it with split_queries(train_frac, seed) into train/test."
     )
     train_frac: float = _f(0.8, "Train fraction when split_from_single is true.")
+    split_seed: int | None = _f(
+        None,
+        "Seed of split_queries when split_from_single is true (None = seed). Set it to keep one "
+        "held-out set across training seeds (gcpo compare does).",
+    )
     split_group: str | None = _f(
         None,
         "Column kept together by split_queries (e.g. 'context', so questions "
@@ -176,10 +182,13 @@ class TrainConfig:
     clip_epsilon: float = _f(0.2, "PPO clip ε on ρ_t.")
     num_iterations: int = _f(1, "μ: optimizer updates per generation batch (GRPO Algorithm 1).")
     loss_aggregation: str = _f(
-        "sequence",
-        "'sequence' = mean over tokens per rollout, then over "
-        "rollouts (GRPO paper); 'token' = sum over all tokens / token count "
-        "(TRL 'bnpo'/DAPO-style).",
+        "dapo",
+        "How token losses sum to the step's loss (gcpo_train.loss; TRL's loss_type of the same form): "
+        "'dapo' (default; TRL's default too) and 'token' (TRL 'bnpo') = sum over the step's tokens / "
+        "their count, every token weighing the same; 'sequence' (TRL 'grpo', the GRPO paper's) = "
+        "mean per rollout, then over rollouts, whose 1/|o_i| lets long wrong answers off lightly "
+        "and drifts lengths to the cap (Dr. GRPO; issue 25's pilots); 'dr_grpo' = sum / "
+        "(rollouts x max_new_tokens), whose gradient scale shrinks as the cap grows.",
     )
     micro_batch_size: int = _f(
         16,

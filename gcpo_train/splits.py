@@ -22,11 +22,13 @@ def query_indices(n_queries: int, seed: int, start: int, count: int) -> np.ndarr
 
 
 def load_split(config: TrainConfig, split: str) -> pd.DataFrame:
-    """Queries of ``split``; single-split benchmarks are split with split_queries(train_frac)."""
+    """Queries of ``split``; single-split benchmarks are split with split_queries(train_frac),
+    seeded by ``split_seed`` (``seed`` when unset)."""
     from gcpo_analysis.data import load_queries, split_queries
 
     if config.split_from_single:
-        df = load_queries(config.dataset, path=config.data_path, split="test", seed=config.seed)
-        train, test = split_queries(df, train_frac=config.train_frac, seed=config.seed, group=config.split_group)
+        split_seed = config.seed if config.split_seed is None else config.split_seed
+        df = load_queries(config.dataset, path=config.data_path, split="test", seed=split_seed)
+        train, test = split_queries(df, train_frac=config.train_frac, seed=split_seed, group=config.split_group)
         return (train if split == config.train_split else test).reset_index(drop=True)
     return load_queries(config.dataset, path=config.data_path, split=split, seed=config.seed)

@@ -20,7 +20,9 @@ def gcpo_config_from(cfg: TrainConfig, plain_trl: bool = False, **overrides):
     ``plain_trl``: TRL's GRPOConfig of the same run, without the GCPO fields."""
     from .trl import GCPOConfig, gcpo_config_fields
 
-    loss_type = {"sequence": "grpo", "token": "bnpo"}[cfg.loss_aggregation]
+    from .loss import TRL_LOSS_TYPE
+
+    loss_type = TRL_LOSS_TYPE[cfg.loss_aggregation]
     kwargs: dict[str, Any] = dict(
         output_dir=cfg.output_dir,
         seed=cfg.seed,
