@@ -18,9 +18,8 @@ from .config import TrainConfig
 def gcpo_config_from(cfg: TrainConfig, plain_trl: bool = False, **overrides):
     """The GCPOConfig of a TrainConfig (one generation batch of queries_per_step x G per step);
     ``plain_trl``: TRL's GRPOConfig of the same run, without the GCPO fields."""
-    from .trl import GCPOConfig, gcpo_config_fields
-
     from .loss import TRL_LOSS_TYPE
+    from .trl import GCPOConfig, gcpo_config_fields
 
     loss_type = TRL_LOSS_TYPE[cfg.loss_aggregation]
     kwargs: dict[str, Any] = dict(
