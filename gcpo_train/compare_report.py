@@ -158,7 +158,7 @@ def plot_report(out: Path, results: pd.DataFrame, arms, weights: dict) -> None:
         per = per.sort_index()
         (line,) = axes[0].plot(per.index, per.mean(axis=1), marker="o", label=arm)
         axes[0].fill_between(per.index, per.min(axis=1), per.max(axis=1), color=line.get_color(), alpha=0.2)
-        for s, log in ((s, out / "runs" / arm / f"seed_{s}") for s in per.columns):
+        for log in (out / "runs" / arm / f"seed_{s}" for s in per.columns):
             rows = read_log(log / "log.jsonl") if (log / "log.jsonl").exists() else []
             if rows:
                 r = pd.Series([x["reward_mean"] for x in rows], index=[x["step"] for x in rows])
