@@ -187,3 +187,27 @@ def test_token_is_bnpo_of_the_whole_step_not_of_each_micro_batch():
     per_micro = sum(trl_loss("bnpo", logp[s], old[s], ref[s], adv[s], mask[s], accumulation=2, **kw) for s in halves)
     assert float(ours) == pytest.approx(float(whole), rel=1e-12)
     assert abs(float(ours) - float(per_micro)) > 1e-3
+
+
+@pytest.mark.parametrize("aggregation", LOSS_AGGREGATIONS)
+def test_trl_backend_trains_the_same_form(aggregation, tmp_path):
+    from gcpo_train.config import TrainConfig
+    from gcpo_train.trl_backend import gcpo_config_from
+
+    cfg = TrainConfig(
+        model="tiny:llama", loss_aggregation=aggregation, output_dir=str(tmp_path), device="cpu", judge="lexical"
+    )
+    trl_cfg = gcpo_config_from(cfg)
+    assert trl_cfg.loss_type == TRL_LOSS_TYPE[aggregation]
+    assert trl_cfg.max_completion_length == cfg.max_new_tokens  # dr_grpo's T_max on both sides
+
+
+def test_default_is_trls_default():
+    import dataclasses
+
+    from trl import GRPOConfig
+
+    from gcpo_train.config import TrainConfig
+
+    trl_default = {f.name: f.default for f in dataclasses.fields(GRPOConfig)}["loss_type"]
+    assert TRL_LOSS_TYPE[TrainConfig().loss_aggregation] == trl_default == "dapo"
