@@ -3,7 +3,7 @@ predictions file of ``gcpo eval``, token-F1, the share of answers that are exact
 accuracy (answer == reference), and the token-F1 of the constant answers "yes" and "no" on the
 same queries (the majority-class baselines a collapsed policy would reach).
 
-    python scripts/boolq_pilot_stats.py runs/evals/boolq_base.predictions.parquet runs/evals/p4_s0_step20.predictions.parquet
+    python scripts/boolq_pilot_stats.py base.predictions.parquet trained.predictions.parquet
 """
 
 from __future__ import annotations
