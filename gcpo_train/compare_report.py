@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gcpo_analysis.frames import write_text
+from gcpo_analysis.frames import write_figure, write_text
 
 
 def paired_seed_query_bootstrap(d, n_resamples: int = 10_000, confidence: float = 0.95, seed: int = 0):
@@ -41,7 +41,7 @@ def paired_seed_query_bootstrap(d, n_resamples: int = 10_000, confidence: float 
     return float(d.mean()), float(low), float(high), float(p)
 
 
-def group_weights(rollouts: pd.DataFrame, eps: float = 1e-6) -> np.ndarray:
+def omega_per_group(rollouts: pd.DataFrame, eps: float = 1e-6) -> np.ndarray:
     """ω of every group of a rollouts frame with unequal rewards (see the module docstring)."""
     from gcpo_analysis.measures.advantages import grpo_advantages
 
@@ -58,7 +58,7 @@ def _arm_weights(out: Path, arm: str) -> np.ndarray:
     if not files:
         return np.array([])
     return np.concatenate(
-        [group_weights(pd.read_parquet(f, columns=["step", "query_id", "reward", "advantage"])) for f in files]
+        [omega_per_group(pd.read_parquet(f, columns=["step", "query_id", "reward", "advantage"])) for f in files]
     )
 
 
@@ -172,5 +172,5 @@ def plot_report(out: Path, results: pd.DataFrame, arms, weights: dict) -> None:
     axes[2].set(ylabel="ω per group", title="group weight ω over the run")
     fig.tight_layout()
     for ext in ("png", "svg"):
-        fig.savefig(figs / f"compare.{ext}", dpi=120)
+        write_figure(fig, figs / f"compare.{ext}", dpi=120)
     plt.close(fig)

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gcpo_train.compare_report import group_weights, paired_seed_query_bootstrap, summary_table
+from gcpo_train.compare_report import omega_per_group, paired_seed_query_bootstrap, summary_table
 
 
 def test_two_level_bootstrap_matches_a_loop():
@@ -44,7 +44,7 @@ def test_group_weights_read_back_omega():
     ):
         adv = grpo_advantages(np.array(rewards, float)) * omega
         rows += [dict(step=1, query_id=f"q{q}", reward=r, advantage=a) for r, a in zip(rewards, adv)]
-    np.testing.assert_allclose(group_weights(pd.DataFrame(rows)), [0.7, 1.3])  # the tied group has no ω
+    np.testing.assert_allclose(omega_per_group(pd.DataFrame(rows)), [0.7, 1.3])  # the tied group has no ω
 
 
 def test_summary_table_deltas_and_holm():
