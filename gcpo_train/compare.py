@@ -143,17 +143,24 @@ class Comparison:
         lock = take_lock(self.out / ".gcpo.lock", self.out / ".gcpo.owner.json", f"comparison folder {self.out}")
         try:
             self._check_spec()
+            summary = None
             for seed in self.seeds:  # seed-major: each finished seed is a complete paired set
                 self.evaluate_base(seed, progress)
                 for arm in self.modulators:
                     self.train_arm(arm, seed, progress)
-            results = self.results()
-            write_frame(results, self.out / "results.parquet")
-            from .compare_report import write_report
-
-            return write_report(self.out, results, self.modulators, REFERENCE_ARM)
+                    summary = self.report()  # refreshed after every run, so a stopped comparison has one
+            assert summary is not None
+            return summary
         finally:
             lock.release()
+
+    def report(self) -> dict:
+        """results.parquet, summary.md/csv and figures/ from the evaluations finished so far."""
+        from .compare_report import write_report
+
+        results = self.results()
+        write_frame(results, self.out / "results.parquet")
+        return write_report(self.out, results, self.modulators, REFERENCE_ARM)
 
     def evaluate_base(self, seed: int, progress: bool = True) -> Path:
         """The base policy's held-out scores (step 0), greedy, as every checkpoint is evaluated."""
@@ -261,6 +268,13 @@ def add_parser(subparsers):
         help="seed of the train/test split, the same for every seed (default: the config's, else 0)",
     )
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides, as gcpo train's")
+    p.add_argument(
+        "--report_only",
+        "--report-only",
+        action="store_true",
+        help="train nothing: rewrite results, summary and figures from the runs finished so far "
+        "(also while the comparison runs in another process)",
+    )
     p.add_argument("--no_progress", "--no-progress", action="store_true", help="hide the progress bars")
     p.set_defaults(func=run_cli, _parser=p)
     return p
@@ -281,6 +295,11 @@ def run_cli(args) -> int:
         eval_n=args.eval_n,
         split_seed=args.split_seed,
     )
-    summary = comparison.run(progress=not args.no_progress)
+    if args.report_only:
+        if not (comparison.out / "compare.json").exists():
+            raise FileNotFoundError(f"{comparison.out} holds no comparison (no compare.json) to report on")
+        summary = comparison.report()
+    else:
+        summary = comparison.run(progress=not args.no_progress)
     print(summary["markdown"])
     return 0

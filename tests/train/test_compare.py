@@ -106,6 +106,13 @@ def test_compare_end_to_end_crn_and_resume(tmp_path, monkeypatch):
     out = tmp_path / "cmp"
     finished = out / "runs" / "none" / "seed_0"
     assert (finished / "done.json").exists() and not (out / "runs" / "bot_rd" / "seed_0" / "done.json").exists()
+    # the stopped comparison already has the summary written after its finished run (`none`, seed 0)
+    partial = pd.read_csv(out / "summary.csv")
+    assert list(partial["arm"]) == ["none"] and list(partial["seeds"]) == [1] and list(partial["step"]) == [2]
+    assert set(pd.read_parquet(out / "results.parquet")["arm"]) == {"base", "none"}
+    # --report_only adds what was evaluated since: bot_rd's step-1 evaluation before the kill
+    again = _comparison(tmp_path).report()["table"]
+    assert again.set_index("arm")["step"].to_dict() == {"none": 2, "bot_rd": 1}
     before = (finished / "log.jsonl").read_bytes(), (finished / "log.jsonl").stat().st_mtime_ns
     monkeypatch.setattr(trainer_module.GCPOLoopTrainer, "train_step", real_step)
     summary = _comparison(tmp_path).run(progress=False)
