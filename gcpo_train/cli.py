@@ -80,6 +80,20 @@ def add_eval_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument(
         "--batch_size", "--batch-size", type=int, default=8, help="prompts per greedy generation batch (default: 8)"
     )
+    p.add_argument(
+        "--config",
+        default=None,
+        help="training config YAML: evaluate its run's own held-out split (split_from_single, split_seed, "
+        "eval_split) with its decoding, e.g. the base policy ('packaged') on the queries its checkpoints "
+        "are evaluated on (default: the checkpoint's config, or the dataset's test split)",
+    )
+    p.add_argument(
+        "--paired_with",
+        "--paired-with",
+        default=None,
+        help="a predictions.parquet of another evaluation on the same queries (e.g. the base policy's): "
+        "print the mean paired difference (this − that) with a 95%% bootstrap CI over queries",
+    )
     p.add_argument("--output", default=None, help="JSON file for the metrics (default: print only)")
     p.add_argument("--no_progress", "--no-progress", action="store_true", help="hide the progress bar")
     p.set_defaults(func=run_eval, _parser=p)
@@ -156,10 +170,11 @@ def run_eval(args) -> int:
                 f"run folder {args.checkpoint} has no complete checkpoint: train with checkpoint_every >= 1"
             )
         print(f"[eval] {args.checkpoint}: its newest checkpoint, {checkpoint}", file=sys.stderr)
-
+    config = load_config(args.config) if args.config else None
     res = evaluate(
         checkpoint,
         args.dataset,
+        config=config,
         split=args.split,
         n=args.n,
         data_path=args.data_path,
@@ -169,6 +184,16 @@ def run_eval(args) -> int:
         progress=not args.no_progress,
     )
     print(json.dumps(res["metrics"], indent=2))
+    if args.paired_with:
+        import pandas as pd
+
+        from gcpo_analysis.frames import read_table
+
+        from .heldout import paired_gain
+
+        this = pd.DataFrame({"query_id": res["query_ids"], "score": res["scores"]})
+        gain = paired_gain(read_table(args.paired_with, "predictions"), this)
+        print(json.dumps({"paired_with": args.paired_with, **gain}, indent=2))
     return 0
 
 

@@ -22,7 +22,8 @@ from gcpo_analysis.errors import did_you_mean
 from gcpo_analysis.knobs import check_knobs, knob, shared
 from gcpo_analysis.vocab import PACKAGED_POLICY, PAPER_POLICY, full_completion
 
-LOSS_AGGREGATIONS = ("sequence", "token")
+from .loss import LOSS_AGGREGATIONS
+
 BACKENDS = ("gcpo", "trl", "hf", "vllm")
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -108,6 +109,13 @@ class TrainConfig:
         False, "The benchmark ships one split: split it with split_queries(train_frac, seed) into train/test."
     )
     train_frac: float = knob(0.8, "Train fraction when split_from_single is true.", gt=0, lt=1)
+    split_seed: int | None = knob(
+        None,
+        "Seed of split_queries when split_from_single is true. Set it to keep one held-out set across "
+        "training seeds (gcpo compare does).",
+        ge=0,
+        none="seed",
+    )
     split_group: str | None = knob(
         None,
         "Column kept together by split_queries (e.g. 'context', so questions on one passage never straddle "
@@ -150,10 +158,13 @@ class TrainConfig:
     clip_epsilon: float = knob(0.2, "PPO clip ε on ρ_t.", gt=0)
     num_iterations: int = knob(1, "μ: optimizer updates per generation batch (GRPO Algorithm 1).", ge=1)
     loss_aggregation: str = knob(
-        "sequence",
-        "'sequence' = mean over tokens per rollout, then over "
-        "rollouts (GRPO paper); 'token' = sum over all tokens / token count "
-        "(TRL 'bnpo'/DAPO-style).",
+        "dapo",
+        "How token losses sum to the step's loss (gcpo_train.loss; TRL's loss_type of the same form): "
+        "'dapo' (default; TRL's default too) and 'token' (TRL 'bnpo') = sum over the step's tokens / "
+        "their count, every token weighing the same; 'sequence' (TRL 'grpo', the GRPO paper's) = "
+        "mean per rollout, then over rollouts, whose 1/|o_i| lets long wrong answers off lightly "
+        "and drifts lengths to the cap (Dr. GRPO; issue 25's pilots); 'dr_grpo' = sum / "
+        "(rollouts x max_new_tokens), whose gradient scale shrinks as the cap grows.",
         choices=LOSS_AGGREGATIONS,
     )
     micro_batch_size: int = knob(

@@ -35,8 +35,12 @@ def evaluate(
 
     checkpoint_or_model: a checkpoint folder (``.../checkpoints/step_000100``), a model name
     ('packaged', hub name, path), or a loaded model (then ``tokenizer`` is required).
+    ``config``: a TrainConfig whose data, split and decoding to use; given with a model name
+    (e.g. 'packaged', the base policy), the run's own held-out queries are evaluated as they are
+    for its checkpoints, so the two pair by query. A checkpoint brings its own config.
     Returns {"dataset", "split", "n", "metrics": task_metrics(...) + mean_reward, "model"}.
-    Predictions go next to the JSON as ``<name>.predictions.parquet``.
+    Predictions go next to the JSON as ``<name>.predictions.parquet``, one row per query with
+    its ``score`` (the task's metric on 0-100, ``heldout.per_query_scores``) for pairing.
     """
     if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
         raise ValueError(f"n (--n) must be an integer >= 1 (queries to evaluate), got {n!r}")
@@ -60,7 +64,7 @@ def evaluate(
 
         model, tokenizer, config = load_trained(checkpoint_or_model, device)
     elif isinstance(checkpoint_or_model, (str, Path)):
-        model, tokenizer = load_model_and_tokenizer(str(checkpoint_or_model))
+        model, tokenizer = load_model_and_tokenizer(str(checkpoint_or_model), config.dtype if config else "float32")
         if device:
             model.to(device)
     else:
@@ -114,6 +118,9 @@ def evaluate(
         raise ValueError(f"evaluate expects one task per dataset, got {sorted(set(tasks))}")
     preds = [extract_answer(c, task) or "" for c in completions]
     metrics = dict(task_metrics(task, preds, refs))
+    from .heldout import per_query_scores
+
+    scores = per_query_scores(task, preds, refs)
     rewards = [task_reward(task, c, r) for c, r in zip(completions, refs)]
     metrics["mean_reward"] = float(np.mean(rewards))
     result = {
@@ -124,12 +131,14 @@ def evaluate(
         "max_new_tokens": max_new_tokens,
         "decoding": "greedy",
         "metrics": metrics,
+        "scores": scores.tolist(),
+        "query_ids": queries["query_id"].astype(str).tolist(),
     }
     if output is not None:
         import pandas as pd
 
         output = Path(output)
-        write_json(output, result, default=float)
+        write_json(output, {k: v for k, v in result.items() if k not in ("scores", "query_ids")}, default=float)
         write_frame(
             pd.DataFrame(
                 {
@@ -137,6 +146,7 @@ def evaluate(
                     "completion": completions,
                     "answer": preds,
                     "reward": rewards,
+                    "score": scores,
                     "references": refs,
                 }
             ),

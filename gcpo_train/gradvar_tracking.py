@@ -7,7 +7,8 @@ processes) written as a sum over rollouts, L = Σ_i L_i, rollout i's contributio
     h_i = ∇_θ L_i   over the trainable parameters θ (LoRA adapters, or every weight),
 
     L_i = (1/N) · (1/|o_i|) Σ_t m_{i,t} [−min(ρ Ã_i, clip(ρ) Ã_i) + β·KL_{i,t}]   ("sequence")
-    L_i = Σ_t m_{i,t} [...] / n_tokens                                         ("token"),
+    L_i = Σ_t m_{i,t} [...] / n_tokens                                 ("token", "dapo"),
+    L_i = Σ_t m_{i,t} [...] / (N · max_new_tokens)                     ("dr_grpo"),
 
 at the first of the μ updates (θ = θ_old, so ρ = 1), before gradient clipping; N and n_tokens
 are the step-wide normalisers. Per group q of G rollouts, K_ij = h_i·h_j and

@@ -5,12 +5,23 @@
     KL_{i,t} = exp(ref − logp) − (ref − logp) − 1            (k3 estimator, ≥ 0, Schulman 2020)
     ℓ_{i,t} = L_clip + β·KL_{i,t}
 
-Aggregation (``loss_aggregation``), with m_{i,t} the completion mask:
-- ``"sequence"`` (default, the GRPO paper's 1/G Σ_i 1/|o_i| Σ_t): per-rollout token mean, then the
-  mean over the N rollouts of the step: L = (1/N) Σ_i (Σ_t m ℓ / Σ_t m).
-- ``"token"`` (TRL's ``bnpo``, DAPO-style): L = Σ_{i,t} m ℓ / Σ_{i,t} m over the step.
-Both are written as a sum over a micro-batch divided by a step-wide normaliser (``n_seqs`` or
-``n_tokens``), so chunked gradient accumulation gives the same gradient as one big batch.
+Aggregation (``loss_aggregation``), with m_{i,t} the completion mask, N the step's rollouts and
+T_max the completion cap (``max_new_tokens``); each name is TRL 1.16's ``loss_type`` of that form:
+- ``"sequence"`` (TRL ``grpo``; the GRPO paper's 1/G Σ_i 1/|o_i| Σ_t): per-rollout token mean,
+  then the mean over the rollouts: L = (1/N) Σ_i (Σ_t m ℓ / Σ_t m). A long rollout's tokens
+  weigh less, which lets long wrong answers off lightly (the length drift of Dr. GRPO, Liu et
+  al. 2025).
+- ``"token"`` (TRL ``bnpo``) and ``"dapo"`` (TRL ``dapo``, DAPO, Yu et al. 2025): every token of
+  the step weighs the same, L = Σ_{i,t} m ℓ / Σ_{i,t} m over the step. The two are one formula
+  here, because this loop always normalises by the whole step's tokens; in TRL ``bnpo`` divides
+  each micro-batch by its own token count and ``dapo`` by the generation batch's, so they differ
+  there once a step is split into micro-batches or processes.
+- ``"dr_grpo"`` (TRL ``dr_grpo``, Dr. GRPO): L = Σ_{i,t} m ℓ / (N · T_max), a constant
+  normaliser, so neither the rollout's length nor the batch's token count scales a token's
+  gradient.
+All are a sum over a micro-batch divided by a step-wide normaliser (``n_seqs``, ``n_tokens``,
+``n_seqs · max_completion_length``), so chunked gradient accumulation gives the same gradient as
+one big batch.
 
 Ã_i is the modulated advantage from ``gcpo_analysis.measures.modulators`` (Section 3.4); the
 log-probabilities come from the forward pass in ``logprobs`` (at the sampling temperature, as
@@ -23,6 +34,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from gcpo_analysis.models import require
+
+# TRL 1.16 loss_type of each form: sequence = grpo, token = bnpo, dapo = dapo, dr_grpo = dr_grpo
+LOSS_AGGREGATIONS = ("sequence", "token", "dapo", "dr_grpo")
+TRL_LOSS_TYPE = {"sequence": "grpo", "token": "bnpo", "dapo": "dapo", "dr_grpo": "dr_grpo"}
 
 
 @dataclass
@@ -66,12 +81,14 @@ def grpo_loss(
     aggregation: str = "sequence",
     n_seqs: int | None = None,
     n_tokens: float | None = None,
+    max_completion_length: int | None = None,
 ) -> LossOutput:
     """Clipped GRPO surrogate + β·k3 KL on one micro-batch (formula in the module docstring).
 
     logp (B,T) with grad; old_logp, ref_logp (B,T) detached (ref_logp None when β = 0);
     advantages (B,) Ã_i; mask (B,T) completion mask. n_seqs / n_tokens: step-wide
-    normalisers (default: this micro-batch's).
+    normalisers (default: this micro-batch's); max_completion_length: T_max of ``dr_grpo``
+    (required there).
     """
     torch = require("torch")
     if logp.shape != mask.shape or old_logp.shape != mask.shape:
@@ -94,10 +111,17 @@ def grpo_loss(
         kl = torch.zeros_like(logp)
     if aggregation == "sequence":
         loss = per_rollout_mean(per_token, mask).sum() / float(n_seqs or logp.shape[0])
-    elif aggregation == "token":
+    elif aggregation in ("token", "dapo"):
         loss = (per_token * m).sum() / float(n_tokens or m.sum().clamp(min=1.0))
+    elif aggregation == "dr_grpo":
+        if max_completion_length is None or max_completion_length < 1:
+            raise ValueError(
+                f"loss_aggregation 'dr_grpo' needs max_completion_length >= 1 (the completion cap), "
+                f"got {max_completion_length!r}"
+            )
+        loss = (per_token * m).sum() / float((n_seqs or logp.shape[0]) * max_completion_length)
     else:
-        raise ValueError(f"loss_aggregation must be 'sequence' or 'token', got {aggregation!r}")
+        raise ValueError(f"loss_aggregation must be one of {', '.join(LOSS_AGGREGATIONS)}, got {aggregation!r}")
     with torch.no_grad():
         is_clipped = ((ratio < 1.0 - clip_epsilon) & (adv < 0)) | ((ratio > 1.0 + clip_epsilon) & (adv > 0))
         clip_frac = per_rollout_mean(is_clipped.to(m.dtype), mask)

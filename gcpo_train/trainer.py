@@ -409,6 +409,7 @@ class GCPOLoopTrainer:
                         aggregation=cfg.loss_aggregation,
                         n_seqs=n_rollouts,
                         n_tokens=n_tokens,
+                        max_completion_length=cfg.max_new_tokens,
                     )
                     # a tracked shared chunk keeps the graph for its per-rollout prompt passes
                     acc.backward(out.loss * acc.num_processes, retain_graph=shared)

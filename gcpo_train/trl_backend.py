@@ -44,13 +44,14 @@ def gcpo_config_from(cfg: TrainConfig, plain_trl: bool = False, **overrides):
     ``plain_trl``: TRL's GRPOConfig of the same run, without the GCPO fields. The GCPO fields are
     copied by name (both configs declare them from ``gcpo_analysis.knobs``), TRL's fields through
     ``TRL_NAMES`` and the few conversions below."""
+    from .loss import TRL_LOSS_TYPE
     from .trl import GCPOConfig, gcpo_config_fields
 
     kwargs: dict[str, Any] = {trl: getattr(cfg, ours) for ours, trl in TRL_NAMES.items()}
     kwargs.update({name: getattr(cfg, name) for name in gcpo_config_fields() if hasattr(cfg, name)})
     kwargs.update(
         max_grad_norm=cfg.max_grad_norm or 1e9,
-        loss_type={"sequence": "grpo", "token": "bnpo"}[cfg.loss_aggregation],
+        loss_type=TRL_LOSS_TYPE[cfg.loss_aggregation],
         scale_rewards="group",
         per_device_train_batch_size=cfg.queries_per_step * cfg.group_size,
         top_k=0,

@@ -78,7 +78,7 @@ def test_clip_blocks_gradient_beyond_trust_region():
     assert float(out.clip_frac[0]) == pytest.approx(0.5)
 
 
-@pytest.mark.parametrize("aggregation", ["sequence", "token"])
+@pytest.mark.parametrize("aggregation", ["sequence", "token", "dapo", "dr_grpo"])
 def test_aggregation_matches_naive_loop_and_chunking(aggregation):
     g = torch.Generator().manual_seed(3)
     B, T = 5, 6
@@ -91,7 +91,10 @@ def test_aggregation_matches_naive_loop_and_chunking(aggregation):
     for i, L in enumerate(lengths):
         mask[i, :L] = 1
     beta, eps = 0.05, 0.2
-    full = grpo_loss(logp, old, ref, adv, mask, beta=beta, clip_epsilon=eps, aggregation=aggregation)
+    t_max = 8  # the completion cap, above the longest rollout as when none is cut
+    full = grpo_loss(
+        logp, old, ref, adv, mask, beta=beta, clip_epsilon=eps, aggregation=aggregation, max_completion_length=t_max
+    )
     # naive
     per_seq, tot, ntok = [], 0.0, 0
     for i, L in enumerate(lengths):
@@ -104,7 +107,7 @@ def test_aggregation_matches_naive_loop_and_chunking(aggregation):
         per_seq.append(np.mean(terms))
         tot += sum(terms)
         ntok += L
-    naive = np.mean(per_seq) if aggregation == "sequence" else tot / ntok
+    naive = {"sequence": np.mean(per_seq), "dr_grpo": tot / (B * t_max)}.get(aggregation, tot / ntok)
     assert float(full.loss) == pytest.approx(naive, rel=1e-10)
     # two micro-batches with step-wide normalisers sum to the full loss
     parts = [
@@ -119,10 +122,25 @@ def test_aggregation_matches_naive_loop_and_chunking(aggregation):
             aggregation=aggregation,
             n_seqs=B,
             n_tokens=float(mask.sum()),
+            max_completion_length=t_max,
         )
         for s in (slice(0, 2), slice(2, 5))
     ]
     assert float(sum(p.loss for p in parts)) == pytest.approx(naive, rel=1e-10)
+
+
+def test_dr_grpo_needs_the_completion_cap():
+    with pytest.raises(ValueError, match="max_completion_length"):
+        grpo_loss(
+            torch.zeros(2, 3),
+            torch.zeros(2, 3),
+            None,
+            torch.zeros(2),
+            torch.ones(2, 3),
+            beta=0.0,
+            clip_epsilon=0.2,
+            aggregation="dr_grpo",
+        )
 
 
 def test_masked_var_matches_numpy():

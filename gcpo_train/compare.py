@@ -1,0 +1,305 @@
+"""``gcpo compare``: one config trained under several modulators (arms) and seeds, evaluated on
+one fixed held-out set, and compared with GRPO (``none``) in paired differences (issue 25).
+
+Layout of the comparison folder ``OUT``::
+
+    OUT/compare.json                 what was asked (config identity, arms, seeds, eval settings)
+    OUT/base/<key>.predictions.parquet   the base policy's held-out scores (step 0)
+    OUT/runs/<arm>/seed_<s>/         an ordinary run folder (gcpo train's rules: locked,
+                                     resumable, refusals); done.json once trained and evaluated
+    OUT/results.parquet              arm, seed, step, query_id, score (long form; step 0 = base)
+    OUT/summary.md / summary.csv / figures/   (gcpo_train.compare_report)
+
+- **Common random numbers.** Every arm of seed s trains with ``seed = s``: the LoRA
+  initialisation, the query order (``splits.query_indices``) and each step's sampling seeds
+  (``trainer.step_seed``) are the same across arms, so their first-step samples are identical and
+  later differences come from the updates alone.
+- **One held-out set.** ``split_seed`` (default: the config's, else 0) fixes the train/test
+  split for every seed and arm; evaluation is greedy on the first ``eval_n`` held-out queries,
+  every ``eval_every`` steps and at the last step, with the same decoding for every arm.
+- **Stop and resume.** The folder is locked while a comparison runs; rerunning the same command
+  skips finished runs (``done.json``), resumes an interrupted one from its newest checkpoint,
+  and refuses a folder made from another configuration.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from gcpo_analysis.frames import write_frame, write_text
+
+from .config import TrainConfig
+
+REFERENCE_ARM = "none"
+
+
+def run_config(base: TrainConfig, arm: str, seed: int, out: Path, eval_every: int, eval_n: int | None, split_seed: int):
+    """The TrainConfig of one arm-seed run inside the comparison folder ``out``."""
+    folder = out / "runs" / arm / f"seed_{seed}"
+    return dataclasses.replace(
+        base,
+        modulator=arm,
+        seed=seed,
+        split_seed=split_seed,
+        output_dir=str(folder),
+        eval_every=eval_every,
+        eval_n=eval_n,
+        resume=(folder / "log.jsonl").exists(),
+        overwrite=False,
+    )
+
+
+def _base_key(config: TrainConfig, seed: int) -> str:
+    """A random tiny test model is drawn from the seed; any real policy is the same for all seeds."""
+    return f"seed_{seed}" if config.model.startswith("tiny:") else "all_seeds"
+
+
+class Comparison:
+    """Arms x seeds of one config (``base``) in the folder ``out``.
+
+    trainer_kwargs go to every ``GCPOLoopTrainer`` (queries, eval_queries, reward_fn, embedder:
+    tests and notebooks); the held-out queries are ``trainer_kwargs["eval_queries"]`` when given.
+    """
+
+    def __init__(
+        self,
+        base: TrainConfig,
+        out,
+        modulators,
+        seeds,
+        *,
+        eval_every: int = 0,
+        eval_n: int | None = 200,
+        split_seed: int | None = None,
+        trainer_kwargs: dict | None = None,
+    ):
+        self.base, self.out = base, Path(out)
+        self.modulators, self.seeds = list(modulators), [int(s) for s in seeds]
+        if not self.modulators or not self.seeds:
+            raise ValueError("gcpo compare needs at least one modulator (--modulators) and one seed (--seeds)")
+        for name, values in (("--modulators", self.modulators), ("--seeds", self.seeds)):
+            if len(set(values)) != len(values):
+                raise ValueError(f"{name} lists a value twice: {values}")
+        for arm in self.modulators:  # each arm's config validated now, not after hours of the first arm
+            dataclasses.replace(base, modulator=arm)
+        if base.backend not in ("gcpo", "hf"):
+            raise ValueError(f"gcpo compare runs the gcpo loop; backend {base.backend!r} is not supported here")
+        if eval_every < 0:
+            raise ValueError(f"--eval_every must be >= 0, got {eval_every}")
+        self.eval_every, self.eval_n = int(eval_every), eval_n
+        self.split_seed = int(split_seed if split_seed is not None else (base.split_seed or 0))
+        self.trainer_kwargs = dict(trainer_kwargs or {})
+
+    # ------------------------------------------------------------------ bookkeeping
+    def spec(self) -> dict:
+        identity = {k: v for k, v in self.base.identity().items() if k not in ("modulator", "seed", "split_seed")}
+        return {
+            "config": identity,
+            "modulators": self.modulators,
+            "seeds": self.seeds,
+            "eval_every": self.eval_every,
+            "eval_n": self.eval_n,
+            "split_seed": self.split_seed,
+            "steps": self.base.steps,
+        }
+
+    def _check_spec(self) -> None:
+        """A folder holds one comparison: more arms or seeds may be added, nothing else changed."""
+        path = self.out / "compare.json"
+        new = self.spec()
+        if path.exists():
+            old = json.loads(path.read_text())
+            old_cfg, new_cfg = old.get("config", {}), json.loads(json.dumps(new["config"], default=str))
+            changed = sorted(k for k in set(old_cfg) | set(new_cfg) if old_cfg.get(k) != new_cfg.get(k))
+            changed += sorted(k for k in new if k not in ("modulators", "seeds", "config") and old.get(k) != new[k])
+            if changed:
+                raise ValueError(
+                    f"{self.out} holds a comparison made with other settings ({', '.join(changed)} differ); "
+                    "use another --output folder, or the settings it was made with"
+                )
+            new["modulators"] = list(dict.fromkeys(old["modulators"] + self.modulators))
+            new["seeds"] = list(dict.fromkeys(old["seeds"] + self.seeds))
+        write_text(path, json.dumps(new, indent=2, default=str) + "\n")
+
+    def heldout(self) -> pd.DataFrame:
+        from .splits import load_split
+
+        queries = self.trainer_kwargs.get("eval_queries")
+        if queries is None:
+            cfg = dataclasses.replace(self.base, split_seed=self.split_seed)
+            queries = load_split(cfg, cfg.eval_split)
+        return queries.iloc[: self.eval_n] if self.eval_n else queries
+
+    # ------------------------------------------------------------------ running
+    def run(self, progress: bool = True) -> dict:
+        """Train and evaluate what is missing, then write results, summary and figures."""
+        from .run_folder import take_lock
+
+        self.out.mkdir(parents=True, exist_ok=True)
+        lock = take_lock(self.out / ".gcpo.lock", self.out / ".gcpo.owner.json", f"comparison folder {self.out}")
+        try:
+            self._check_spec()
+            summary = None
+            for seed in self.seeds:  # seed-major: each finished seed is a complete paired set
+                self.evaluate_base(seed, progress)
+                for arm in self.modulators:
+                    self.train_arm(arm, seed, progress)
+                    summary = self.report()  # refreshed after every run, so a stopped comparison has one
+            assert summary is not None
+            return summary
+        finally:
+            lock.release()
+
+    def report(self) -> dict:
+        """results.parquet, summary.md/csv and figures/ from the evaluations finished so far."""
+        from .compare_report import write_report
+
+        results = self.results()
+        write_frame(results, self.out / "results.parquet")
+        return write_report(self.out, results, self.modulators, REFERENCE_ARM)
+
+    def evaluate_base(self, seed: int, progress: bool = True) -> Path:
+        """The base policy's held-out scores (step 0), greedy, as every checkpoint is evaluated."""
+        cfg = run_config(self.base, REFERENCE_ARM, seed, self.out, self.eval_every, self.eval_n, self.split_seed)
+        path = self.out / "base" / f"{_base_key(cfg, seed)}.json"
+        if path.with_name(path.stem + ".predictions.parquet").exists():
+            return path
+        from gcpo_analysis.models import require
+
+        from .evaluate import evaluate
+        from .policy import load_model_and_tokenizer
+
+        require("torch").manual_seed(seed)  # the trainer's draw of a random tiny model
+        model, tokenizer = load_model_and_tokenizer(cfg.model, cfg.dtype)
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        evaluate(
+            model,
+            tokenizer=tokenizer,
+            config=cfg,
+            queries=self.heldout(),
+            output=path,
+            progress=progress,
+            device=cfg.device,
+        )
+        return path
+
+    def train_arm(self, arm: str, seed: int, progress: bool = True) -> Path:
+        """Train one arm-seed run (resuming it when interrupted) and evaluate its last step."""
+        cfg = run_config(self.base, arm, seed, self.out, self.eval_every, self.eval_n, self.split_seed)
+        folder = Path(cfg.output_dir)
+        done = folder / "done.json"
+        if done.exists():
+            return folder
+        from .trainer import GCPOLoopTrainer
+
+        cfg = dataclasses.replace(cfg, progress=progress and cfg.progress)
+        kwargs = {
+            "eval_queries": self.heldout(),
+            **{k: v for k, v in self.trainer_kwargs.items() if k != "eval_queries"},
+        }
+        trainer = GCPOLoopTrainer(cfg, **kwargs)
+        trainer.train()
+        final = folder / "eval" / f"step_{cfg.steps:06d}.predictions.parquet"
+        if not final.exists():  # steps not a multiple of eval_every: the last step is always evaluated
+            trainer.evaluate(tag=f"step_{cfg.steps:06d}")
+        write_text(done, json.dumps({"arm": arm, "seed": seed, "steps": cfg.steps}) + "\n")
+        return folder
+
+    # ------------------------------------------------------------------ results
+    def results(self) -> pd.DataFrame:
+        """Long form (arm, seed, step, query_id, score) of every finished evaluation; the base
+        policy is arm 'base' at step 0 of each seed."""
+        parts = []
+        for seed in self.seeds:
+            cfg = run_config(self.base, REFERENCE_ARM, seed, self.out, self.eval_every, self.eval_n, self.split_seed)
+            base = self.out / "base" / f"{_base_key(cfg, seed)}.predictions.parquet"
+            if base.exists():
+                parts.append(_scores(base, "base", seed, 0))
+            for arm in self.modulators:
+                folder = self.out / "runs" / arm / f"seed_{seed}"
+                for path in sorted((folder / "eval").glob("step_*.predictions.parquet")):
+                    parts.append(_scores(path, arm, seed, int(path.name[5:11])))
+        columns = ["arm", "seed", "step", "query_id", "score"]
+        if not parts:
+            return pd.DataFrame({c: pd.Series(dtype=object) for c in columns})
+        return pd.concat(parts, ignore_index=True)[columns]
+
+
+def _scores(path: Path, arm: str, seed: int, step: int) -> pd.DataFrame:
+    df = pd.read_parquet(path, columns=["query_id", "score"])
+    return df.assign(arm=arm, seed=seed, step=step)
+
+
+# ---------------------------------------------------------------------- command line
+def add_parser(subparsers):
+    import argparse
+
+    p = subparsers.add_parser(
+        "compare",
+        help="train arms (modulators) x seeds from one config and compare them with GRPO on held-out queries",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+    p.add_argument("--config", required=True, help="training config YAML (gcpo train's fields)")
+    p.add_argument(
+        "--modulators", default="none,bot_rd", help="comma-separated arms; 'none' (plain GRPO) is the reference"
+    )
+    p.add_argument("--seeds", default="0,1,2", help="comma-separated training seeds (default: 0,1,2)")
+    p.add_argument("--output", required=True, help="comparison folder (created; rerun the command to resume)")
+    p.add_argument(
+        "--eval_every",
+        "--eval-every",
+        type=int,
+        default=0,
+        help="held-out evaluation every N steps (0 = only the base policy and the last step)",
+    )
+    p.add_argument("--eval_n", "--eval-n", type=int, default=200, help="held-out queries (the first N of the split)")
+    p.add_argument(
+        "--split_seed",
+        "--split-seed",
+        type=int,
+        default=None,
+        help="seed of the train/test split, the same for every seed (default: the config's, else 0)",
+    )
+    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides, as gcpo train's")
+    p.add_argument(
+        "--report_only",
+        "--report-only",
+        action="store_true",
+        help="train nothing: rewrite results, summary and figures from the runs finished so far "
+        "(also while the comparison runs in another process)",
+    )
+    p.add_argument("--no_progress", "--no-progress", action="store_true", help="hide the progress bars")
+    p.set_defaults(func=run_cli, _parser=p)
+    return p
+
+
+def run_cli(args) -> int:
+    from .config import load_config, parse_overrides
+
+    base = load_config(args.config, parse_overrides(args.set))
+    if args.eval_n is not None and args.eval_n < 1:
+        raise ValueError(f"--eval_n must be >= 1, got {args.eval_n}")
+    comparison = Comparison(
+        base,
+        args.output,
+        [m.strip() for m in args.modulators.split(",") if m.strip()],
+        [int(s) for s in args.seeds.split(",") if s.strip()],
+        eval_every=args.eval_every,
+        eval_n=args.eval_n,
+        split_seed=args.split_seed,
+    )
+    if args.report_only:
+        if not (comparison.out / "compare.json").exists():
+            raise FileNotFoundError(f"{comparison.out} holds no comparison (no compare.json) to report on")
+        summary = comparison.report()
+    else:
+        summary = comparison.run(progress=not args.no_progress)
+    print(summary["markdown"])
+    return 0

@@ -1,0 +1,163 @@
+"""gcpo compare: the paired statistics against brute force, ω read back from rollouts, and an
+end-to-end comparison of 2 arms x 2 seeds x 2 steps on a tiny random llama (CRN, resume, refusal)."""
+
+import itertools
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gcpo_train.compare_report import omega_per_group, paired_seed_query_bootstrap, summary_table
+
+
+def test_two_level_bootstrap_matches_a_loop():
+    rng = np.random.default_rng(0)
+    d = rng.normal(1.0, 3.0, (3, 40))
+    mean, low, high, p = paired_seed_query_bootstrap(d, n_resamples=4000, seed=5)
+    assert mean == pytest.approx(d.mean())
+    # the same resamples, drawn as index lists and averaged by a plain loop
+    g = np.random.default_rng(5)
+    cs = g.multinomial(3, np.full(3, 1 / 3), size=4000)
+    kq = g.multinomial(40, np.full(40, 1 / 40), size=4000)
+    loop = []
+    for c, k in zip(cs, kq):
+        seeds, queries = np.repeat(np.arange(3), c), np.repeat(np.arange(40), k)
+        loop.append(d[np.ix_(seeds, queries)].mean())
+    assert (low, high) == pytest.approx(tuple(np.quantile(loop, [0.025, 0.975])))
+    assert p == pytest.approx(min(1.0, 2 * min(np.mean(np.array(loop) <= 0), np.mean(np.array(loop) >= 0))))
+
+
+def test_two_level_bootstrap_edge_cases():
+    assert paired_seed_query_bootstrap(np.zeros((2, 5))) == (0.0, 0.0, 0.0, 1.0)
+    assert paired_seed_query_bootstrap(np.full((1, 4), 2.0))[1:3] == (2.0, 2.0)
+    with pytest.raises(ValueError, match="seeds, queries"):
+        paired_seed_query_bootstrap(np.zeros(5))
+
+
+def test_group_weights_read_back_omega():
+    from gcpo_analysis.measures.advantages import grpo_advantages
+
+    rows = []
+    for q, (rewards, omega) in enumerate(
+        [([0.0, 1.0, 2.0, 2.0], 0.7), ([1.0, 1.0, 1.0, 1.0], 0.5), ([0, 2, 0, 0], 1.3)]
+    ):
+        adv = grpo_advantages(np.array(rewards, float)) * omega
+        rows += [dict(step=1, query_id=f"q{q}", reward=r, advantage=a) for r, a in zip(rewards, adv)]
+    np.testing.assert_allclose(omega_per_group(pd.DataFrame(rows)), [0.7, 1.3])  # the tied group has no ω
+
+
+def test_summary_table_deltas_and_holm():
+    rng = np.random.default_rng(1)
+    rows = []
+    for arm, shift in (("none", 0.0), ("a", 5.0), ("b", 0.0)):
+        for seed, q in itertools.product(range(3), range(50)):
+            rows.append(dict(arm=arm, seed=seed, step=10, query_id=f"q{q}", score=50 + shift + rng.normal(0, 1)))
+            rows.append(dict(arm=arm, seed=seed, step=5, query_id=f"q{q}", score=0.0))  # not the last step
+    t = summary_table(pd.DataFrame(rows), ["none", "a", "b"], "none", {}).set_index("arm")
+    assert t.loc["a", "delta"] == pytest.approx(5.0, abs=0.3) and t.loc["a", "delta_low"] > 0
+    assert t.loc["b", "delta_low"] < 0 < t.loc["b", "delta_high"]
+    assert pd.isna(t.loc["none"].get("delta"))
+    assert t.loc["a", "p_holm"] <= t.loc["b", "p_holm"] and t.loc["b", "p_holm"] >= t.loc["b", "p"]
+    assert t.loc["a", "step"] == 10 and t.loc["a", "seeds"] == 3
+
+
+# ---------------------------------------------------------------------- end to end (tiny model)
+pytest.importorskip("torch")
+pytest.importorskip("peft")
+
+
+def _comparison(tmp_path, seeds=(0, 1), arms=("none", "bot_rd"), **kw):
+    from helpers.embedders import HashEmbedder
+    from helpers.loop_setup import loop_config, queries, word_reward
+
+    from gcpo_train.compare import Comparison
+    from gcpo_train.config import TrainConfig
+
+    cfg = TrainConfig(**{**loop_config(tmp_path, "unused"), **kw})
+    held = queries().assign(query_id=lambda d: "h" + d["query_id"])
+    return Comparison(
+        cfg,
+        tmp_path / "cmp",
+        arms,
+        seeds,
+        eval_every=1,
+        eval_n=4,
+        trainer_kwargs=dict(queries=queries(), eval_queries=held, reward_fn=word_reward, embedder=HashEmbedder()),
+    )
+
+
+@pytest.mark.slow
+def test_compare_end_to_end_crn_and_resume(tmp_path, monkeypatch):
+    from gcpo_train import trainer as trainer_module
+
+    cmp = _comparison(tmp_path)
+    # a kill during the second arm of seed 0: the first arm is finished, the second is not
+    real_step = trainer_module.GCPOLoopTrainer.train_step
+
+    def dies_in_bot_rd(self, step):
+        if self.config.modulator == "bot_rd" and step == 2:
+            raise KeyboardInterrupt
+        return real_step(self, step)
+
+    monkeypatch.setattr(trainer_module.GCPOLoopTrainer, "train_step", dies_in_bot_rd)
+    with pytest.raises(KeyboardInterrupt):
+        cmp.run(progress=False)
+    out = tmp_path / "cmp"
+    finished = out / "runs" / "none" / "seed_0"
+    assert (finished / "done.json").exists() and not (out / "runs" / "bot_rd" / "seed_0" / "done.json").exists()
+    # the stopped comparison already has the summary written after its finished run (`none`, seed 0)
+    partial = pd.read_csv(out / "summary.csv")
+    assert list(partial["arm"]) == ["none"] and list(partial["seeds"]) == [1] and list(partial["step"]) == [2]
+    assert set(pd.read_parquet(out / "results.parquet")["arm"]) == {"base", "none"}
+    # --report_only adds what was evaluated since: bot_rd's step-1 evaluation before the kill
+    again = _comparison(tmp_path).report()["table"]
+    assert again.set_index("arm")["step"].to_dict() == {"none": 2, "bot_rd": 1}
+    before = (finished / "log.jsonl").read_bytes(), (finished / "log.jsonl").stat().st_mtime_ns
+    monkeypatch.setattr(trainer_module.GCPOLoopTrainer, "train_step", real_step)
+    summary = _comparison(tmp_path).run(progress=False)
+    assert ((finished / "log.jsonl").read_bytes(), (finished / "log.jsonl").stat().st_mtime_ns) == before
+
+    res = pd.read_parquet(out / "results.parquet")
+    assert list(res.columns) == ["arm", "seed", "step", "query_id", "score"]
+    got = res.groupby(["arm", "seed"])["step"].apply(lambda s: sorted(set(s))).to_dict()
+    assert got == {
+        ("base", 0): [0],
+        ("base", 1): [0],
+        **{(a, s): [1, 2] for a in ("none", "bot_rd") for s in (0, 1)},
+    }
+    assert (res.groupby(["arm", "seed", "step"]).size() == 4).all()  # the 4 held-out queries each time
+    assert set(res["query_id"]) == {"hq0", "hq1", "hq2", "hq3"}
+    for arm in ("none", "bot_rd"):  # every run evaluated on the held-out set, never a training query
+        log = [json.loads(x) for x in open(out / "runs" / arm / "seed_1" / "log.jsonl")]
+        assert [r["step"] for r in log] == [1, 2]
+    # common random numbers: the same seed draws the same first-step samples in every arm
+    first = {
+        (a, s): pd.read_parquet(out / "runs" / a / f"seed_{s}" / "rollouts" / "step_000001.parquet")
+        for a in ("none", "bot_rd")
+        for s in (0, 1)
+    }
+    for s in (0, 1):
+        assert list(first["none", s]["completion"]) == list(first["bot_rd", s]["completion"])
+        assert list(first["none", s]["query_id"]) == list(first["bot_rd", s]["query_id"])
+    assert list(first["none", 0]["completion"]) != list(first["none", 1]["completion"])
+    table = summary["table"].set_index("arm")
+    assert table.loc["bot_rd", "paired_seeds"] == 2 and np.isfinite(table.loc["bot_rd", "delta"])
+    assert table.loc["bot_rd", "omega_p5"] <= table.loc["bot_rd", "omega_p95"]
+    assert table.loc["none", "omega_p5"] == pytest.approx(1.0) == table.loc["none", "omega_p95"]
+    assert "Δ vs none" in (out / "summary.md").read_text() and (out / "summary.csv").exists()
+    assert (out / "figures" / "compare.png").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_compare_refuses_a_folder_of_other_settings(tmp_path):
+    _comparison(tmp_path, seeds=(0,), arms=("none",)).run(progress=False)
+    with pytest.raises(ValueError, match="learning_rate"):  # the config key that differs is named
+        _comparison(tmp_path, seeds=(0,), arms=("none",), learning_rate=1e-3).run(progress=False)
+
+
+def test_compare_refuses_bad_arms_and_seeds(tmp_path):
+    with pytest.raises(ValueError, match="twice"):
+        _comparison(tmp_path, seeds=(0, 0))
+    with pytest.raises(ValueError, match="unknown modulator"):
+        _comparison(tmp_path, arms=("none", "bot_rdd"))
