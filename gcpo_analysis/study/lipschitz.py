@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from ..frames import write_frame, write_json, write_text
+from ..outputs import atomic_write
 from ..stats.lipschitz import LEVEL, N_BOOT, lipschitz_pairs, summarise
 from ..vocab import CLUSTERS, EMBEDDINGS, JUDGE, NLI_THRESHOLD, USE_FULL_COMPLETION, full_completion
 
@@ -107,6 +108,15 @@ def embed_rollouts(
     return out
 
 
+def _without_machine_paths(meta: dict) -> dict:
+    """``meta`` with a packaged embedder's path given from site-packages on: the package's file,
+    not this machine's, in files that are committed and compared byte for byte."""
+    emb = meta.get("embedder")
+    if isinstance(emb, dict) and isinstance(emb.get("path"), str) and "site-packages/" in emb["path"]:
+        return dict(meta, embedder=dict(emb, path=emb["path"].split("site-packages/", 1)[1]))
+    return dict(meta)
+
+
 def write_embeddings(frame: pd.DataFrame, path) -> None:
     """The sidecar as parquet: embeddings as list<float16>, ``attrs['lipschitz']`` as metadata."""
     import pyarrow as pa
@@ -120,8 +130,9 @@ def write_embeddings(frame: pd.DataFrame, path) -> None:
             "embedding": pa.array(list(frame["embedding"]), type=pa.list_(pa.float16())),
         }
     )
-    meta = json.dumps(frame.attrs.get("lipschitz", {}), default=str)
-    pq.write_table(table.replace_schema_metadata({"gcpo_lipschitz": meta}), path)
+    meta = _without_machine_paths(frame.attrs.get("lipschitz", {}))
+    table = table.replace_schema_metadata({"gcpo_lipschitz": json.dumps(meta, default=str)})
+    atomic_write(path, lambda tmp: pq.write_table(table, tmp))  # the one safe writer (issue 27)
 
 
 def read_embeddings(path) -> pd.DataFrame:
@@ -328,9 +339,7 @@ def write_lipschitz(
         source=folder.name,
         queries="all" if queries is None else sorted(keep),
     )
-    emb = meta.get("embedder")
-    if isinstance(emb, dict) and isinstance(emb.get("path"), str) and "site-packages/" in emb["path"]:
-        emb["path"] = emb["path"].split("site-packages/", 1)[1]  # the package's file, not this machine's
+    meta = _without_machine_paths(meta)
     meta["clusters_vs_groups_frame"] = _clusters_check(folder, prepared)
     tables, figs = folder / "tables", folder / "figures"
     tables.mkdir(exist_ok=True)
