@@ -137,6 +137,19 @@ def write_untrimmed(folder: Path, groups: pd.DataFrame, settings: dict, dataset:
     write_text(untrimmed / "summary.md", result.to_markdown())
 
 
+# The settings of the gap study's statistics: what a study and its --restat hand to gap_study.
+GAP_KEYS = (
+    "measures",
+    "target",
+    "reference",
+    "trim",
+    "n_boot",
+    "top_frac",
+    "k_folds",
+    "seed",
+    "success_column",
+    "level",
+)
 RESTAT_OVERRIDES = ("trim", "n_boot", "measures")
 
 
@@ -185,21 +198,9 @@ def restat(folder, overrides: dict | None = None):
         overrides["measures"] = parse_measures(overrides["measures"])
     s.update(overrides)
     s["trim"] = int(s["trim"]) if s["trim"] >= 1 else s["trim"]
-    keys = (
-        "measures",
-        "target",
-        "reference",
-        "trim",
-        "n_boot",
-        "top_frac",
-        "k_folds",
-        "seed",
-        "success_column",
-        "level",
-    )
     t0 = time.perf_counter()
     groups = read_frame(folder / "groups.parquet", "groups")
-    settings = {k: s[k] for k in keys if k in s}
+    settings = {k: s[k] for k in GAP_KEYS if k in s}
     result = gap_study(groups, name=dataset, **settings)
     result.save(folder / "tables")
     _write_paper_tables(result, folder / "tables", dataset)

@@ -22,6 +22,7 @@ from ..vocab import full_completion
 from .config import StudyConfig
 from .covariates import with_covariates
 from .output import (  # noqa: F401
+    GAP_KEYS,
     RESTAT_OVERRIDES,
     _card_statistics,
     _draw_figures,
@@ -256,20 +257,6 @@ def _from_rollouts(cfg: StudyConfig, timer: _Timer, card: dict):
     return rollouts, groups, grams
 
 
-_GAP_KEYS = (
-    "measures",
-    "target",
-    "reference",
-    "trim",
-    "n_boot",
-    "top_frac",
-    "k_folds",
-    "seed",
-    "success_column",
-    "level",
-)
-
-
 def run_study(cfg: StudyConfig):
     """Run the whole study into ``cfg.output``; returns (groups frame, GapStudyResult)."""
     from ..measures.score import score_groups
@@ -336,7 +323,7 @@ def run_study(cfg: StudyConfig):
         tables = out / "tables"
         result.save(tables)
         _write_paper_tables(result, tables, cfg.dataset)
-        write_untrimmed(out, groups, {k: result.settings[k] for k in _GAP_KEYS}, cfg.dataset)
+        write_untrimmed(out, groups, {k: result.settings[k] for k in GAP_KEYS}, cfg.dataset)
         card["trim_note"] = write_v_tables(tables, groups, measures, trim, cfg.n_boot, cfg.seed)
     with timer("figures"):
         _draw_figures(result, out / "figures", cfg.dataset)
