@@ -26,7 +26,6 @@ import argparse
 import json
 import sys
 import time
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -44,9 +43,10 @@ def study_config(folder: Path):
     from gcpo_analysis.study import StudyConfig
 
     card = json.loads((folder / "run_card.json").read_text())
-    with warnings.catch_warnings():  # old cards name nli_threshold 'threshold'
-        warnings.simplefilter("ignore", FutureWarning)
-        return StudyConfig(**card["settings"]), card
+    settings = dict(card["settings"])
+    if "threshold" in settings:  # cards written before the config layer named it 'threshold'
+        settings["nli_threshold"] = settings.pop("threshold")
+    return StudyConfig(**settings), card
 
 
 def rebuild_queries(cfg, tokenizer, query_ids):
