@@ -57,6 +57,21 @@ def _ci(x: np.ndarray, level: float) -> tuple[float, float]:
     return _percentile_ci(np.asarray(x, float), level)
 
 
+def nanquantile_rows(X: np.ndarray, q: float) -> np.ndarray:
+    """``np.nanquantile(X, q, axis=1)``, the same numbers, without numpy's row-by-row
+    ``apply_along_axis`` (10,000 resamples: seconds): the rows are sorted (NaN last) and those
+    with the same count n of non-NaN values go through ``np.quantile`` on their first n columns
+    together. A row with no value gives NaN."""
+    X = np.asarray(X, float)
+    out = np.full(len(X), np.nan)
+    counts = (~np.isnan(X)).sum(axis=1)
+    S = np.sort(X, axis=1)
+    for n in np.unique(counts[counts > 0]):
+        rows = counts == n
+        out[rows] = np.quantile(S[rows, :n], q, axis=1)
+    return out
+
+
 def _row(est: float, boot: np.ndarray, level: float, **kw: object) -> dict:
     lo, hi = _ci(boot, level)
     return dict(kw, estimate=float(est), ci_low=lo, ci_high=hi)
@@ -98,7 +113,7 @@ def _share_rows(frame: pd.DataFrame, idx: np.ndarray, subset: str, level: float)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # a resample without V > 0 rows
             est = np.nanquantile(x, q) if np.isfinite(x).any() else np.nan
-            boot = np.nanquantile(x[idx], q, axis=1) if np.isfinite(x).any() else np.full(len(idx), np.nan)
+            boot = nanquantile_rows(x[idx], q) if np.isfinite(x).any() else np.full(len(idx), np.nan)
         rows.append(_row(est, boot, level, subset=subset, statistic=name, n=int(np.isfinite(x).sum())))
     return rows
 

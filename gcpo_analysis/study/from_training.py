@@ -277,13 +277,15 @@ def with_training_covariates(groups: pd.DataFrame, rollouts: pd.DataFrame, max_n
     return out
 
 
-def training_statistics(groups: pd.DataFrame, rollouts: pd.DataFrame, out: Path, card: dict) -> None:
+def training_statistics(
+    groups: pd.DataFrame, rollouts: pd.DataFrame, out: Path, card: dict, *, figures: bool = True
+) -> None:
     """Every table and figure of ``--from-training`` from the scored groups frame (also what
     ``gcpo study --restat`` re-runs on a training-study folder): per phase the gap study, the
     size controls with the completion length (trimmed and untrimmed, ``study.vtables``), the
     same on V_train / omega^2 (``unmodulated/``), both with V_pg's zeros (V_train set to 0 where
     the advantages are all zero, so V > 0 means what it means in the study), the N analysed (``n_analysed``), V_pg's
-    decomposition and rho over training."""
+    decomposition and rho over training (its figure unless ``figures`` is False)."""
     from ..stats.gap import gap_study
     from .vtables import write_v_tables
 
@@ -367,8 +369,9 @@ def training_statistics(groups: pd.DataFrame, rollouts: pd.DataFrame, out: Path,
     used = [m for m in measures if m in groups.columns]
     windows = rho_windows(groups, used, n_windows=n_windows, seed=seed)
     write_frame(windows, out / "tables" / "rho_over_training.csv")
-    (out / "figures").mkdir(exist_ok=True)
-    plot_rho_over_training(windows, phase_rho, out / "figures" / "rho_over_training")
+    if figures:
+        (out / "figures").mkdir(exist_ok=True)
+        plot_rho_over_training(windows, phase_rho, out / "figures" / "rho_over_training")
     zero = groups["adv_all_zero"]
     card["groups"] = {
         "n": int(len(groups)),
@@ -393,10 +396,10 @@ def is_training_folder(folder) -> bool:
     return "pooled" in blob and "run" in blob
 
 
-def restat_training(folder, overrides: dict | None = None) -> dict:
+def restat_training(folder, overrides: dict | None = None, *, figures: bool = True) -> dict:
     """``gcpo study --restat`` on a ``--from-training`` folder: every table from its committed
     groups.parquet and rollouts.parquet (no model, no re-scoring), with the card's settings and
-    ``overrides`` (trim, n_boot, measures)."""
+    ``overrides`` (trim, n_boot, measures); ``figures`` False leaves figures/ as it is."""
     from ..frames import read_frame
     from ..measures.score import parse_measures
 
@@ -413,7 +416,7 @@ def restat_training(folder, overrides: dict | None = None) -> dict:
     groups = read_frame(folder / "groups.parquet", "groups")
     rollouts = pd.read_parquet(folder / "rollouts.parquet")
     t0 = time.perf_counter()
-    training_statistics(groups, rollouts, folder, card)
+    training_statistics(groups, rollouts, folder, card, figures=figures)
     card["restat"] = {
         "seconds": round(time.perf_counter() - t0, 1),
         "overrides": over,

@@ -287,9 +287,12 @@ def write_lipschitz(
     rollouts: pd.DataFrame | None = None,
     grams: pd.DataFrame | None = None,
     prepared: pd.DataFrame | None = None,
+    bound: bool = True,
+    figure: bool = True,
 ):
     """Run ``lipschitz_study`` on a study folder and write tables/<name>.{md,csv},
-    tables/<name>_groups.csv, tables/<name>_meta.json and figures/<name>.{png,svg}.
+    tables/<name>_groups.csv, tables/<name>_meta.json, figures/<name>.{png,svg} and (``bound``)
+    the inequality's table tables/<name>_bound.{md,csv}; ``figure`` False draws no figure.
 
     What the study already holds is taken as given (issue 28): ``rollouts``, ``grams`` (the
     grams.parquet frame) and ``prepared`` (the embeddings sidecar); each one not given is read
@@ -348,13 +351,17 @@ def write_lipschitz(
     subset = "" if queries is None else f" ({len(keep)} selected queries)"
     write_text(tables / f"{name}.md", to_markdown(summary, f"# Lipschitz check: {settings['dataset']}{subset}"))
     write_json(tables / f"{name}_meta.json", meta, default=str)
-    bound = _bound_table(rollouts, grams, prepared, n_boot=n_boot, seed=seed)
-    write_frame(bound, tables / f"{name}_bound.csv")
-    write_text(tables / f"{name}_bound.md", BOUND_NOTE + "\n\n" + bound.to_markdown(index=False, floatfmt=".3f") + "\n")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # tight_layout notes on tiny test figures
-        fig = plots.lipschitz_plot(pairs, per_group, summary, path=figs / name, title=settings["dataset"])
-    import matplotlib.pyplot as plt
+    if bound:
+        table = _bound_table(rollouts, grams, prepared, n_boot=n_boot, seed=seed)
+        write_frame(table, tables / f"{name}_bound.csv")
+        write_text(
+            tables / f"{name}_bound.md", BOUND_NOTE + "\n\n" + table.to_markdown(index=False, floatfmt=".3f") + "\n"
+        )
+    if figure:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # tight_layout notes on tiny test figures
+            fig = plots.lipschitz_plot(pairs, per_group, summary, path=figs / name, title=settings["dataset"])
+        import matplotlib.pyplot as plt
 
-    plt.close(fig)
+        plt.close(fig)
     return per_group, summary

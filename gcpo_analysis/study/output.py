@@ -153,7 +153,7 @@ GAP_KEYS = (
 RESTAT_OVERRIDES = ("trim", "n_boot", "measures")
 
 
-def restat(folder, overrides: dict | None = None):
+def restat(folder, overrides: dict | None = None, *, figures: bool = True):
     """Re-score a study folder's statistics in place from its frames; no model is loaded.
 
     ``gcpo study --restat FOLDER``. Reads ``groups.parquet`` (never written), ``rollouts.parquet``,
@@ -161,16 +161,20 @@ def restat(folder, overrides: dict | None = None):
     ``tables/gap_study.json`` (else of the card); ``overrides`` replaces any of
     ``RESTAT_OVERRIDES`` (trim, n_boot, measures). Re-runs ``stats.gap_study``, the tables of
     issue 26 (``study.vtables``: V = N + C, size controls, confirmatory contrast, untrimmed
-    headline tables) and, with Grams and the embeddings sidecar, the Lipschitz check; rewrites
+    headline tables) and, with Grams and the embeddings sidecar, every Lipschitz table
+    (``study.lipschitz_checks``: the check, its exact-tokens subset where the folder holds
+    ``tables/gram_recompute_rollouts.csv``, the confounds); rewrites
     ``tables/``, ``figures/``, ``summary.md`` and the card's statistics
     (``reanalysis_card.json`` when the tables came from a re-analysis, else ``run_card.json``),
-    recording the re-scoring under the card's ``restat`` key. Deterministic: a second run writes
+    recording the re-scoring under the card's ``restat`` key. ``figures`` False leaves
+    ``figures/`` as it is (the tables only, as the reproduction test compares). Deterministic: a second run writes
     the same tables byte for byte (tests/analysis/study/test_restat.py).
     """
     from ..measures.score import parse_measures
     from ..stats.gap import gap_study
     from .covariates import with_covariates
-    from .lipschitz import SIDECAR, write_lipschitz
+    from .lipschitz import SIDECAR
+    from .lipschitz_checks import write_lipschitz_checks
     from .vtables import write_v_tables
 
     folder = Path(folder)
@@ -204,7 +208,8 @@ def restat(folder, overrides: dict | None = None):
     result = gap_study(groups, name=dataset, **settings)
     result.save(folder / "tables")
     _write_paper_tables(result, folder / "tables", dataset)
-    _draw_figures(result, folder / "figures", dataset)
+    if figures:
+        _draw_figures(result, folder / "figures", dataset)
     write_text(folder / "summary.md", result.to_markdown())
     card.update(_card_statistics(result))
     rollouts = read_frame(folder / "rollouts.parquet", "rollouts") if (folder / "rollouts.parquet").exists() else None
@@ -221,7 +226,9 @@ def restat(folder, overrides: dict | None = None):
         result.settings["seed"],
     )
     if grams is not None and rollouts is not None and (folder / SIDECAR).exists():
-        _, lip = write_lipschitz(folder, seed=result.settings["seed"], rollouts=rollouts, grams=grams)
+        lip = write_lipschitz_checks(
+            folder, seed=result.settings["seed"], rollouts=rollouts, grams=grams, figures=figures
+        )
         card["lipschitz"] = lip.attrs.get("lipschitz")
     elif grams is not None and rollouts is not None:
         reason = (

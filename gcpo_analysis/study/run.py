@@ -328,7 +328,8 @@ def run_study(cfg: StudyConfig):
     with timer("figures"):
         _draw_figures(result, out / "figures", cfg.dataset)
     if grams is not None:
-        from .lipschitz import SIDECAR, embed_rollouts, write_embeddings, write_lipschitz
+        from .lipschitz import SIDECAR, embed_rollouts, write_embeddings
+        from .lipschitz_checks import write_lipschitz_checks
 
         with timer("Lipschitz check (gradient vs embedding distances)"):
             # embedded and clustered once, kept as the sidecar so every number can be recomputed
@@ -340,7 +341,7 @@ def run_study(cfg: StudyConfig):
                 nli_threshold=cfg.nli_threshold,
             )
             write_embeddings(prepared, out / SIDECAR)
-            _, lipschitz = write_lipschitz(
+            lipschitz = write_lipschitz_checks(
                 out, seed=cfg.seed, settings=asdict(cfg), rollouts=rollouts, grams=grams, prepared=prepared
             )
             card["lipschitz"] = lipschitz.attrs.get("lipschitz")

@@ -75,3 +75,15 @@ def test_bad_shapes_named():
         spearman_matrices(_data(), np.zeros((3, 5), int))
     with pytest.raises(ValueError, match="Z must be"):
         spearman_matrices(np.zeros(4))
+
+
+def test_float_moments_are_the_exact_integer_sums():
+    """The BLAS path of spearman_matrices gives the integer einsum's bytes (sums below 2^53)."""
+    from gcpo_analysis.stats.partial import _moments
+
+    rng = np.random.default_rng(0)
+    for N in (3, 40, 300):
+        counts = rng.integers(0, N + 1, (N, 8, 1))
+        R = rng.integers(-2 * N + 1, 2 * N, (N, 8, 4))
+        exact = np.einsum("nbp,nbq->bpq", counts * R, R)
+        np.testing.assert_array_equal(_moments(counts * R, R, N), exact.astype(float))

@@ -103,3 +103,18 @@ def test_without_grams_only_the_size_controls_without_n():
         t = v_parts_tables(g, ["bot"], np.random.default_rng(0), 50)
     assert "N" not in set(t["size_controls"]["controls"]) and "s" in set(t["size_controls"]["controls"])
     assert set(t["v_parts_measures"]["statistic"]) == {"rho(u, V)"}
+
+
+def test_nanquantile_rows_is_numpys_nanquantile():
+    from gcpo_analysis.stats.vparts import nanquantile_rows
+
+    rng = np.random.default_rng(2)
+    for n in (1, 7, 40):
+        x = rng.normal(size=n)
+        x[rng.random(n) < 0.5] = np.nan
+        X = x[rng.integers(0, n, (300, n))]
+        X[0] = np.nan  # a resample without a value
+        for q in (0.05, 0.5, 0.95):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                np.testing.assert_array_equal(nanquantile_rows(X, q), np.nanquantile(X, q, axis=1))
