@@ -23,6 +23,8 @@ from mkdocs.structure.files import File, Files
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # document the checkout being built, not another install of gcpo
+sys.path.insert(0, str(Path(__file__).parent))
+import study_numbers  # noqa: E402  (docs/study_numbers.py: the results pages' generated numbers)
 NOTEBOOKS = ("notebooks/01_gap_study.ipynb", "notebooks/02_gap_proofs.ipynb")
 # The committed runs, in the order the results section lists them: folder -> page title.
 RUNS = {
@@ -66,7 +68,7 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
         marker = f"<!-- gcpo:{name} -->"
         if marker in markdown:
             markdown = markdown.replace(marker, make())
-    return markdown
+    return study_numbers.render(markdown)  # the studies' sentences, from their committed tables
 
 
 def modulators_table() -> str:
