@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # document the checkout being built, not another install of gcpo
 sys.path.insert(0, str(Path(__file__).parent))
 import study_numbers  # noqa: E402  (docs/study_numbers.py: the results pages' generated numbers)
+
 NOTEBOOKS = ("notebooks/01_gap_study.ipynb", "notebooks/02_gap_proofs.ipynb")
 # The committed runs, in the order the results section lists them: folder -> page title.
 RUNS = {

@@ -29,13 +29,25 @@ LABELS = {
     "bot": "BoT",
     "rd": "RD",
 }
-MARKER = re.compile(r"<!-- gcpo-study:(\w+):(\w+) -->")
+MARKER = re.compile(r"<!-- gcpo-study:(\w+):([\w.]+) -->")
+
+
+def _tables_dir(run: str) -> Path:
+    """figures/<run>/tables; ``run.sub`` is a training study's table folder tables/<sub>."""
+    folder, _, sub = run.partition(".")
+    return ROOT / "figures" / folder / "tables" / sub.replace(".", "/")
+
+
+def shown(run: str) -> str:
+    """A run as the page names it: its folder, or a training study's table folder."""
+    folder, _, sub = run.partition(".")
+    return f"{folder}/tables/{sub.replace('.', '/')}" if sub else folder
 
 
 @cache
 def table(run: str, name: str) -> pd.DataFrame:
     """figures/<run>/tables/<name>.csv (read once per build)."""
-    return pd.read_csv(ROOT / "figures" / run / "tables" / f"{name}.csv")
+    return pd.read_csv(_tables_dir(run) / f"{name}.csv")
 
 
 def num(x: float, d: int = 2) -> str:
@@ -73,13 +85,13 @@ def v_parts(run: str) -> str:
     t = _v_parts(run)
     if "share_C_over_V_median" not in t.index:
         return (
-            f"`{run}` has no Gram matrices yet (`scripts/recompute_grams.py FOLDER` rebuilds them from the "
+            f"`{shown(run)}` has no Gram matrices yet (`scripts/recompute_grams.py FOLDER` rebuilds them from the "
             "committed rollouts, then `gcpo study --restat FOLDER`), so its C/V is not reported"
         )
     share, q05, q95 = (t.loc[f"share_C_over_V_{k}"] for k in ("median", "q05", "q95"))
     rho = t.loc["rho(V, grad_var_norm)"]
     return (
-        f"`{run}`: median C/V **{tri(share.estimate, share.ci_low, share.ci_high, pct)}** (5–95%: "
+        f"`{shown(run)}`: median C/V **{tri(share.estimate, share.ci_low, share.ci_high, pct)}** (5–95%: "
         f"{pct(q05.estimate)} to {pct(q95.estimate)}; {int(share.n)} groups), ρ(V, N) = "
         f"**{tri(rho.estimate, rho.ci_low, rho.ci_high, lambda x: num(x, 3))}**"
     )
@@ -90,13 +102,13 @@ def c_given_n(run: str) -> str:
     t = table(run, "v_parts_measures")
     t = t[(t.frame == "trimmed") & (t.subset == "v_pos") & (t.statistic == "rho(u, C | N)")]
     if t.empty:
-        return f"`{run}`: no C without Gram matrices"
+        return f"`{shown(run)}`: no C without Gram matrices"
     t = t.set_index("measure")
     unc = t.drop(index="rd", errors="ignore")
     lo, hi = unc.estimate.idxmin(), unc.estimate.idxmax()
     n_span = sum(spans0(r.ci_low, r.ci_high) for r in unc.itertuples())
     out = (
-        f"`{run}`: partial ρ(u, C | N) from {num(unc.estimate[lo])} ({LABELS[lo]}) to {num(unc.estimate[hi])} "
+        f"`{shown(run)}`: partial ρ(u, C | N) from {num(unc.estimate[lo])} ({LABELS[lo]}) to {num(unc.estimate[hi])} "
         f"({LABELS[hi]}), {n_span} of {len(unc)} CIs spanning 0, smallest Holm p {num(unc.p_holm.min())}"
     )
     if "rd" in t.index:
@@ -111,9 +123,9 @@ def n_tracks_v(run: str) -> str:
     t = t[(t.frame == "trimmed") & (t.subset == "v_pos")]
     p = t.pivot(index="measure", columns="statistic", values="estimate")
     if "rho(u, N)" not in p.columns:
-        return f"`{run}`: no N without Gram matrices"
+        return f"`{shown(run)}`: no N without Gram matrices"
     gap = (p["rho(u, N)"] - p["rho(u, V)"]).abs().max()
-    return f"`{run}`: |ρ(u, N) − ρ(u, V)| ≤ {num(gap, 3)} for every measure"
+    return f"`{shown(run)}`: |ρ(u, N) − ρ(u, V)| ≤ {num(gap, 3)} for every measure"
 
 
 # --------------------------------------------------------------------------- the contrast
@@ -137,7 +149,7 @@ def confirmatory(run: str) -> str:
             cells.append(cell)
         n = int(rows[rows.frame == "trimmed"].n.iloc[0])
         parts.append(f"on {name} ({n} groups): " + "; ".join(cells))
-    return f"`{run}`, " + "; ".join(parts)
+    return f"`{shown(run)}`, " + "; ".join(parts)
 
 
 # --------------------------------------------------------------------------- size and trim
@@ -165,29 +177,33 @@ def size_controls(run: str) -> str:
             if part.empty:
                 continue
             n_ex = sum(not spans0(r.ci_low, r.ci_high) for r in part.itertuples())
-            cells.append(f"{num(part.estimate.min())} to {num(part.estimate.max())} ({n_ex} of {len(part)} CIs exclude 0)")
+            cells.append(
+                f"{num(part.estimate.min())} to {num(part.estimate.max())} ({n_ex} of {len(part)} CIs exclude 0)"
+            )
         sets.append(f"| {controls} | " + " | ".join(cells) + " |")
-    head = f"| controls ({run}, V > 0) | partial ρ(u, V ∣ controls) of the uncertainty measures | untrimmed |\n|---|---|---|\n"
-    return f"`{run}` within V > 0: " + ", ".join(rhos) + ".\n\n" + head + "\n".join(sets) + "\n"
+    head = (
+        f"| controls ({shown(run)}, V > 0) | partial ρ(u, V ∣ controls) of the uncertainty measures | untrimmed |\n"
+        "|---|---|---|\n"
+    )
+    return f"`{shown(run)}` within V > 0: " + ", ".join(rhos) + ".\n\n" + head + "\n".join(sets) + "\n"
 
 
 def trim(run: str) -> str:
     t = table(run, "trim").iloc[0]
     return (
-        f"`{run}`: the {pct(t.trim, 0)} trim removes {int(t.n_removed)} of {int(t.n_groups)} groups, "
+        f"`{shown(run)}`: the {pct(t.trim, 0)} trim removes {int(t.n_removed)} of {int(t.n_groups)} groups, "
         f"{int(t.n_v_pos_removed)} of the {int(t.n_v_pos)} with V > 0 ({pct(t.share_of_v_pos, 0)}), the largest at "
         f"{num(t.removed_v_over_median_v_pos, 1)}× the median V > 0"
     )
 
 
-
 # --------------------------------------------------------------------------- the Lipschitz check
 def _has(run: str, name: str) -> bool:
-    return (ROOT / "figures" / run / "tables" / f"{name}.csv").exists()
+    return (_tables_dir(run) / f"{name}.csv").exists()
 
 
 def _no_grams(run: str) -> str:
-    return f"`{run}`: no Gram matrices yet, so no Lipschitz check"
+    return f"`{shown(run)}`: no Gram matrices yet, so no Lipschitz check"
 
 
 def lipschitz(run: str, name: str = "lipschitz") -> str:
@@ -202,7 +218,7 @@ def lipschitz(run: str, name: str = "lipschitz") -> str:
 
     cl = t.loc["cluster_ratio"]
     return (
-        f"`{run}`{' (exact-token groups)' if name != 'lipschitz' else ''}: mean within-group ρ(d_g, d_e) "
+        f"`{shown(run)}`{' (exact-token groups)' if name != 'lipschitz' else ''}: mean within-group ρ(d_g, d_e) "
         f"**{ci('mean_rho')}** over {int(t.loc['mean_rho', 'n_groups'])} groups (median "
         f"{num(t.loc['median_rho', 'estimate'])}, positive in {pct(t.loc['frac_rho_positive', 'estimate'], 0)}); "
         f"pooled over pairs, both distances over their group mean, {ci('pooled_rho')}; gradient directions "
@@ -214,7 +230,7 @@ def lipschitz(run: str, name: str = "lipschitz") -> str:
 def lipschitz_exact(run: str) -> str:
     """The check on the groups whose rebuilt Grams matched the sampled tokens, if there are any."""
     if not _has(run, "lipschitz_exact_tokens"):
-        return f"`{run}`: its Grams come from the run itself, so no exact-tokens subset"
+        return f"`{shown(run)}`: its Grams come from the run itself, so no exact-tokens subset"
     return lipschitz(run, "lipschitz_exact_tokens")
 
 
@@ -228,7 +244,7 @@ def confounds(run: str) -> str:
         return tri(t.loc[k, "mean"], t.loc[k, "ci_low"], t.loc[k, "ci_high"])
 
     return (
-        f"`{run}`: ρ(d_g, d_e) {ci('rho_g_e')}; rank partial given the word-overlap (Jaccard) distance "
+        f"`{shown(run)}`: ρ(d_g, d_e) {ci('rho_g_e')}; rank partial given the word-overlap (Jaccard) distance "
         f"**{ci('partial_given_jaccard')}**, given the length gap {ci('partial_given_length')} "
         f"({int(t.loc['partial_given_length', 'n_groups'])} groups with unequal lengths), given "
         f"‖g_i‖² + ‖g_j‖² {ci('partial_given_norms')}"
@@ -249,7 +265,7 @@ def bound(run: str) -> str:
     planted, other = "simulated, planted Lipschitz", "simulated, not Lipschitz"
     brk = "share_pairs_break_at_median_L"
     return (
-        f"`{run}`: group-scaled ratio median {num(v('this study', 'ratio', 'ratio_q50'))} (10–90%: "
+        f"`{shown(run)}`: group-scaled ratio median {num(v('this study', 'ratio', 'ratio_q50'))} (10–90%: "
         f"{num(v('this study', 'ratio', 'ratio_q10'))}–{num(v('this study', 'ratio', 'ratio_q90'))}), a group's "
         f"own L median {num(v('this study', 'ratio', 'L_group_q50'))}, pairs above that median L "
         f"{tri(share.estimate, share.ci_low, share.ci_high, pct)}; the simulator: planted Lipschitz "
@@ -260,16 +276,87 @@ def bound(run: str) -> str:
 
 def gram_recompute(run: str) -> str:
     """What scripts/recompute_grams.py matched, when the Grams were rebuilt after the run."""
-    path = ROOT / "figures" / run / "tables" / "gram_recompute_summary.json"
+    path = _tables_dir(run) / "gram_recompute_summary.json"
     if not path.exists():
-        return f"`{run}`: its Grams come from the run itself"
+        return f"`{shown(run)}`: its Grams come from the run itself"
     s = json.loads(path.read_text())
     return (
-        f"`{run}`: rebuilt tokens matched the sampled ones in {s['rollouts_matching']} of {s['rollouts']} rollouts "
+        f"`{shown(run)}`: rebuilt tokens matched the sampled ones in {s['rollouts_matching']} of {s['rollouts']} "
+        "rollouts "
         f"(|Δ log-prob| ≤ {sci(s['max_logprob_abs_diff_matching'])} nats where they match), every rollout of "
         f"{s['groups_all_matching']} of {s['queries']} groups; mean‖g‖² against the run's groups frame: median "
-        f"relative difference {sci(s['grad_norm2_mean_rel_diff_median'])}, largest {pct(s['grad_norm2_mean_rel_diff_max'], 0)}"
+        f"relative difference {sci(s['grad_norm2_mean_rel_diff_median'])}, "
+        f"largest {pct(s['grad_norm2_mean_rel_diff_max'], 0)}"
     )
+
+
+# --------------------------------------------------------------------------- the training run
+def n_analysed(run: str) -> str:
+    """The N of every table of a --from-training folder (its tables/n_analysed.csv)."""
+    t = table(run, "n_analysed").set_index("table")
+    phases = [p for p in t.index if p != "pooled"]
+    per = sorted({(int(t.loc[p, "n_analysed"]), int(t.loc[p, "n_groups"])) for p in phases})
+    per_text = " or ".join(f"{a} of {b}" for a, b in per)
+    return (
+        f"`{shown(run)}`: the trim leaves {int(t.loc['pooled', 'n_analysed'])} of {int(t.loc['pooled', 'n_groups'])} "
+        f"groups pooled and {per_text} per phase"
+    )
+
+
+def rho_within(run: str, names: str = "token_entropy,bot,rd") -> str:
+    """ρ(u, V) within V > 0 (trimmed) of a few measures, from v_parts_measures."""
+    t = table(run, "v_parts_measures")
+    t = t[(t.frame == "trimmed") & (t.subset == "v_pos") & (t.statistic == "rho(u, V)")].set_index("measure")
+    cells = [
+        f"{LABELS[m]} {tri(t.loc[m, 'estimate'], t.loc[m, 'ci_low'], t.loc[m, 'ci_high'])}" for m in names.split(",")
+    ]
+    return f"`{shown(run)}` ({int(t.n.iloc[0])} groups): " + ", ".join(cells)
+
+
+def decomposition_pg(run: str) -> str:
+    """A training run's V = 0 split with V_pg (tables/decomposition_pg.csv)."""
+    d = table(run, "decomposition_pg").set_index("measure")
+    unc = d.drop(index="rd", errors="ignore")
+    deltas = unc.dropna(subset=["delta_rho_pos_ci_low"])
+    n_in = sum(spans0(r.delta_rho_pos_ci_low, r.delta_rho_pos_ci_high) for r in deltas.itertuples())
+    rhos = ", ".join(f"{LABELS[m]} {tri(r.rho_pos, r.rho_pos_ci_low, r.rho_pos_ci_high)}" for m, r in d.iterrows())
+    return (
+        f"`{shown(run)}`: {int(d.n_zero.iloc[0])} groups with all-zero advantages (V_pg = 0), "
+        f"{int(d.n_pos.iloc[0])} with "
+        f"V_pg > 0; AUC for 1[V_pg > 0] {num(unc.auc_pos.min())}–{num(unc.auc_pos.max())} (uncertainty "
+        f"measures); within V_pg > 0, ρ(u, V_train): {rhos}; paired Δρ(BoT − u): {n_in} of {len(deltas)} CIs "
+        "contain 0"
+    )
+
+
+def size_partial(run: str) -> str:
+    """The gap study's pooled partial ρ(u, V | s) of the uncertainty measures (size_control.csv)."""
+    t = table(run, "size_control")
+    t = t[(t.subset == "all") & (t.statistic == "partial")].set_index("measure")
+    unc = t.drop(index="rd", errors="ignore")
+    n_span = sum(spans0(r.ci_low, r.ci_high) for r in unc.itertuples())
+    out = (
+        f"`{shown(run)}` ({int(unc.n.iloc[0])} groups): partial ρ(u, V | s) {num(unc.rho.min())} to "
+        f"{num(unc.rho.max())}, "
+        f"{n_span} of {len(unc)} CIs containing 0"
+    )
+    if "rd" in t.index:
+        out += f"; RD {num(t.loc['rd', 'rho'])}"
+    return out
+
+
+def train_setup(run: str) -> str:
+    """A training run's settings from its committed run/run.json."""
+    r = json.loads((ROOT / "figures" / run / "run" / "run.json").read_text())
+    c = r["config"]
+    lora = f"LoRA r = {c['lora_r']}, " if c.get("use_lora") else ""
+    resumed = f"; resumed at step {r['start_step']}" if r.get("resumed_from") else ""
+    return (
+        f"`{shown(run)}`: {lora}{c['dataset']}, G = {c['group_size']}, {c['queries_per_step']} prompts a step, "
+        f"{c['steps']} steps ({c['steps'] * c['queries_per_step']} groups), modulator `{c['modulator']}`, "
+        f"β = {c['beta']}, T = {c['temperature']}, ≤ {c['max_new_tokens']} tokens{resumed}"
+    )
+
 
 SENTENCES = {
     "v_parts": v_parts,
@@ -283,6 +370,11 @@ SENTENCES = {
     "confounds": confounds,
     "bound": bound,
     "gram_recompute": gram_recompute,
+    "n_analysed": n_analysed,
+    "rho_within": rho_within,
+    "decomposition_pg": decomposition_pg,
+    "size_partial": size_partial,
+    "train_setup": train_setup,
 }
 
 
