@@ -229,6 +229,8 @@ def lipschitz(run: str, name: str = "lipschitz") -> str:
 
 def lipschitz_exact(run: str) -> str:
     """The check on the groups whose rebuilt Grams matched the sampled tokens, if there are any."""
+    if not (ROOT / "figures" / run.partition(".")[0] / "grams.parquet").exists():
+        return _no_grams(run)
     if not _has(run, "lipschitz_exact_tokens"):
         return f"`{shown(run)}`: its Grams come from the run itself, so no exact-tokens subset"
     return lipschitz(run, "lipschitz_exact_tokens")
@@ -277,6 +279,8 @@ def bound(run: str) -> str:
 def gram_recompute(run: str) -> str:
     """What scripts/recompute_grams.py matched, when the Grams were rebuilt after the run."""
     path = _tables_dir(run) / "gram_recompute_summary.json"
+    if not (ROOT / "figures" / run.partition(".")[0] / "grams.parquet").exists():
+        return _no_grams(run)
     if not path.exists():
         return f"`{shown(run)}`: its Grams come from the run itself"
     s = json.loads(path.read_text())
