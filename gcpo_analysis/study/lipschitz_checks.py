@@ -14,7 +14,7 @@ import pandas as pd
 from ..frames import write_frame, write_text
 from ..stats.lipschitz import N_BOOT
 from ..stats.lipschitz_confounds import group_confounds, summarise_confounds
-from .lipschitz import _by_query, write_lipschitz
+from .lipschitz import SIDECAR, _by_query, read_embeddings, write_lipschitz
 
 RECOMPUTE = "gram_recompute_rollouts.csv"
 EXACT = "lipschitz_exact_tokens"
@@ -82,34 +82,31 @@ def write_confounds(folder, rollouts, grams, prepared, n_boot: int = N_BOOT, see
 
 
 def write_lipschitz_checks(
-    folder, *, seed: int, rollouts, grams, prepared=None, settings: dict | None = None, figures: bool = True
+    folder,
+    *,
+    seed: int,
+    rollouts,
+    grams,
+    prepared=None,
+    settings: dict | None = None,
+    figures: bool = True,
+    n_boot: int = N_BOOT,
 ):
     """All Lipschitz tables of ``folder`` (see the module docstring); returns the main summary.
     ``prepared`` None reads the folder's sidecar (``write_lipschitz`` embeds once where none);
-    ``figures`` False draws no figure."""
-    from .lipschitz import SIDECAR, read_embeddings
-
+    ``figures`` False draws no figure; ``n_boot`` resamples for every CI (the committed tables:
+    ``stats.lipschitz.N_BOOT``)."""
     folder = Path(folder)
-    _, summary = write_lipschitz(
-        folder, seed=seed, settings=settings, rollouts=rollouts, grams=grams, prepared=prepared, figure=figures
-    )
+    exact = exact_token_queries(folder)  # a bad check file fails before any work
+    if exact is not None and not exact:
+        raise ValueError(f"{folder / 'tables' / RECOMPUTE}: no query has every rollout's tokens matched")
+    if prepared is None and (folder / SIDECAR).exists():
+        prepared = read_embeddings(folder / SIDECAR)  # read once, for all three
+    common = dict(seed=seed, settings=settings, rollouts=rollouts, grams=grams, figure=figures, n_boot=n_boot)
+    _, summary = write_lipschitz(folder, prepared=prepared, **common)
     if prepared is None:
         prepared = read_embeddings(folder / SIDECAR)  # written by write_lipschitz when it was missing
-    exact = exact_token_queries(folder)
     if exact is not None:
-        if not exact:
-            raise ValueError(f"{folder / 'tables' / RECOMPUTE}: no query has every rollout's tokens matched")
-        write_lipschitz(
-            folder,
-            seed=seed,
-            settings=settings,
-            rollouts=rollouts,
-            grams=grams,
-            prepared=prepared,
-            queries=exact,
-            name=EXACT,
-            bound=False,
-            figure=figures,
-        )
-    write_confounds(folder, rollouts, grams, prepared, seed=seed)
+        write_lipschitz(folder, prepared=prepared, queries=exact, name=EXACT, bound=False, **common)
+    write_confounds(folder, rollouts, grams, prepared, n_boot=n_boot, seed=seed)
     return summary

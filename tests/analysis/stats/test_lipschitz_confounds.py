@@ -108,11 +108,11 @@ def _folder(tmp_path, n=6, G=5, seed=0):
 def test_every_lipschitz_table_from_the_folder(tmp_path):
     rollouts, grams = _folder(tmp_path)
     tables = tmp_path / "tables"
-    write_lipschitz_checks(tmp_path, seed=0, rollouts=rollouts, grams=grams, figures=False)
+    write_lipschitz_checks(tmp_path, seed=0, rollouts=rollouts, grams=grams, figures=False, n_boot=40)
     assert exact_token_queries(tmp_path) is None and not (tables / "lipschitz_exact_tokens.md").exists()
     assert not (tmp_path / "figures").exists()
     side = read_embeddings(tmp_path / SIDECAR)
-    _, expect = confounds_table(rollouts, grams, side)
+    _, expect = confounds_table(rollouts, grams, side, n_boot=40)
     got = pd.read_csv(tables / "lipschitz_confounds.csv")
     np.testing.assert_allclose(got["mean"], expect["mean"].to_numpy(float), equal_nan=True)
     # the confounds from the sidecar's embeddings, not a live embedder: a group by hand
@@ -129,7 +129,7 @@ def test_every_lipschitz_table_from_the_folder(tmp_path):
     check.loc[(check.query_id == "q4") & (check.rollout_id == 0), "tokens_match"] = False
     check.to_csv(tables / "gram_recompute_rollouts.csv", index=False)
     assert exact_token_queries(tmp_path) == ["q0", "q2", "q3", "q5"]
-    write_lipschitz_checks(tmp_path, seed=0, rollouts=rollouts, grams=grams, figures=False)
+    write_lipschitz_checks(tmp_path, seed=0, rollouts=rollouts, grams=grams, figures=False, n_boot=40)
     meta = json.loads((tables / "lipschitz_exact_tokens_meta.json").read_text())
     assert meta["queries"] == ["q0", "q2", "q3", "q5"] and meta["n_groups"] == 4
     sub = pd.read_csv(tables / "lipschitz_exact_tokens_groups.csv")
@@ -140,7 +140,7 @@ def test_every_lipschitz_table_from_the_folder(tmp_path):
     check["tokens_match"] = False
     check.to_csv(tables / "gram_recompute_rollouts.csv", index=False)
     with pytest.raises(ValueError, match="no query has every rollout"):
-        write_lipschitz_checks(tmp_path, seed=0, rollouts=rollouts, grams=grams, figures=False)
+        write_lipschitz_checks(tmp_path, seed=0, rollouts=rollouts, grams=grams, figures=False, n_boot=40)
     check.drop(columns=["tokens_match"]).to_csv(tables / "gram_recompute_rollouts.csv", index=False)
     with pytest.raises(ValueError, match="tokens_match"):
         exact_token_queries(tmp_path)
