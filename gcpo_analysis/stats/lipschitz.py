@@ -146,12 +146,13 @@ def group_stats(pairs: pd.DataFrame, G: int, n_clusters: int | None = None) -> d
 
 
 # --------------------------------------------------------------------------- pooling
-def _spearman(x: np.ndarray, y: np.ndarray) -> float:
+def _spearman(x: np.ndarray, y: np.ndarray, rank_x: np.ndarray | None = None) -> float:
     """Spearman rho: Pearson of the average ranks (what scipy.stats.spearmanr computes; rankdata
-    and corrcoef directly, as the bootstrap calls it thousands of times)."""
+    and corrcoef directly, as the bootstrap calls it thousands of times). ``rank_x``: x's ranks
+    when the caller has them already."""
     if len(x) < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
         return np.nan
-    return float(np.corrcoef(stats.rankdata(x), stats.rankdata(y))[0, 1])
+    return float(np.corrcoef(stats.rankdata(x) if rank_x is None else rank_x, stats.rankdata(y))[0, 1])
 
 
 def _auc(diff: np.ndarray, same: np.ndarray, p_value: bool = False) -> float | tuple[float, float]:
@@ -203,8 +204,9 @@ def _pooled(
     a = _stack(arrays, qids, idx)
     out = {}
     if rhos:
-        out["pooled"] = _spearman(a["grad_norm"], a["emb_norm"])
-        out["pooled_g"] = _spearman(a["grad_norm"], a["emb_dist"])
+        rank_g = stats.rankdata(a["grad_norm"]) if len(a["grad_norm"]) >= 3 else None  # ranked once for both
+        out["pooled"] = _spearman(a["grad_norm"], a["emb_norm"], rank_g)
+        out["pooled_g"] = _spearman(a["grad_norm"], a["emb_dist"], rank_g)
     if auc:
         same = a["same"].astype(bool)
         res = _auc(a["grad_norm"][~same], a["grad_norm"][same], p_value=p_value)
