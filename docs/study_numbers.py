@@ -128,6 +128,13 @@ def n_tracks_v(run: str) -> str:
     return f"`{shown(run)}`: |ρ(u, N) − ρ(u, V)| ≤ {num(gap, 3)} for every measure"
 
 
+def rests_on(run: str) -> str:
+    """Which size control a study's reading rests on: N where its Grams give it, else s."""
+    if "rho(V, grad_var_norm)" in _v_parts(run).index:
+        return f"at `{shown(run)}` on N"
+    return f"at `{shown(run)}`, until its Grams are rebuilt, on s"
+
+
 # --------------------------------------------------------------------------- the contrast
 def confirmatory(run: str) -> str:
     """Δρ(BoT − SE) and Δρ(BoT − token entropy) within V > 0, on V and on C, trimmed (Holm p)
@@ -369,6 +376,7 @@ SENTENCES = {
     "confirmatory": confirmatory,
     "size_controls": size_controls,
     "trim": trim,
+    "rests_on": rests_on,
     "lipschitz": lipschitz,
     "lipschitz_exact": lipschitz_exact,
     "confounds": confounds,

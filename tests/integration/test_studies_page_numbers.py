@@ -62,7 +62,7 @@ def _markers(page: str) -> set[tuple[str, str]]:
 def test_every_study_has_its_markers_and_every_marker_renders():
     marks = _markers("studies")
     for run in STUDIES:
-        for kind in ("v_parts", "n_tracks_v", "c_given_n", "confirmatory", "size_controls", "trim"):
+        for kind in ("v_parts", "n_tracks_v", "c_given_n", "confirmatory", "size_controls", "trim", "rests_on"):
             assert (kind, run) in marks, f"docs/results/studies.md has no <!-- gcpo-study:{kind}:{run} -->"
         if (FIG / run / "tables" / "gram_recompute_rollouts.csv").exists() or run == "default_study":
             for kind in ("gram_recompute", "lipschitz_exact"):  # Grams rebuilt after the run
@@ -231,11 +231,17 @@ def test_the_readings_hold_for_every_study_that_has_the_table():
         )
         assert unmod["rd"] < mod["rd"]
         assert (_t(run, "decomposition_pg").set_index("measure").loc[UNCERTAINTY].auc_pos < 0.5).all()
-    for run in STUDIES:  # the Lipschitz check: positive, and shared words take part of it
+    for run in STUDIES:
+        basis = sn.rests_on(run)
+        assert ("on N" in basis) == ("share_C_over_V_median" in set(_t(run, "v_parts").statistic)), run
+    sp = {run: _t(run, "spearman") for run in ("default_study", "cpu_large")}  # 'about half as wide'
+    widths = {run: (t.ci_high - t.ci_low).mean() for run, t in sp.items()}
+    assert 0.4 <= widths["cpu_large"] / widths["default_study"] <= 0.6
+    for run in STUDIES:  # the Lipschitz check: positive, far below planted (near 1), shared words take part
         if (FIG / run / "tables" / "lipschitz_confounds.csv").exists():
             lip = _t(run, "lipschitz").set_index("statistic")
             c = _t(run, "lipschitz_confounds").set_index("statistic")
-            assert lip.loc["mean_rho", "ci_low"] > 0, run
+            assert 0 < lip.loc["mean_rho", "ci_low"] and lip.loc["mean_rho", "ci_high"] < 0.8, run
             if (FIG / run / "tables" / "lipschitz_exact_tokens.csv").exists():  # 'the same reading'
                 assert _t(run, "lipschitz_exact_tokens").set_index("statistic").loc["mean_rho", "ci_low"] > 0
             assert c.loc["partial_given_jaccard", "mean"] < c.loc["rho_g_e", "mean"], run
