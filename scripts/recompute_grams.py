@@ -135,6 +135,11 @@ def main(argv=None) -> int:
     ap.add_argument("study", type=Path, help="study folder with rollouts.parquet, groups.parquet, run_card.json")
     ap.add_argument("--work", type=Path, default=None, help="folder of finished queries (resume)")
     ap.add_argument("--limit", type=int, default=None, help="only the first N queries (a trial)")
+    ap.add_argument(
+        "--reverse",
+        action="store_true",
+        help="compute from the last query backwards: a second process sharing --work meets the first halfway",
+    )
     args = ap.parse_args(argv)
     import torch
 
@@ -154,8 +159,10 @@ def main(argv=None) -> int:
     prompts = rebuild_queries(cfg, tokenizer, order)
     grams, checks, group_rows = [], [], []
     t_start = time.perf_counter()
-    for k, qid in enumerate(order):
-        stem = work / "parts" / f"{k:05d}_{_safe(qid)}"
+    stems = [work / "parts" / f"{k:05d}_{_safe(qid)}" for k, qid in enumerate(order)]
+    todo = list(enumerate(order))
+    for k, qid in reversed(todo) if args.reverse else todo:
+        stem = stems[k]
         if not stem.with_suffix(".group.parquet").exists():
             t0 = time.perf_counter()
             part = rollouts[rollouts["query_id"] == qid]
@@ -178,6 +185,7 @@ def main(argv=None) -> int:
                 f"{int(chk['tokens_match'].sum())}/{len(chk)} rollouts match",
                 flush=True,
             )
+    for stem in stems:  # read back in the study's order, whichever order computed them
         grams.append(pd.read_parquet(stem.with_suffix(".gram.parquet")))
         checks.append(pd.read_parquet(stem.with_suffix(".check.parquet")))
         group_rows.append(pd.read_parquet(stem.with_suffix(".group.parquet")))
