@@ -1,0 +1,126 @@
+"""gcpo compare --backend trl: 2 arms x 2 seeds x 2 steps through TRL's GRPOTrainer on a tiny
+random llama (held-out evaluations, records, common random numbers, resume after a kill,
+finished runs never redone), and the refusals made before anything runs."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gcpo_train.compare import Comparison
+from gcpo_train.config import TrainConfig
+
+
+def _config(tmp_path, **kw):
+    from helpers.loop_setup import loop_config
+
+    return TrainConfig(**{**loop_config(tmp_path, "unused"), "backend": "trl", "micro_batch_size": 16, **kw})
+
+
+def test_arms_trl_cannot_run_are_refused_up_front_naming_them(tmp_path):
+    with pytest.raises(
+        ValueError, match=r"--backend trl cannot run the arm\(s\) 'eg_spo', 'r2vpo' \('eg_spo': .*token"
+    ):
+        Comparison(_config(tmp_path), tmp_path / "cmp", ["none", "eg_spo", "r2vpo"], [0])
+    assert not (tmp_path / "cmp").exists()
+
+
+def test_trl_comparison_refuses_a_multi_process_launch(tmp_path, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ValueError, match="without accelerate launch"):
+        Comparison(_config(tmp_path), tmp_path / "cmp", ["none"], [0])
+
+
+# ---------------------------------------------------------------------- end to end (tiny model)
+pytest.importorskip("trl")
+pytest.importorskip("peft")
+
+
+def _comparison(tmp_path, seeds=(0, 1), arms=("none", "bot_rd")):
+    from helpers.embedders import HashEmbedder
+    from helpers.loop_setup import queries, word_reward
+
+    held = queries().assign(query_id=lambda d: "h" + d["query_id"])
+    return Comparison(
+        _config(tmp_path, checkpoint_every=1),
+        tmp_path / "cmp",
+        arms,
+        seeds,
+        eval_every=1,
+        eval_n=4,
+        trainer_kwargs=dict(queries=queries(), eval_queries=held, reward_fn=word_reward, embedder=HashEmbedder()),
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.trl
+def test_trl_compare_end_to_end_crn_resume_and_skip(tmp_path, monkeypatch):
+    from gcpo_train.trl import GCPOTrainer
+
+    real = GCPOTrainer._generate_and_score_completions
+
+    def dies_in_bot_rd(self, inputs):  # a kill while bot_rd (seed 0) generates its second step
+        if self.args.modulator == "bot_rd" and self.state.global_step == 1:
+            raise KeyboardInterrupt
+        return real(self, inputs)
+
+    monkeypatch.setattr(GCPOTrainer, "_generate_and_score_completions", dies_in_bot_rd)
+    with pytest.raises(KeyboardInterrupt):
+        _comparison(tmp_path).run(progress=False)
+    out = tmp_path / "cmp"
+    runs = out / "runs"
+    finished, killed = runs / "none" / "seed_0", runs / "bot_rd" / "seed_0"
+    assert (finished / "done.json").exists() and not (killed / "done.json").exists()
+    assert (killed / "checkpoint-1").is_dir() and [json.loads(x)["step"] for x in open(killed / "log.jsonl")] == [1]
+    before = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in (finished / "log.jsonl", finished / "run.json")}
+
+    monkeypatch.setattr(GCPOTrainer, "_generate_and_score_completions", real)
+    summary = _comparison(tmp_path).run(progress=False)
+    # the finished run was not redone; the killed one resumed from its checkpoint, not from step 1
+    assert {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in before} == before
+    assert json.loads((killed / "run.json").read_text())["resumed_from"].endswith("checkpoint-1")
+    assert [json.loads(x)["step"] for x in open(killed / "log.jsonl")] == [1, 2]
+
+    spec = json.loads((out / "compare.json").read_text())
+    assert spec["backend"] == "trl" and "not paired draws" in spec["common_random_numbers"]["later_steps"]
+    res = pd.read_parquet(out / "results.parquet")
+    assert list(res.columns) == ["arm", "seed", "step", "query_id", "score"]
+    got = res.groupby(["arm", "seed"])["step"].apply(lambda s: sorted(set(s))).to_dict()
+    assert got == {("base", 0): [0], ("base", 1): [0], **{(a, s): [1, 2] for a in ("none", "bot_rd") for s in (0, 1)}}
+    assert (res.groupby(["arm", "seed", "step"]).size() == 4).all() and set(res["query_id"]) == {
+        f"hq{i}" for i in range(4)
+    }
+    for arm in ("none", "bot_rd"):  # the same greedy decoding as the base policy's evaluation
+        ev = json.loads((runs / arm / "seed_1" / "eval" / "step_000002.json").read_text())
+        assert (ev["decoding"], ev["n"], ev["max_new_tokens"]) == ("greedy", 4, 6)
+
+    # common random numbers: the same seed draws the same queries and first-step samples in every arm
+    first = {
+        (a, s): pd.read_parquet(runs / a / f"seed_{s}" / "rollouts" / "step_000001.parquet")
+        for a in ("none", "bot_rd")
+        for s in (0, 1)
+    }
+    for s in (0, 1):
+        assert list(first["none", s]["completion"]) == list(first["bot_rd", s]["completion"])
+        assert list(first["none", s]["query_id"]) == list(first["bot_rd", s]["query_id"])
+        assert list(first["none", s]["reward"]) == list(first["bot_rd", s]["reward"])
+    assert list(first["none", 0]["completion"]) != list(first["none", 1]["completion"])
+    assert set(first["none", 0]["query_id"]) <= {f"q{i}" for i in range(6)}  # training queries only
+    assert (first["none", 0]["weight"] == 1.0).all() and (first["bot_rd", 0]["weight"] != 1.0).any()
+
+    table = summary["table"].set_index("arm")
+    assert table.loc["bot_rd", "paired_seeds"] == 2 and np.isfinite(table.loc["bot_rd", "delta"])
+    assert table.loc["none", "omega_p5"] == pytest.approx(1.0) == table.loc["none", "omega_p95"]
+    # ω: the weights GCPOTrainer applied, one per group, of the groups whose rewards differ
+    rolled = pd.concat(
+        pd.read_parquet(p).assign(seed=p.parent.parent.name) for p in runs.glob("bot_rd/seed_*/rollouts/step_*.parquet")
+    )
+    assert len(rolled) == 2 * 2 * 8  # seeds x steps x (2 queries x G = 4)
+    groups = [g for _, g in rolled.groupby(["seed", "step", "query_id"])]
+    assert all(g["weight"].nunique() == 1 for g in groups)
+    omega = [g["weight"].iloc[0] for g in groups if g["reward"].nunique() > 1]
+    low, high = np.quantile(omega, [0.05, 0.95])
+    assert (table.loc["bot_rd", "omega_p5"], table.loc["bot_rd", "omega_p95"]) == pytest.approx((low, high))
+    assert high != pytest.approx(1.0)
+    assert "Δ vs none" in (out / "summary.md").read_text() and (out / "figures" / "compare.png").stat().st_size > 0
