@@ -32,6 +32,40 @@ def test_trl_comparison_refuses_a_multi_process_launch(tmp_path, monkeypatch):
         Comparison(_config(tmp_path), tmp_path / "cmp", ["none"], [0])
 
 
+def _write(tmp_path, text):
+    path = tmp_path / "cmp.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_compare_mapping_gives_the_flags_defaults_and_refuses_unknown_keys(tmp_path):
+    from gcpo_train.compare import COMPARE_DEFAULTS, load_compare_config
+
+    cfg, settings = load_compare_config(
+        _write(tmp_path, "backend: trl\nsteps: 3\ncompare:\n  modulators: [none, rd]\n  seeds: '4,5'\n"), {"steps": 7}
+    )
+    assert (cfg.backend, cfg.steps) == ("trl", 7)
+    assert settings == {**COMPARE_DEFAULTS, "modulators": ["none", "rd"], "seeds": [4, 5]}
+    assert load_compare_config(_write(tmp_path, "steps: 3\n"))[1] == COMPARE_DEFAULTS
+    with pytest.raises(ValueError, match="unknown key 'seed' in .*compare: mapping.*did you mean seeds"):
+        load_compare_config(_write(tmp_path, "compare:\n  seed: [0]\n"))
+    with pytest.raises(ValueError, match="'compare' must be a mapping"):
+        load_compare_config(_write(tmp_path, "compare: [none]\n"))
+    with pytest.raises(ValueError, match="compare.seeds: 'a' is not an integer seed"):
+        load_compare_config(_write(tmp_path, "compare:\n  seeds: [a]\n"))
+    with pytest.raises(ValueError, match="unknown config key 'stepz'"):
+        load_compare_config(_write(tmp_path, "stepz: 3\n"))
+
+
+def test_cli_backend_flag_reaches_the_arms_refusal(tmp_path, capsys):
+    from gcpo_analysis.cli import main
+
+    path = _write(tmp_path, "model: tiny:llama\ncompare:\n  modulators: [none, empo]\n")
+    assert main(["compare", "--config", str(path), "--backend", "trl", "--output", str(tmp_path / "out2")]) != 0
+    assert "--backend trl cannot run the arm(s) 'empo' ('empo': it replaces the reward" in capsys.readouterr().err
+    assert not (tmp_path / "out2").exists()
+
+
 # ---------------------------------------------------------------------- end to end (tiny model)
 pytest.importorskip("trl")
 pytest.importorskip("peft")
@@ -124,3 +158,28 @@ def test_trl_compare_end_to_end_crn_resume_and_skip(tmp_path, monkeypatch):
     assert (table.loc["bot_rd", "omega_p5"], table.loc["bot_rd", "omega_p95"]) == pytest.approx((low, high))
     assert high != pytest.approx(1.0)
     assert "Δ vs none" in (out / "summary.md").read_text() and (out / "figures" / "compare.png").stat().st_size > 0
+
+
+@pytest.mark.slow
+@pytest.mark.trl
+def test_shipped_compare_config_runs_through_the_cli_on_a_tiny_model(tmp_path, capsys):
+    """configs/compare/narrativeqa.yaml (the packaged NarrativeQA data) as the paper's protocol
+    runs it, shrunk to a tiny random model, 2 arms x 1 seed x 2 steps; a rerun skips both."""
+    from pathlib import Path
+
+    from gcpo_analysis.cli import main
+
+    config = Path(__file__).resolve().parents[2] / "configs" / "compare" / "narrativeqa.yaml"
+    out = tmp_path / "cmp"
+    argv = ["compare", "--config", str(config), "--backend", "trl", "--modulators", "none,rd", "--seeds", "0"]
+    argv += ["--eval_n", "3", "--output", str(out), "--no_progress", "--set", "model=tiny:llama", "dtype=float32"]
+    argv += ["device=cpu", "steps=2", "group_size=4", "queries_per_step=2", "max_new_tokens=4", "n_train=8"]
+    argv += ["max_context_tokens=24", "checkpoint_every=0"]
+    assert main(argv) == 0
+    assert "| rd | 1 | 2 |" in capsys.readouterr().out
+    res = pd.read_parquet(out / "results.parquet")
+    assert res.groupby(["arm", "step"]).size().to_dict() == {("base", 0): 3, ("none", 2): 3, ("rd", 2): 3}
+    assert json.loads((out / "compare.json").read_text())["eval_every"] == 500  # the config's compare: mapping
+    logs = {arm: (out / "runs" / arm / "seed_0" / "log.jsonl").stat().st_mtime_ns for arm in ("none", "rd")}
+    assert main(argv) == 0  # finished runs are never redone
+    assert {arm: (out / "runs" / arm / "seed_0" / "log.jsonl").stat().st_mtime_ns for arm in logs} == logs
