@@ -10,8 +10,9 @@ tokens (C at its cap, max_new_tokens: an upper bound) and N the policy's paramet
 
 - tokens T = Q·G·(P + C);
 - policy forward + backward 6·N·T (LoRA needs no weight gradient of the frozen weights, ~4·N·T, so
-  this is an upper bound), the reference pass 2·N·T when beta > 0, an old-policy pass 2·N·T when
-  num_iterations > 1 — at MFU × the H100's dense bf16 peak;
+  this is an upper bound), the recomputed forward 2·N·T under gradient_checkpointing, the
+  reference pass 2·N·T when beta > 0, an old-policy pass 2·N·T when num_iterations > 1 — at
+  MFU × the H100's dense bf16 peak;
 - generation: 2·N·T FLOPs, but decoding is latency-bound (one launch-bound step of a 28-layer model
   per token for the whole batch), so its time is max(2·N·T / (MFU·peak), C·t_decode);
 - the arm's measures: embeddings 2·N_emb·Q·G·L and NLI clustering 2·N_nli·pairs·2L, pairs at most
@@ -73,7 +74,8 @@ def arm_hours(cfg, settings, arm: str) -> dict:
     P = value("math_prompt") if math_task else cfg.max_context_tokens + value("qa_prompt_extra")
     T = Q * G * (P + C)
     rate = value("mfu") * value("peak_flops")
-    train = (6 + 2 * (cfg.beta > 0) + 2 * (cfg.num_iterations > 1)) * N * T
+    passes = 6 + 2 * cfg.gradient_checkpointing + 2 * (cfg.beta > 0) + 2 * (cfg.num_iterations > 1)
+    train = passes * N * T
     generate = max(2 * N * T / rate, C * value("t_decode"))
     L = min(C, value("encoder_max")) if math_task else value("qa_answer")
     needs = MODULATORS[arm].needs - MODULATORS[arm].optional_needs
@@ -127,7 +129,8 @@ def table(configs=None) -> str:
     lines = [
         "GPU-hours on one H100 per arm-seed run (2,000 steps and its held-out evaluations) for each arm, and for",
         "the whole comparison (every arm × 3 seeds); estimated, not measured. TFLOP and seconds per step are",
-        f"`{arms[0]}`'s (the other arms add only their measures).",
+        f"`{arms[0]}`'s (the other arms add only their measures). Evaluations count `eval_n` queries: a smaller",
+        "held-out split (OlympiadBench's 20%) costs less.",
         "",
         head,
         "|" + "---|" * (head.count("|") - 1),

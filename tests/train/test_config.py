@@ -200,11 +200,8 @@ def test_compare_configs_are_generated_load_and_hold_the_paper_protocol():
             0.9,
             0.6,
         )
-        assert (c.dataset, c.backend, c.full_completion) == (
-            path.stem,
-            "trl",
-            path.stem in ("math500", "olympiadbench"),
-        )
+        math = path.stem in ("math500", "olympiadbench")
+        assert (c.dataset, c.backend, c.full_completion, c.gradient_checkpointing) == (path.stem, "trl", math, math)
         assert settings["modulators"] == ["none", "se", "kle", "care", "cd_rd", "bot_rd"]
         assert settings["seeds"] == [0, 1, 2] and settings["eval_every"] == 500 and settings["eval_n"] == 500
         Comparison(c, "unused", settings["modulators"], settings["seeds"])  # every arm validates under TRL
