@@ -10,10 +10,16 @@ Layout of the comparison folder ``OUT``::
     OUT/results.parquet              arm, seed, step, query_id, score (long form; step 0 = base)
     OUT/summary.md / summary.csv / figures/   (gcpo_train.compare_report)
 
+- **Two engines.** Every arm runs through gcpo's own loop (backend gcpo) or TRL's GRPOTrainer
+  (backend trl, ``compare_trl``: the same folder rules, evaluation and records; arms TRL cannot
+  run are refused before anything runs). A config's ``compare:`` mapping gives the defaults of
+  --modulators, --seeds, --eval_every, --eval_n and --split_seed (configs/compare/*.yaml).
 - **Common random numbers.** Every arm of seed s trains with ``seed = s``: the LoRA
   initialisation, the query order (``splits.query_indices``) and each step's sampling seeds
   (``trainer.step_seed``) are the same across arms, so their first-step samples are identical and
-  later differences come from the updates alone.
+  later differences come from the updates alone. Under TRL the query order and the first step's
+  samples are shared, later samples are not paired draws (``compare_trl.CRN``; compare.json
+  records which holds).
 - **One held-out set.** ``split_seed`` (default: the config's, else 0) fixes the train/test
   split for every seed and arm; evaluation is greedy on the first ``eval_n`` held-out queries,
   every ``eval_every`` steps and at the last step, with the same decoding for every arm.

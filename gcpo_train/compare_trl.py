@@ -79,11 +79,21 @@ class TaskRewards:
 
 
 def _latest_checkpoint(out: Path):
-    """(state, path) of the newest TRL checkpoint-N in ``out``, or (None, None)."""
-    from transformers.trainer_utils import get_last_checkpoint
+    """(state, path) of the newest complete TRL checkpoint-N in ``out`` (HF's Trainer writes its
+    trainer_state.json last), or (None, None); an incomplete newer one is named in a warning."""
+    import re
+    import warnings
 
-    path = get_last_checkpoint(str(out)) if out.is_dir() else None
-    return ({"step": int(Path(path).name.split("-")[-1])}, path) if path else (None, None)
+    found = sorted(
+        (int(m.group(1)), p)
+        for p in (out.iterdir() if out.is_dir() else [])
+        if p.is_dir() and (m := re.fullmatch(r"checkpoint-(\d+)", p.name))
+    )
+    for step, path in reversed(found):
+        if (path / "trainer_state.json").exists():
+            return {"step": step}, str(path)
+        warnings.warn(f"{path} has no trainer_state.json (a save cut short); resuming from an older one", stacklevel=2)
+    return None, None
 
 
 def train_arm(

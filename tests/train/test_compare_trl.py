@@ -66,6 +66,20 @@ def test_cli_backend_flag_reaches_the_arms_refusal(tmp_path, capsys):
     assert not (tmp_path / "out2").exists()
 
 
+def test_resume_picks_the_newest_complete_trl_checkpoint(tmp_path):
+    from gcpo_train.compare_trl import _latest_checkpoint
+
+    assert _latest_checkpoint(tmp_path / "absent") == (None, None)
+    for step in (2, 9, 10, 11):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+        if step != 11:  # checkpoint-11: killed while saving
+            (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text("{}")
+    (tmp_path / "checkpoint-x").mkdir()
+    with pytest.warns(UserWarning, match="checkpoint-11 has no trainer_state.json"):
+        state, path = _latest_checkpoint(tmp_path)
+    assert state == {"step": 10} and path == str(tmp_path / "checkpoint-10")  # 10 after 9, by number
+
+
 # ---------------------------------------------------------------------- end to end (tiny model)
 pytest.importorskip("trl")
 pytest.importorskip("peft")
