@@ -56,6 +56,7 @@ def build_compare(benchmark: str) -> dict:
     cfg.update(yaml.safe_load((HERE / "base" / f"{benchmark}.yaml").read_text()))
     eval_every = cfg.pop("eval_every")
     cfg.update(backend="trl", modulator="none")  # the arms set the modulator
+    cfg["save_total_limit"] = 2  # a resume needs the newest checkpoint; 18 runs x 20 checkpoints would fill a disk
     if benchmark in MATH:
         # TRL's backward takes the whole step (4 x 16 rollouts of ~1,200 tokens) at once: their
         # activations (~34 bytes x tokens x hidden size per layer, ~150 GB) exceed an H100 without it

@@ -118,11 +118,20 @@ def train_arm(
             out,
             {"config": cfg.to_dict(), "config_hash": cfg.config_hash(), "backend": "trl", "resumed_from": resume_from},
         )
+        # trained to the end (killed after its last checkpoint): HF's Trainer resumed there would
+        # train one step past max_steps, so the policy is only restored, and evaluated if need be
+        finished = state is not None and state["step"] >= cfg.steps
+        if finished and (out / "eval" / f"step_{cfg.steps:06d}.predictions.parquet").exists():
+            return
         torch.manual_seed(cfg.seed)  # a random tiny: model is drawn as the base policy's evaluation draws it
         rewards = TaskRewards(reward_fn)
         trainer = build_trl_trainer(
             cfg, embedder=embedder, judge=judge, queries=queries, reward_funcs=rewards, read_elsewhere=READ_HERE
         )
+        if finished:
+            trainer._load_from_checkpoint(resume_from)  # HF Trainer's loader: adapters, full weights, shards
+            evaluate_policy(trainer.model, trainer.processing_class, cfg, eval_queries, cfg.steps)
+            return
         trainer.add_callback(_run_callback(folder, trainer, rewards, cfg, eval_queries, eval_every))
         trainer.train(resume_from_checkpoint=resume_from)
 
@@ -143,7 +152,7 @@ def evaluate_policy(model, tokenizer, cfg: TrainConfig, eval_queries, step: int)
 
 def _run_callback(folder, trainer, rewards: TaskRewards, cfg: TrainConfig, eval_queries, eval_every: int):
     """The TrainerCallback that marks the folder started, writes log.jsonl rows and each step's
-    rollouts, and evaluates every ``eval_every`` steps and at the end."""
+    rollouts, and evaluates every ``eval_every`` steps and at the last step."""
     import numpy as np
     import pandas as pd
     from transformers import TrainerCallback
@@ -174,7 +183,9 @@ def _run_callback(folder, trainer, rewards: TaskRewards, cfg: TrainConfig, eval_
                     }
                 )
                 write_frame(frame, out / "rollouts" / f"step_{state.global_step:06d}.parquet")
-            if eval_every and state.global_step % eval_every == 0:
+            # the last step too, before HF's Trainer saves its checkpoint: a run whose last checkpoint
+            # exists has been evaluated at its last step
+            if (eval_every and state.global_step % eval_every == 0) or state.global_step == cfg.steps:
                 evaluate_policy(trainer.model, trainer.processing_class, cfg, eval_queries, state.global_step)
 
         def on_log(self, args, state, control, logs=None, **kwargs):
@@ -183,10 +194,5 @@ def _run_callback(folder, trainer, rewards: TaskRewards, cfg: TrainConfig, eval_
                 row.update({k: v for k, v in logs.items() if k not in row and isinstance(v, (int, float))})
                 with open(out / "log.jsonl", "a", encoding="utf-8") as f:
                     f.write(json.dumps(row) + "\n")
-
-        def on_train_end(self, args, state, control, **kwargs):
-            final = out / "eval" / f"step_{state.global_step:06d}.predictions.parquet"
-            if not final.exists():
-                evaluate_policy(trainer.model, trainer.processing_class, cfg, eval_queries, state.global_step)
 
     return CompareRun()

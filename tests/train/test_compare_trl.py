@@ -173,6 +173,17 @@ def test_trl_compare_end_to_end_crn_resume_and_skip(tmp_path, monkeypatch):
     assert high != pytest.approx(1.0)
     assert "Δ vs none" in (out / "summary.md").read_text() and (out / "figures" / "compare.png").stat().st_size > 0
 
+    # killed after its last checkpoint, before its last evaluation: evaluated again, not retrained
+    run = runs / "none" / "seed_1"
+    log = (run / "log.jsonl").read_bytes()
+    final = run / "eval" / "step_000002.predictions.parquet"
+    scores = pd.read_parquet(final)["score"].tolist()
+    for p in (run / "done.json", final, final.with_name("step_000002.json")):
+        p.unlink()
+    _comparison(tmp_path).run(progress=False)
+    assert (run / "done.json").exists() and (run / "log.jsonl").read_bytes() == log
+    assert pd.read_parquet(final)["score"].tolist() == scores  # the trained policy, restored from checkpoint-2
+
 
 @pytest.mark.slow
 @pytest.mark.trl
