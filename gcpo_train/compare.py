@@ -317,6 +317,10 @@ def load_compare_config(path, overrides: dict | None = None) -> tuple[TrainConfi
         elif not isinstance(value, list):
             raise ValueError(f"{path}: compare.{key} must be a list, got {value!r}")
     settings["seeds"] = [_int(s, f"{path}: compare.seeds") for s in settings["seeds"]]
+    for key in ("eval_every", "eval_n", "split_seed"):
+        value = settings[key]
+        if (value is not None or key == "eval_every") and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ValueError(f"{path}: compare.{key} must be an integer, got {value!r}")
     return load_config(None, {**loaded, **(overrides or {})}), settings
 
 
