@@ -70,6 +70,20 @@ def test_cli_backend_flag_reaches_the_arms_refusal(tmp_path, capsys):
     assert not (tmp_path / "out2").exists()
 
 
+def test_omega_of_a_trl_rollouts_frame_is_its_weight_column_tied_groups_left_out():
+    from gcpo_train.compare_report import omega_per_group
+
+    frame = pd.DataFrame(
+        {
+            "step": 1,
+            "query_id": np.repeat(["a", "b", "c"], 3),
+            "reward": [0.0, 1.0, 2.0, 1.0, 1.0, 1.0, 2.0, 0.0, 0.0],  # group b's rewards are all equal
+            "weight": np.repeat([0.7, 0.5, 1.3], 3),
+        }
+    )
+    np.testing.assert_array_equal(omega_per_group(frame), [0.7, 1.3])
+
+
 def test_resume_picks_the_newest_complete_trl_checkpoint(tmp_path):
     from gcpo_train.compare_trl import _latest_checkpoint
 
