@@ -10,10 +10,16 @@ Layout of the comparison folder ``OUT``::
     OUT/results.parquet              arm, seed, step, query_id, score (long form; step 0 = base)
     OUT/summary.md / summary.csv / figures/   (gcpo_train.compare_report)
 
+- **Two engines.** Every arm runs through gcpo's own loop (backend gcpo) or TRL's GRPOTrainer
+  (backend trl, ``compare_trl``: the same folder rules, evaluation and records; arms TRL cannot
+  run are refused before anything runs). A config's ``compare:`` mapping gives the defaults of
+  --modulators, --seeds, --eval_every, --eval_n and --split_seed (configs/compare/*.yaml).
 - **Common random numbers.** Every arm of seed s trains with ``seed = s``: the LoRA
   initialisation, the query order (``splits.query_indices``) and each step's sampling seeds
   (``trainer.step_seed``) are the same across arms, so their first-step samples are identical and
-  later differences come from the updates alone.
+  later differences come from the updates alone. Under TRL the query order and the first step's
+  samples are shared, later samples are not paired draws (``compare_trl.CRN``; compare.json
+  records which holds).
 - **One held-out set.** ``split_seed`` (default: the config's, else 0) fixes the train/test
   split for every seed and arm; evaluation is greedy on the first ``eval_n`` held-out queries,
   every ``eval_every`` steps and at the last step, with the same decoding for every arm.
@@ -86,8 +92,14 @@ class Comparison:
                 raise ValueError(f"{name} lists a value twice: {values}")
         for arm in self.modulators:  # each arm's config validated now, not after hours of the first arm
             dataclasses.replace(base, modulator=arm)
-        if base.backend not in ("gcpo", "hf"):
-            raise ValueError(f"gcpo compare runs the gcpo loop; backend {base.backend!r} is not supported here")
+        if base.backend not in ("gcpo", "hf", "trl"):
+            raise ValueError(
+                f"gcpo compare runs the gcpo loop (backend gcpo) or TRL (backend trl), not backend {base.backend!r}"
+            )
+        if base.backend == "trl":
+            from .compare_trl import check_trl_arms
+
+            check_trl_arms(self.modulators)
         if eval_every < 0:
             raise ValueError(f"--eval_every must be >= 0, got {eval_every}")
         self.eval_every, self.eval_n = int(eval_every), eval_n
@@ -105,6 +117,20 @@ class Comparison:
             "eval_n": self.eval_n,
             "split_seed": self.split_seed,
             "steps": self.base.steps,
+            "backend": self.base.backend,
+            "common_random_numbers": self.crn(),
+        }
+
+    def crn(self) -> dict:
+        """What the arms of one seed share (compare.json's record; not part of the folder's identity)."""
+        if self.base.backend == "trl":
+            from .compare_trl import CRN
+
+            return CRN
+        return {
+            "query_order": "same in every arm of a seed (splits.query_indices)",
+            "first_step_samples": "same in every arm of a seed (each group seeded from (seed, step))",
+            "later_steps": "each group seeded from (seed, step): arms differ only through their updates",
         }
 
     def _check_spec(self) -> None:
@@ -115,7 +141,12 @@ class Comparison:
             old = json.loads(path.read_text())
             old_cfg, new_cfg = old.get("config", {}), json.loads(json.dumps(new["config"], default=str))
             changed = sorted(k for k in set(old_cfg) | set(new_cfg) if old_cfg.get(k) != new_cfg.get(k))
-            changed += sorted(k for k in new if k not in ("modulators", "seeds", "config") and old.get(k) != new[k])
+            changed += sorted(
+                k
+                for k in new
+                if k not in ("modulators", "seeds", "config", "backend", "common_random_numbers")
+                and old.get(k) != new[k]
+            )  # the backend is in the config's identity
             if changed:
                 raise ValueError(
                     f"{self.out} holds a comparison made with other settings ({', '.join(changed)} differ); "
@@ -173,8 +204,11 @@ class Comparison:
         from .evaluate import evaluate
         from .policy import load_model_and_tokenizer
 
-        require("torch").manual_seed(seed)  # the trainer's draw of a random tiny model
+        torch = require("torch")
+        torch.manual_seed(seed)  # the trainer's draw of a random tiny model
         model, tokenizer = load_model_and_tokenizer(cfg.model, cfg.dtype)
+        # on the device the runs train on (device None: accelerate's and TRL's choice, cuda if available)
+        model.to(cfg.device or ("cuda" if torch.cuda.is_available() else "cpu"))
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
         evaluate(
@@ -195,18 +229,23 @@ class Comparison:
         done = folder / "done.json"
         if done.exists():
             return folder
-        from .trainer import GCPOLoopTrainer
-
         cfg = dataclasses.replace(cfg, progress=progress and cfg.progress)
         kwargs = {
             "eval_queries": self.heldout(),
             **{k: v for k, v in self.trainer_kwargs.items() if k != "eval_queries"},
         }
-        trainer = GCPOLoopTrainer(cfg, **kwargs)
-        trainer.train()
-        final = folder / "eval" / f"step_{cfg.steps:06d}.predictions.parquet"
-        if not final.exists():  # steps not a multiple of eval_every: the last step is always evaluated
-            trainer.evaluate(tag=f"step_{cfg.steps:06d}")
+        if cfg.backend == "trl":  # the same folder rules, evaluation and records through TRL
+            from .compare_trl import train_arm
+
+            train_arm(cfg, eval_every=self.eval_every, **kwargs)
+        else:
+            from .trainer import GCPOLoopTrainer
+
+            trainer = GCPOLoopTrainer(cfg, **kwargs)
+            trainer.train()
+            final = folder / "eval" / f"step_{cfg.steps:06d}.predictions.parquet"
+            if not final.exists():  # steps not a multiple of eval_every: the last step is always evaluated
+                trainer.evaluate(tag=f"step_{cfg.steps:06d}")
         write_text(done, json.dumps({"arm": arm, "seed": seed, "steps": cfg.steps}) + "\n")
         return folder
 
@@ -236,6 +275,61 @@ def _scores(path: Path, arm: str, seed: int, step: int) -> pd.DataFrame:
 
 
 # ---------------------------------------------------------------------- command line
+# The ``compare:`` mapping of a comparison config (configs/compare/*.yaml): the defaults of the
+# command's flags of the same names (a flag given wins).
+COMPARE_DEFAULTS = {
+    "modulators": ["none", "bot_rd"],
+    "seeds": [0, 1, 2],
+    "eval_every": 0,
+    "eval_n": 200,
+    "split_seed": None,
+}
+
+
+def load_compare_config(path, overrides: dict | None = None) -> tuple[TrainConfig, dict]:
+    """A comparison config: TrainConfig fields plus an optional ``compare:`` mapping (arms,
+    seeds and evaluation settings, ``COMPARE_DEFAULTS``' keys). Returns (config, settings), the
+    settings completed from the defaults; unknown keys are refused, naming them."""
+    from gcpo_analysis.errors import did_you_mean
+
+    from .config import _check_keys, load_config, safe_yaml
+
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no such config file: {path}")
+    loaded = safe_yaml(path.read_text(), str(path)) or {}
+    if not isinstance(loaded, dict):
+        raise ValueError(f"{path}: a config file must be a YAML mapping, got {type(loaded).__name__}")
+    section = loaded.pop("compare", None) or {}
+    if not isinstance(section, dict):
+        raise ValueError(f"{path}: 'compare' must be a mapping of {', '.join(COMPARE_DEFAULTS)}, got {section!r}")
+    for key in section:
+        if key not in COMPARE_DEFAULTS:
+            raise ValueError(
+                f"unknown key {key!r} in {path}'s compare: mapping{did_you_mean(key, list(COMPARE_DEFAULTS))}"
+            )
+    _check_keys(loaded, str(path))
+    settings = {**COMPARE_DEFAULTS, **section}
+    for key in ("modulators", "seeds"):
+        value = settings[key]
+        if isinstance(value, str):
+            settings[key] = [v.strip() for v in value.split(",") if v.strip()]
+        elif not isinstance(value, list):
+            raise ValueError(f"{path}: compare.{key} must be a list, got {value!r}")
+    settings["seeds"] = [_int(s, f"{path}: compare.seeds") for s in settings["seeds"]]
+    for key in ("eval_every", "eval_n", "split_seed"):
+        value = settings[key]
+        if (value is not None or key == "eval_every") and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ValueError(f"{path}: compare.{key} must be an integer, got {value!r}")
+    return load_config(None, {**loaded, **(overrides or {})}), settings
+
+
+def _int(value, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).strip().lstrip("-").isdigit():
+        raise ValueError(f"{where}: {value!r} is not an integer seed")
+    return int(value)
+
+
 def add_parser(subparsers):
     import argparse
 
@@ -246,26 +340,48 @@ def add_parser(subparsers):
         formatter_class=argparse.RawDescriptionHelpFormatter,
         allow_abbrev=False,
     )
-    p.add_argument("--config", required=True, help="training config YAML (gcpo train's fields)")
     p.add_argument(
-        "--modulators", default="none,bot_rd", help="comma-separated arms; 'none' (plain GRPO) is the reference"
+        "--config",
+        required=True,
+        help="training config YAML (gcpo train's fields), optionally with a compare: mapping whose "
+        "modulators, seeds, eval_every, eval_n and split_seed are the defaults of these flags "
+        "(configs/compare/*.yaml)",
     )
-    p.add_argument("--seeds", default="0,1,2", help="comma-separated training seeds (default: 0,1,2)")
+    p.add_argument(
+        "--modulators",
+        default=None,
+        help="comma-separated arms; 'none' (plain GRPO) is the reference (default: the config's, else none,bot_rd)",
+    )
+    p.add_argument("--seeds", default=None, help="comma-separated training seeds (default: the config's, else 0,1,2)")
+    p.add_argument(
+        "--backend",
+        default=None,
+        choices=("gcpo", "trl"),
+        help="training engine of every arm: gcpo's own loop or TRL's GRPOTrainer (default: the config's backend)",
+    )
     p.add_argument("--output", required=True, help="comparison folder (created; rerun the command to resume)")
     p.add_argument(
         "--eval_every",
         "--eval-every",
         type=int,
-        default=0,
-        help="held-out evaluation every N steps (0 = only the base policy and the last step)",
+        default=None,
+        help="held-out evaluation every N steps (0 = only the base policy and the last step; default: the "
+        "config's, else 0)",
     )
-    p.add_argument("--eval_n", "--eval-n", type=int, default=200, help="held-out queries (the first N of the split)")
+    p.add_argument(
+        "--eval_n",
+        "--eval-n",
+        type=int,
+        default=None,
+        help="held-out queries (the first N of the split; default: the config's, else 200)",
+    )
     p.add_argument(
         "--split_seed",
         "--split-seed",
         type=int,
         default=None,
-        help="seed of the train/test split, the same for every seed (default: the config's, else 0)",
+        help="seed of the train/test split, the same for every seed (default: the compare: mapping's, else the "
+        "config's split_seed, else 0)",
     )
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides, as gcpo train's")
     p.add_argument(
@@ -281,19 +397,29 @@ def add_parser(subparsers):
 
 
 def run_cli(args) -> int:
-    from .config import load_config, parse_overrides
+    from .config import parse_overrides
 
-    base = load_config(args.config, parse_overrides(args.set))
-    if args.eval_n is not None and args.eval_n < 1:
-        raise ValueError(f"--eval_n must be >= 1, got {args.eval_n}")
+    overrides = parse_overrides(args.set)
+    if args.backend is not None:
+        overrides["backend"] = args.backend
+    base, settings = load_compare_config(args.config, overrides)
+    for key in ("eval_every", "eval_n", "split_seed"):
+        if getattr(args, key) is not None:
+            settings[key] = getattr(args, key)
+    if settings["eval_n"] is not None and settings["eval_n"] < 1:
+        raise ValueError(f"--eval_n must be >= 1, got {settings['eval_n']}")
+    modulators = settings["modulators"] if args.modulators is None else args.modulators.split(",")
+    seeds = (
+        settings["seeds"] if args.seeds is None else [_int(s, "--seeds") for s in args.seeds.split(",") if s.strip()]
+    )
     comparison = Comparison(
         base,
         args.output,
-        [m.strip() for m in args.modulators.split(",") if m.strip()],
-        [int(s) for s in args.seeds.split(",") if s.strip()],
-        eval_every=args.eval_every,
-        eval_n=args.eval_n,
-        split_seed=args.split_seed,
+        [m.strip() for m in modulators if m.strip()],
+        seeds,
+        eval_every=settings["eval_every"],
+        eval_n=settings["eval_n"],
+        split_seed=settings["split_seed"],
     )
     if args.report_only:
         if not (comparison.out / "compare.json").exists():

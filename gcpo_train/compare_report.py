@@ -11,7 +11,9 @@ Holm-adjusted over the arms (statsmodels ``multipletests``).
 
 The weight ω of a group is read back from its rollouts: Ã = ω·A for a group-level modulator, so
 ω = Σ_i Ã_i A_i / Σ_i A_i² with A the plain GRPO advantages (groups whose rewards are all equal
-have A = 0 and no ω). An arm whose ω stays near 1 trains as GRPO does.
+have A = 0 and no ω). A TRL run's rollouts (``compare_trl``) carry the ω that GCPOTrainer applied
+as the column ``weight``; there too a group whose rewards are all equal counts no ω. An arm whose
+ω stays near 1 trains as GRPO does.
 """
 
 from __future__ import annotations
@@ -42,13 +44,18 @@ def paired_seed_query_bootstrap(d, n_resamples: int = 10_000, confidence: float 
 
 
 def omega_per_group(rollouts: pd.DataFrame, eps: float = 1e-6) -> np.ndarray:
-    """ω of every group of a rollouts frame with unequal rewards (see the module docstring)."""
+    """ω of every group of a rollouts frame with unequal rewards (see the module docstring): its
+    ``weight`` column where it has one (TRL runs), else read back from ``advantage``."""
     from gcpo_analysis.measures.advantages import grpo_advantages
 
     out = []
     for _, g in rollouts.groupby(["step", "query_id"], sort=False):
         A = grpo_advantages(g["reward"].to_numpy(float), eps)
-        if np.any(A != 0):
+        if not np.any(A != 0):
+            continue
+        if "weight" in g:
+            out.append(float(g["weight"].iloc[0]))
+        else:
             out.append(float(np.dot(g["advantage"].to_numpy(float), A) / np.dot(A, A)))
     return np.asarray(out)
 
@@ -57,9 +64,17 @@ def _arm_weights(out: Path, arm: str) -> np.ndarray:
     files = sorted(glob.glob(str(out / "runs" / arm / "seed_*" / "rollouts" / "step_*.parquet")))
     if not files:
         return np.array([])
-    return np.concatenate(
-        [omega_per_group(pd.read_parquet(f, columns=["step", "query_id", "reward", "advantage"])) for f in files]
-    )
+    frames = []
+    for f in files:
+        omega = "weight" if "weight" in _columns(f) else "advantage"
+        frames.append(omega_per_group(pd.read_parquet(f, columns=["step", "query_id", "reward", omega])))
+    return np.concatenate(frames)
+
+
+def _columns(path) -> list[str]:
+    import pyarrow.parquet as pq
+
+    return list(pq.read_schema(path).names)
 
 
 def summary_table(results: pd.DataFrame, arms, reference: str, weights: dict) -> pd.DataFrame:

@@ -71,15 +71,18 @@ def gcpo_config_from(cfg: TrainConfig, plain_trl: bool = False, **overrides):
     return GCPOConfig(**kwargs)
 
 
-def prompts_dataset(cfg: TrainConfig, tokenizer):
-    """TRL's train_dataset: prompt (chat-formatted text), references, task — one row per query."""
+def prompts_dataset(cfg: TrainConfig, tokenizer, queries=None):
+    """TRL's train_dataset: prompt (chat-formatted text), references, task, query_id — one row per
+    query of the train split (or of ``queries``, a queries frame given instead: tests, notebooks).
+    TRL passes the columns besides the prompt to the reward functions."""
     from datasets import Dataset
 
     from gcpo_analysis.prompts import build_prompt
 
     from .splits import load_split
 
-    queries = load_split(cfg, cfg.train_split)
+    if queries is None:
+        queries = load_split(cfg, cfg.train_split)
     if cfg.n_train:
         queries = queries.iloc[: cfg.n_train]
     rows = queries.to_dict("records")
@@ -88,6 +91,7 @@ def prompts_dataset(cfg: TrainConfig, tokenizer):
             "prompt": [build_prompt(r, tokenizer, max_context_tokens=cfg.max_context_tokens) for r in rows],
             "references": [list(r["references"]) for r in rows],
             "task": [r["task"] for r in rows],
+            "query_id": [str(r["query_id"]) for r in rows],
         }
     )
 
@@ -113,11 +117,12 @@ TRL_IGNORES = {
 }
 
 
-def refuse_unsupported(cfg: TrainConfig, flags: Iterable[str] = ()) -> None:
+def refuse_unsupported(cfg: TrainConfig, flags: Iterable[str] = (), read_elsewhere: Iterable[str] = ()) -> None:
     """Fields with no TRL counterpart here are refused, naming them (before any file is touched);
     so is a command-line ``flag`` that --backend trl does not read (``TRL_IGNORES``). A config
     file's value of such a field is not a flag (any configs/*.yaml runs under TRL): a warning
-    names the ones that differ from their defaults."""
+    names the ones that differ from their defaults, except those the caller reads itself
+    (``read_elsewhere``: ``gcpo compare`` evaluates with eval_max_new_tokens)."""
     refused = {"resume": "use TRL's resume_from_checkpoint", "eval_every": "use TRL's eval_strategy"}
     for key, why in refused.items():
         if getattr(cfg, key):
@@ -127,14 +132,26 @@ def refuse_unsupported(cfg: TrainConfig, flags: Iterable[str] = ()) -> None:
         reasons = "; ".join(f"--{f}: {TRL_IGNORES[f]}" for f in given)
         raise ValueError(f"--backend trl does not read {', '.join('--' + f for f in given)} ({reasons}); drop it")
     defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
-    differ = [f for f in TRL_IGNORES if getattr(cfg, f) != defaults[f]]
+    differ = [f for f in TRL_IGNORES if getattr(cfg, f) != defaults[f] and f not in set(read_elsewhere)]
     if differ:
         warnings.warn(f"--backend trl ignores {', '.join(differ)} (set in the config)", stacklevel=1)  # once per run
 
 
-def build_trl_trainer(cfg: TrainConfig, *, embedder=None, judge=None, plain_trl: bool = False, **overrides):
+def build_trl_trainer(
+    cfg: TrainConfig,
+    *,
+    embedder=None,
+    judge=None,
+    queries=None,
+    reward_funcs=None,
+    read_elsewhere: Iterable[str] = (),
+    plain_trl: bool = False,
+    **overrides,
+):
     """A ready GCPOTrainer for ``cfg`` (not yet trained); ``plain_trl`` builds TRL's own
-    GRPOTrainer on the same workload instead (benchmarks)."""
+    GRPOTrainer on the same workload instead (benchmarks). ``queries`` (a queries frame) replaces
+    the train split and ``reward_funcs`` (a TRL reward function) gcpo's task reward, as
+    ``GCPOLoopTrainer``'s keywords do; ``read_elsewhere``: see ``refuse_unsupported``."""
     from gcpo_analysis.models import is_packaged_policy
 
     from .policy import load_model_and_tokenizer
@@ -142,7 +159,7 @@ def build_trl_trainer(cfg: TrainConfig, *, embedder=None, judge=None, plain_trl:
 
     if cfg.backend != "trl":
         raise ValueError(f"build_trl_trainer needs backend: trl, got {cfg.backend!r}")
-    refuse_unsupported(cfg)
+    refuse_unsupported(cfg, read_elsewhere=read_elsewhere)
     model, tokenizer = load_model_and_tokenizer(cfg.model, cfg.dtype)
     if getattr(getattr(model, "hf_quantizer", None), "quantization_config", None) is not None and str(
         model.hf_quantizer.quantization_config.quant_method
@@ -170,8 +187,8 @@ def build_trl_trainer(cfg: TrainConfig, *, embedder=None, judge=None, plain_trl:
     args = gcpo_config_from(cfg, plain_trl=plain_trl, **overrides)
     common = dict(
         model=model,
-        reward_funcs=task_reward_fn,
-        train_dataset=prompts_dataset(cfg, tokenizer),
+        reward_funcs=reward_funcs or task_reward_fn,
+        train_dataset=prompts_dataset(cfg, tokenizer, queries),
         processing_class=tokenizer,
         peft_config=peft_config,
     )

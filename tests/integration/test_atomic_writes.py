@@ -31,6 +31,7 @@ ALLOWED = {
     # the training log is appended one JSON line per step (a partial last line is dropped on read:
     # runlog.read_log); rewriting it atomically each step would be quadratic
     ("gcpo_train/trainer.py", 'with open(self.out / "log.jsonl", "a"'),
+    ("gcpo_train/compare_trl.py", 'with open(out / "log.jsonl", "a"'),  # the same log, from TRL's logs
 }
 
 

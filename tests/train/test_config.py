@@ -173,3 +173,35 @@ def test_generated_configs_load_and_match_the_table():
             assert c.full_completion == (bench in ("math500", "olympiadbench"))
     smoke = load_config(root / "cpu_smoke.yaml")
     assert (smoke.model, smoke.group_size, smoke.queries_per_step, smoke.lora_r) == ("packaged", 4, 2, 8)
+
+
+def test_compare_configs_are_generated_load_and_hold_the_paper_protocol():
+    import runpy
+    from pathlib import Path
+
+    import yaml
+
+    from gcpo_train.compare import Comparison, load_compare_config
+
+    root = Path(__file__).resolve().parents[2] / "configs"
+    mod = runpy.run_path(str(root / "make_configs.py"))
+    files = sorted((root / "compare").glob("*.yaml"))
+    assert [f.stem for f in files] == sorted(mod["BENCHMARKS"])  # one per benchmark, nothing stale
+    for path in files:
+        text = yaml.safe_load(path.read_text())
+        assert text == mod["build_compare"](path.stem)  # the committed file is what make_configs writes
+        c, settings = load_compare_config(path)
+        assert (c.model, c.steps, c.learning_rate, c.beta, c.group_size, c.temperature, c.alpha_base) == (
+            "Qwen/Qwen2.5-1.5B-Instruct",
+            2000,
+            5e-5,
+            0.002,
+            16,
+            0.9,
+            0.6,
+        )
+        math = path.stem in ("math500", "olympiadbench")
+        assert (c.dataset, c.backend, c.full_completion, c.gradient_checkpointing) == (path.stem, "trl", math, math)
+        assert settings["modulators"] == ["none", "se", "kle", "care", "cd_rd", "bot_rd"]
+        assert settings["seeds"] == [0, 1, 2] and settings["eval_every"] == 500 and settings["eval_n"] == 500
+        Comparison(c, "unused", settings["modulators"], settings["seeds"])  # every arm validates under TRL
