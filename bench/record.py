@@ -6,8 +6,8 @@ and the script's printed tables verbatim. docs/developer/benchmarks.md includes 
     python bench/record.py bench/measures.py [its arguments ...]
     python bench/record.py --name hostile_5000 bench/hostile.py --n 5000
 
-The script's stdout is the record (progress on stderr passes through); a script that fails
-writes nothing. The record is replaced whole (written to a temporary file, then renamed).
+The script's stdout is the record (progress on stderr passes through), in a text block when it
+prints no markdown table; a script that fails writes nothing. The record is replaced whole (written to a temporary file, then renamed).
 """
 
 from __future__ import annotations
@@ -38,7 +38,9 @@ def _versions() -> str:
 def _commit() -> str:
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True).stdout
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True
+        ).stdout
     except OSError:
         return "unknown"
     return (
@@ -78,7 +80,10 @@ def main(argv: list[str] | None = None) -> int:
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / f"{name}.md"
     tmp = out.with_suffix(".md.tmp")
-    tmp.write_text(header + run.stdout.strip() + "\n")
+    body = run.stdout.strip()
+    if not any(line.startswith("|") for line in body.splitlines()):  # plain text: kept as printed
+        body = f"```text\n{body}\n```"
+    tmp.write_text(header + body + "\n")
     tmp.replace(out)
     print(f"wrote {out.relative_to(ROOT)}", file=sys.stderr)
     return 0
