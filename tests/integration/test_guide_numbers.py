@@ -10,6 +10,7 @@ from fractions import Fraction
 from pathlib import Path
 
 import pytest
+import yaml
 from helpers.doc_pages import doc_pages
 
 from gcpo_analysis import models, vocab
@@ -44,7 +45,16 @@ def _cases():
     import gcpo_train.config as train_config
     import gcpo_train.plot_train as plot_train
 
+    shared_prompt_test = (ROOT / "tests" / "train" / "test_trl_shared_prompt.py").read_text()
+    (close_rel,) = re.findall(r"def _close\(a, b, rel=(\S+)\):", shared_prompt_test)
+    gradvar_config = yaml.safe_load((ROOT / "configs" / "cpu_gradvar.yaml").read_text())
     return [
+        (
+            "docs/guides/trl.md",
+            r"every pass agree to 10⁻([⁰¹²³⁴⁵⁶⁷⁸⁹]+) relative \(the test's tolerance",
+            [_exponent(Fraction(close_rel))],
+        ),
+        ("docs/guides/track_gradvar.md", rf"`share_prompt: false`, {NUM} steps\) records", [gradvar_config["steps"]]),
         (
             "docs/guides/hostile_input.md",
             rf"cut to {NUM} characters \(`measures.prepare.MAX_TEXT_CHARS`\)",
