@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / f"{name}.md"
     tmp = out.with_suffix(".md.tmp")
-    body = run.stdout.strip()
+    body = run.stdout.strip().replace(f"{ROOT}/", "")  # paths inside the repository, not this machine's
     if not any(line.startswith("|") for line in body.splitlines()):  # plain text: kept as printed
         body = f"```text\n{body}\n```"
     tmp.write_text(header + body + "\n")
