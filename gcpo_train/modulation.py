@@ -77,9 +77,7 @@ def needs_of(name: str) -> frozenset:
     """What the named modulator reads (``Modulator.needs``); refuses unknown names with choices."""
     from gcpo_analysis.measures.modulators import MODULATORS
 
-    if name not in MODULATORS:
-        raise ValueError(f"unknown modulator {name!r}; choices: {', '.join(sorted(MODULATORS))}")
-    return MODULATORS[name].needs
+    return MODULATORS.lookup(name).needs
 
 
 class GroupModulator:

@@ -68,8 +68,7 @@ TRL_MODULATORS = trl_modulators()
 
 def check_trl_modulator(name: str) -> None:
     """Refuse a modulator that cannot run under TRL, naming it and the reason."""
-    if name not in MODULATORS:
-        raise ValueError(f"unknown modulator {name!r}; choices: {', '.join(sorted(MODULATORS))}")
+    MODULATORS.lookup(name)  # an unknown name is refused with the choices
     refused = trl_refused()
     if name in refused:
         raise ValueError(

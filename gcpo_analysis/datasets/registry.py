@@ -24,6 +24,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from ..registry import Registry
+
 Row = tuple[str | None, str, str, list[str]]  # (sub_id, question, context, references)
 Parser = Callable[[object, str], Iterator[Row]]
 
@@ -66,7 +68,7 @@ class Dataset:
         return self.task == "math"
 
 
-DATASET_REGISTRY: dict[str, Dataset] = {}
+DATASET_REGISTRY: Registry[Dataset] = Registry("dataset")
 
 
 def register_dataset(
@@ -75,24 +77,18 @@ def register_dataset(
     """Decorator: register ``parse(record, where)`` as the parser of the benchmark ``name``, whose
     rollouts are rewarded by ``task`` (one of ``TASKS``). ``source`` says where to get the data
     (shown when a file is missing); ``example`` is the worked example the conformance test checks.
-    The function is returned unchanged, so one parser may be registered under several names."""
+    The function is returned unchanged, so one parser may be registered under several names; a
+    name registered twice is refused."""
     if task not in TASKS:
         raise ValueError(f"dataset {name!r}: unknown task {task!r}; expected one of {', '.join(TASKS)}")
     if not isinstance(example, Example):
         raise ValueError(f"dataset {name!r}: example must be a datasets.Example, got {type(example).__name__}")
-
-    def add(parse: Parser) -> Parser:
-        if name in DATASET_REGISTRY:
-            raise ValueError(f"dataset {name!r} is registered already")
-        DATASET_REGISTRY[name] = Dataset(name, parse, task, source, example, packaged)
-        return parse
-
-    return add
+    return DATASET_REGISTRY.decorator(name, lambda parse: Dataset(name, parse, task, source, example, packaged))
 
 
 def dataset_names() -> tuple[str, ...]:
     """The registered datasets, in registration order (read when called: a later one counts)."""
-    return tuple(DATASET_REGISTRY)
+    return DATASET_REGISTRY.names()
 
 
 def math_datasets() -> tuple[str, ...]:
@@ -107,9 +103,7 @@ def task_of_dataset() -> dict[str, str]:
 
 def get_dataset(name: str) -> Dataset:
     """The registered dataset ``name``; an unknown name is refused with the choices."""
-    if name not in DATASET_REGISTRY:
-        raise ValueError(f"unknown dataset {name!r}; expected one of {', '.join(DATASET_REGISTRY)}")
-    return DATASET_REGISTRY[name]
+    return DATASET_REGISTRY.lookup(name)
 
 
 def unregister_dataset(name: str) -> None:

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from ..registry import Registry
 from ..vocab import CLUSTERS, EMBEDDINGS
 from .advantages import EPS, gcpo_weight, grpo_advantages
 from .dispersion import ALPHA_BASE, R_MAX, R_MIN, alpha_g, as_rewards, check_alpha_base, rd_weight, reward_dispersion
@@ -103,7 +104,7 @@ class Modulator:
         return self.require_weight()(group, **params)
 
 
-MODULATORS: dict[str, Modulator] = {}
+MODULATORS: Registry[Modulator] = Registry("modulator")
 
 
 def register_modulator(
@@ -120,14 +121,13 @@ def register_modulator(
     (omega, info)``; with ``per_rollout=True`` it gives the advantages itself, ``fn(group, *, eps,
     **params) -> (advantages, info)``, and ``no_weight`` must say why it has no group weight (the
     TRL bridge refuses it with that reason). Everything that lists modulators (the configs'
-    choices, the TRL refusals, ``modulator_params``' accepted keys) reads ``MODULATORS``."""
+    choices, the TRL refusals, ``modulator_params``' accepted keys) reads ``MODULATORS``. A name
+    registered twice is refused (``MODULATORS.pop(name)`` first to replace one)."""
     if per_rollout and not no_weight:
         raise ValueError(f"per-rollout modulator {name!r}: say why it has no group weight (no_weight=...)")
-
-    def add(fn: Callable) -> Callable:
-        if name in MODULATORS:
-            raise ValueError(f"modulator {name!r} is registered already")
-        MODULATORS[name] = Modulator(
+    return MODULATORS.decorator(
+        name,
+        lambda fn: Modulator(
             name,
             frozenset(needs),
             source,
@@ -135,10 +135,8 @@ def register_modulator(
             per_rollout=fn if per_rollout else None,
             no_weight=no_weight,
             optional_needs=frozenset(optional_needs),
-        )
-        return fn
-
-    return add
+        ),
+    )
 
 
 # --------------------------------------------------------------------------- group weights
@@ -367,8 +365,7 @@ for _name, _geometry, _use_rd, _source in (
 def _checked(
     name: str, group: GroupFeatures, alpha_base: float, r_min: float, r_max: float, params: dict[str, Any]
 ) -> Modulator:
-    if name not in MODULATORS:
-        raise ValueError(f"unknown modulator {name!r}; choose one of {sorted(MODULATORS)}")
+    modulator = MODULATORS.lookup(name)
     as_rewards(group.rewards, r_min, r_max, batch=False)
     check_alpha_base(alpha_base)
     from ..knobs import SHARED, check_value
@@ -376,7 +373,7 @@ def _checked(
     for key, knob in PARAM_KNOBS.items():  # each checked against its one declaration
         if key in params:
             check_value(key, params[key], SHARED[knob], float)
-    return MODULATORS[name]
+    return modulator
 
 
 # a modulator's keyword argument -> the knob that declares it (the configs' name); the configs'

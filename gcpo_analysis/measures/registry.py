@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..registry import Registry
 from ..vocab import CLUSTERS, EMBEDDINGS
 from .dispersion import (
     barycentric_transport_batch,
@@ -100,7 +101,7 @@ class Measure:
         return out
 
 
-MEASURE_REGISTRY: dict[str, Measure] = {}
+MEASURE_REGISTRY: Registry[Measure] = Registry("measure")
 
 
 def register_measure(
@@ -126,11 +127,9 @@ def register_measure(
     is refused (``MEASURE_REGISTRY.pop(name)`` first to replace one)."""
     if not name.isidentifier():
         raise ValueError(f"a measure name must be an identifier (a frame column), got {name!r}")
-
-    def add(values: ValuesFn) -> ValuesFn:
-        if name in MEASURE_REGISTRY:
-            raise ValueError(f"measure {name!r} is registered already (by {MEASURE_REGISTRY[name].values.__module__})")
-        MEASURE_REGISTRY[name] = Measure(
+    return MEASURE_REGISTRY.decorator(
+        name,
+        lambda values: Measure(
             name,
             values,
             needs=frozenset(needs),
@@ -144,10 +143,8 @@ def register_measure(
             frame_rank=frame_rank,
             table_rank=table_rank,
             default=default,
-        )
-        return values
-
-    return add
+        ),
+    )
 
 
 def _ranked(key: str) -> list[str]:

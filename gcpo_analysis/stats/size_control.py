@@ -30,8 +30,11 @@ rows, and rows with a non-finite s, are left out of these statistics with a warn
 counted in ``n_dropped_norm``; a negative s is impossible (a mean of squared norms) and is an
 error naming the row.
 
-Holm. ``holm`` wraps ``statsmodels.stats.multitest.multipletests(method="holm")``: every table
-that lists several measures gets Holm-adjusted p-values beside the raw ones, the family being
+Holm. ``holm`` gives the values of ``statsmodels.stats.multitest.multipletests(method="holm")``
+(tested against it) without calling it: statsmodels' Holm branch runs ``gc.collect()`` on every
+call, which costs up to a second in a process that holds torch, and a study calls it once per
+table family. Every table that lists several measures gets Holm-adjusted p-values beside the
+raw ones, the family being
 the measures of one table (one (subset, statistic) here, one metric in the retrieval bootstrap).
 NaN p-values (a constant measure) stay NaN and do not count as hypotheses.
 """
@@ -69,23 +72,21 @@ SUBSETS = {"all": "all groups", "v_pos": "V > 0", "v_zero": "V = 0"}
 
 # --------------------------------------------------------------------------- Holm
 def holm(pvalues: ArrayLike) -> np.ndarray:
-    """Holm step-down adjusted p-values of the finite entries; NaN entries stay NaN and are not
-    counted in the family. With the m finite p sorted, p_(i) -> max_{k <= i} (m - k + 1) p_(k),
-    clipped at 1: statsmodels ``multipletests(method="holm")``'s arithmetic, written here because
-    that function runs ``gc.collect()`` on every call (about 0.2 s each in a study's process, a
-    fifth of a ``--restat``); tests/analysis/stats/test_size_control.py checks it against it."""
+    """Holm step-down adjusted p-values of the finite entries: sorted ascending, the k-th smallest
+    (k = 0..m-1) times m - k, the running maximum, capped at 1 (the values of statsmodels
+    ``multipletests(method="holm")``; module docstring for why it is not called). NaN entries
+    stay NaN and are not counted in the family."""
     p = np.asarray(pvalues, float)
     out = np.full(p.shape, np.nan)
     ok = np.isfinite(p)
     if (p[ok] < 0).any() or (p[ok] > 1).any():
         raise ValueError(f"p-values must lie in [0, 1], got {p[ok][(p[ok] < 0) | (p[ok] > 1)][:3].tolist()}")
     if ok.any():
-        x = p[ok]
-        order = np.argsort(x)
-        adj = np.minimum(np.maximum.accumulate(x[order] * np.arange(len(x), 0, -1)), 1.0)
-        back = np.empty_like(adj)
-        back[order] = adj
-        out[ok] = back
+        q = p[ok]
+        order = np.argsort(q, kind="stable")  # tied p-values get the same adjusted value in any order
+        adjusted = np.empty(len(q))
+        adjusted[order] = np.minimum(1.0, np.maximum.accumulate(q[order] * np.arange(len(q), 0, -1)))
+        out[ok] = adjusted
     return out
 
 

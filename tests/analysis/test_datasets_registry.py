@@ -100,7 +100,7 @@ def test_a_registration_is_checked():
         register_dataset("toy_bad", task="f1", source="toy", example=ex)
     with pytest.raises(ValueError, match="registered already"):
         register_dataset("asdiv", task="math", source="toy", example=ex)(lambda rec, where: iter(()))
-    with pytest.raises(ValueError, match="unknown dataset 'nope'; expected one of narrativeqa, qasper"):
+    with pytest.raises(ValueError, match="unknown dataset 'nope'; choices: narrativeqa, qasper"):
         load_queries("nope")
     assert "toy_bad" not in DATASET_REGISTRY
 

@@ -48,7 +48,9 @@ def test_a_constant_target_is_refused_naming_it_and_leaves_no_folder(tmp_path, c
     assert rc == 2 and not (tmp_path / "new").exists()
 
 
-def test_unmatched_queries_are_called_unmatched(tmp_path, capsys):
+def test_unmatched_queries_are_called_unmatched(tmp_path, capsys, monkeypatch):
+    drawn = []  # the figures (most of this test's time) are not what it checks: recorded, not drawn
+    monkeypatch.setattr("gcpo_analysis.study.run._draw_figures", lambda *a: drawn.append(a))
     src = _source(tmp_path, np.arange(N, dtype=float))
     groups = pd.read_parquet(src / "groups.parquet").iloc[5:]  # 5 queries without a target
     write_frame(groups, src / "groups.parquet")
@@ -59,6 +61,7 @@ def test_unmatched_queries_are_called_unmatched(tmp_path, capsys):
     assert not [w for w in caught if "non-finite" in str(w.message)]
     out = sorted(src.glob("reanalysis-*"))[-1]
     assert set(pd.read_parquet(out / "groups.parquet")["query_id"]) == {f"q{q}" for q in range(5, N)}
+    assert len(drawn) == 1
 
 
 def test_target_success_rate_without_a_success_column_is_refused_before_the_measures(tmp_path, capsys):

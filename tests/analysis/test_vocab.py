@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 from helpers.embedders import HashEmbedder
+from helpers.source_trees import parsed
 
 from gcpo_analysis import vocab
 from gcpo_analysis.frames import read_frame
@@ -23,7 +24,7 @@ EXAMPLE = ROOT / "examples" / "rollouts_small.jsonl"
 def _trees():
     for path in CODE:
         if path != VOCAB:
-            yield path.relative_to(ROOT), ast.parse(path.read_text())
+            yield path.relative_to(ROOT), parsed(path)
 
 
 def _named_defaults(tree):

@@ -6,6 +6,8 @@ import ast
 import re
 from pathlib import Path
 
+from helpers.source_trees import parsed
+
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "architecture.md"
 # an identifier, or a comma-separated list of them, followed by the file that defines them
@@ -16,7 +18,7 @@ NOT_OURS = {"eval", "export"}  # subcommand names in the prose
 def _names(path: Path) -> set[str]:
     """Functions, methods, classes and module-level names defined in a file."""
     names = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(node.name)
         elif isinstance(node, (ast.Assign, ast.AnnAssign)):

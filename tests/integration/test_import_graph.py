@@ -13,6 +13,7 @@ made-up graphs with a violation and assert that it reports it.
 """
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -32,6 +33,7 @@ LAYER_OF_PREFIX = {
     "gcpo_analysis.models": "base",
     "gcpo_analysis.data": "base",
     "gcpo_analysis.datasets": "base",  # the dataset registry: standard library only, vocab reads it
+    "gcpo_analysis.registry": "base",  # the Registry the three extension points share: standard library only
     "gcpo_analysis.prompts": "base",
     "gcpo_analysis.errors": "base",
     "gcpo_analysis.outputs": "base",
@@ -58,6 +60,7 @@ def _module_name(path: Path, root: Path = ROOT) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+@functools.cache  # parsed once per session: the tests only read the trees
 def _sources(root: Path = ROOT) -> dict[str, tuple[Path, ast.Module]]:
     files = [p for pkg in PACKAGES for p in sorted((root / pkg).rglob("*.py"))]
     return {_module_name(p, root): (p, ast.parse(p.read_text(), str(p))) for p in files}

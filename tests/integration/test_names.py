@@ -5,6 +5,7 @@ import ast
 from pathlib import Path
 
 import pytest
+from helpers.source_trees import parsed
 
 ROOT = Path(__file__).resolve().parents[2]
 CODE = [p for pkg in ("gcpo_analysis", "gcpo_train") for p in sorted((ROOT / pkg).rglob("*.py"))]
@@ -13,7 +14,7 @@ CODE = [p for pkg in ("gcpo_analysis", "gcpo_train") for p in sorted((ROOT / pkg
 def _defined(kind):
     """(name, file) of every class (kind=ast.ClassDef) or function defined in the packages."""
     for path in CODE:
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parsed(path)):
             if isinstance(node, kind):
                 yield node.name, path.relative_to(ROOT).as_posix()
 

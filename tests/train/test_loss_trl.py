@@ -89,40 +89,27 @@ def test_every_form_has_a_trl_loss_type():
     assert set(TRL_LOSS_TYPE) == set(LOSS_AGGREGATIONS)
 
 
-@pytest.mark.parametrize("aggregation", LOSS_AGGREGATIONS)
-def test_one_batch_matches_trl(aggregation):
-    logp, old, ref, adv, mask, t_max = _batch()
-    kw = dict(beta=0.04, eps=0.2, t_max=t_max)
-    ours = _value_and_grad(
-        lambda: (
-            grpo_loss(
-                logp,
-                old,
-                ref,
-                adv,
-                mask,
-                beta=kw["beta"],
-                clip_epsilon=kw["eps"],
-                aggregation=aggregation,
-                max_completion_length=t_max,
-            ).loss
-        ),
-        logp,
-    )
-    theirs = _value_and_grad(lambda: trl_loss(TRL_LOSS_TYPE[aggregation], logp, old, ref, adv, mask, **kw), logp)
-    assert ours[0] == pytest.approx(theirs[0], rel=1e-12)
-    torch.testing.assert_close(ours[1], theirs[1], rtol=1e-12, atol=1e-15)
+# (seed, micro-batches of the 6 rollouts of one optimizer step): one batch, or two of 3
+STEPS = {"one batch": (0, (slice(0, 6),)), "two micro-batches": (1, (slice(0, 3), slice(3, 6)))}
 
 
-@pytest.mark.parametrize("aggregation", ["sequence", "dapo", "dr_grpo"])
-def test_accumulated_micro_batches_match_trl(aggregation):
-    """Two micro-batches of 3 rollouts, one optimizer step: the summed micro-batch losses (what
-    the accumulated gradient sees) agree with TRL's, whose dapo divides by the whole
-    generation batch's tokens (num_items_in_batch)."""
-    logp, old, ref, adv, mask, t_max = _batch(seed=1)
+@pytest.mark.parametrize(
+    "aggregation, step",
+    [(a, "one batch") for a in LOSS_AGGREGATIONS]
+    # TRL's bnpo divides each micro-batch by its own tokens, gcpo's 'token' by the step's:
+    # test_token_is_bnpo_of_the_whole_step_not_of_each_micro_batch
+    + [(a, "two micro-batches") for a in LOSS_AGGREGATIONS if a != "token"],
+)
+def test_step_loss_matches_trl(aggregation, step):
+    """The summed micro-batch losses of one optimizer step (what the accumulated gradient sees)
+    and their gradient agree with TRL's, whose dapo divides by the whole generation batch's tokens
+    (num_items_in_batch). One batch gives grpo_loss no step-wide normalisers: its defaults are
+    the batch's own."""
+    seed, parts = STEPS[step]
+    logp, old, ref, adv, mask, t_max = _batch(seed=seed)
     kw = dict(beta=0.04, eps=0.2, t_max=t_max)
-    halves = (slice(0, 3), slice(3, 6))
-    n_tokens = float(mask.sum())
+    accumulated = len(parts) > 1
+    step_wide = dict(n_seqs=6, n_tokens=float(mask.sum())) if accumulated else {}
 
     def ours():
         return sum(
@@ -135,11 +122,10 @@ def test_accumulated_micro_batches_match_trl(aggregation):
                 beta=kw["beta"],
                 clip_epsilon=kw["eps"],
                 aggregation=aggregation,
-                n_seqs=6,
-                n_tokens=n_tokens,
                 max_completion_length=t_max,
+                **step_wide,
             ).loss
-            for s in halves
+            for s in parts
         )
 
     def theirs():
@@ -151,11 +137,11 @@ def test_accumulated_micro_batches_match_trl(aggregation):
                 ref[s],
                 adv[s],
                 mask[s],
-                accumulation=2,
-                step_tokens=n_tokens,
+                accumulation=len(parts),
+                step_tokens=step_wide.get("n_tokens"),
                 **kw,
             )
-            for s in halves
+            for s in parts
         )
 
     a, b = _value_and_grad(ours, logp), _value_and_grad(theirs, logp)

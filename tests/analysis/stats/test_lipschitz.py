@@ -280,6 +280,9 @@ def test_bootstrap_shortcuts_equal_scipy_with_ties():
     assert _auc(d, s) == pytest.approx(brute) and _auc(d, s, p_value=True)[0] == pytest.approx(brute)
 
 
+SETTINGS = {"dataset": "narrativeqa", "judge": "embedding"}
+
+
 class _NoEmbedder:
     def encode(self, texts):
         raise AssertionError("the sidecar was there: nothing should be embedded")
@@ -300,12 +303,25 @@ def test_sidecar_round_trip_and_reuse(tmp_path):
     np.testing.assert_allclose(reused["rho"], direct["rho"], atol=2e-2)  # float16 embeddings
     rollouts.to_parquet(tmp_path / "rollouts.parquet")
     grams.to_parquet(tmp_path / "grams.parquet")
-    settings = {"dataset": "narrativeqa", "judge": "embedding"}
-    a, _ = write_lipschitz(tmp_path, embedder=_NoEmbedder(), n_boot=5, settings=settings)
-    b, _ = write_lipschitz(tmp_path, embedder=_NoEmbedder(), n_boot=5, settings=settings, prepared=back)
-    pd.testing.assert_frame_equal(a, b)
+    a, _ = write_lipschitz(tmp_path, embedder=_NoEmbedder(), n_boot=5, settings=SETTINGS)  # reads the sidecar
+    pd.testing.assert_frame_equal(a, reused)
     bad = back.drop(columns=["cluster"])
     bad["embedding"] = [e.astype(np.float32) for e in bad["embedding"]]
     bad.to_parquet(tmp_path / "bad.parquet")
     with pytest.raises(ValueError, match="missing column"):
         read_embeddings(tmp_path / "bad.parquet")
+
+
+@pytest.mark.slow
+def test_write_lipschitz_takes_the_studys_sidecar_as_given(tmp_path):
+    from gcpo_analysis.study.lipschitz import SIDECAR, embed_rollouts, read_embeddings, write_embeddings
+
+    rollouts, grams = _study_frames()
+    write_embeddings(embed_rollouts(rollouts, embedder=HashEmbedder(), judge="embedding"), tmp_path / SIDECAR)
+    rollouts.to_parquet(tmp_path / "rollouts.parquet")
+    grams.to_parquet(tmp_path / "grams.parquet")
+    a, _ = write_lipschitz(tmp_path, embedder=_NoEmbedder(), n_boot=5, settings=SETTINGS)
+    given = read_embeddings(tmp_path / SIDECAR)
+    (tmp_path / SIDECAR).unlink()  # what is given is used, not re-read (nor re-embedded: _NoEmbedder)
+    b, _ = write_lipschitz(tmp_path, embedder=_NoEmbedder(), n_boot=5, settings=SETTINGS, prepared=given)
+    pd.testing.assert_frame_equal(a, b)
