@@ -7,7 +7,7 @@ last step. Its CI resamples seeds and queries with replacement (both, independen
 query draw for every seed drawn), which no scipy routine does for a two-way table, so it is
 written here: with seed counts c_s and query counts k_q of a resample,
 Δ* = Σ_{s,q} c_s k_q d_{s,q} / (S·Q). The two-sided p-value is 2·min(P(Δ* ≤ 0), P(Δ* ≥ 0)),
-Holm-adjusted over the arms (statsmodels ``multipletests``).
+Holm-adjusted over the arms (``stats.size_control.holm``, statsmodels' values).
 
 The weight ω of a group is read back from its rollouts: Ã = ω·A for a group-level modulator, so
 ω = Σ_i Ã_i A_i / Σ_i A_i² with A the plain GRPO advantages (groups whose rewards are all equal
@@ -79,7 +79,7 @@ def _columns(path) -> list[str]:
 
 def summary_table(results: pd.DataFrame, arms, reference: str, weights: dict) -> pd.DataFrame:
     """One row per arm: final held-out mean ± sd over seeds, Δ vs reference with CI and Holm p."""
-    from statsmodels.stats.multitest import multipletests
+    from gcpo_analysis.stats.size_control import holm
 
     final = results[results["arm"] != "base"]
     last = final.groupby(["arm", "seed"])["step"].transform("max")
@@ -113,7 +113,7 @@ def summary_table(results: pd.DataFrame, arms, reference: str, weights: dict) ->
     table = pd.DataFrame(rows)
     if "p" in table and table["p"].notna().any():
         has = table["p"].notna()
-        table.loc[has, "p_holm"] = multipletests(table.loc[has, "p"], method="holm")[1]
+        table.loc[has, "p_holm"] = holm(table.loc[has, "p"])
     return table
 
 
