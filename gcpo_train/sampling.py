@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+from typing import Any
 
 from gcpo_analysis.models import require
 
@@ -80,20 +81,17 @@ class PackedLinears:
         torch = require("torch")
         linear_pointwise = torch.ops.mkldnn._linear_pointwise
         patched = []
+        cast = self.kernels == "bf16"  # bf16 in, fp32 accumulation, back to the model's dtype
         try:
             for module in model.modules():
                 if type(module) is not torch.nn.Linear:
                     continue
                 packed, bias = self._pack(module)
-                if self.kernels == "bf16":
 
-                    def forward(x, packed=packed, bias=bias, out_dtype=module.weight.dtype):
-                        return linear_pointwise(x.to(packed.dtype), packed, bias, "none", [], "").to(out_dtype)
-
-                else:
-
-                    def forward(x, packed=packed, bias=bias):
+                def forward(x, packed=packed, bias=bias, out_dtype=module.weight.dtype):
+                    if not cast:
                         return linear_pointwise(x, packed, bias, "none", [], "")
+                    return linear_pointwise(x.to(packed.dtype), packed, bias, "none", [], "").to(out_dtype)
 
                 module.forward = forward  # an instance attribute shadows the class's forward
                 patched.append(module)
@@ -125,6 +123,10 @@ def growing_kv_layer():
         copies one position per layer instead of the whole cache (``torch.cat``). The attention
         reads the same values as with ``DynamicLayer``."""
 
+        _keys: Any  # (B, H, capacity, D) buffers; keys/values are views of their first _n positions
+        _values: Any
+        _n: int
+
         @classmethod
         def from_layer(cls, layer, capacity: int):
             new = cls()
@@ -141,6 +143,7 @@ def growing_kv_layer():
         def update(self, key_states, value_states, *args, **kwargs):
             n, q = self._n, key_states.shape[-2]
             if n + q > self._keys.shape[-2]:  # past the capacity: grow as DynamicLayer does
+                self._n = n + q
                 return super().update(key_states, value_states, *args, **kwargs)
             self._keys[:, :, n : n + q] = key_states
             self._values[:, :, n : n + q] = value_states
@@ -182,7 +185,7 @@ def decode(
         raise ValueError(f"{len(generators)} generators for {Q} prompts")
     if P < 2:
         raise ValueError("decode needs prompts of at least 2 tokens (the prompt runs once without its last token)")
-    warpers = []
+    warpers: list = []
     if generators is not None:
         from transformers import TemperatureLogitsWarper, TopPLogitsWarper
 
