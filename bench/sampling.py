@@ -18,7 +18,9 @@ other jobs; wall time is what a user waits).
 Methods run interleaved (round 1: each in turn, then round 2...), so a machine whose load drifts
 slows them alike; each number is the median over rounds. ``same tokens``: rows whose tokens equal
 ``exact``'s for the same seeds. Memory: the process's peak RSS, and the packed weights' bytes
-(the one copy the packed samplers keep).
+(the one copy the packed samplers keep). Printed beside the floor, not a floor: the linear layers
+of one 8-row step alone on packed weights (what the rest of a decode step adds is attention,
+the sampling draw and the per-token small ops).
 """
 
 from __future__ import annotations
@@ -80,10 +82,19 @@ def floors(model, repeats: int = 9) -> dict:
         for m in mats:
             torch.nn.functional.linear(xs[m.shape[1]], m)
 
+    # not a floor: the linear layers of one 8-row decode step alone, on oneDNN-prepacked weights
+    lins = [m.weight.detach() for m in model.modules() if type(m) is torch.nn.Linear]
+    packed = [(torch.ops.mkldnn._reorder_linear_weight(w, 8), torch.randn(8, w.shape[1])) for w in lins]
+
+    def linears():
+        for w, x in packed:
+            torch.ops.mkldnn._linear_pointwise(x, w, None, "none", [], "")
+
     return dict(
         bytes=flat.numel() * flat.element_size(),
         copy=median_seconds(lambda: buf.copy_(flat), repeats),
         gemv=median_seconds(gemv, repeats),
+        linears=median_seconds(linears, repeats),
     )
 
 
@@ -157,7 +168,8 @@ def main() -> None:
     print(
         f"floor: the {mb:.0f} MB of fp32 weights read once: copy {1e3 * copy_w:.1f} ms wall, {1e3 * copy_c:.1f} ms CPU "
         f"({mb / 1e3 / copy_w:.1f} GB/s); GEMV {1e3 * gemv_w:.1f} ms wall, {1e3 * gemv_c:.1f} ms CPU "
-        f"({mb / 1e3 / gemv_w:.1f} GB/s)\n"
+        f"({mb / 1e3 / gemv_w:.1f} GB/s); the linear layers of an 8-row step alone on packed weights "
+        f"{1e3 * floor['linears'][0]:.1f} ms wall, {1e3 * floor['linears'][1]:.1f} ms CPU\n"
     )
     print(
         "| Q groups | rows | sampler | ms per decode step, wall | vs copy | vs GEMV | CPU ms per step "
