@@ -191,7 +191,7 @@ def test_a_training_step_and_its_evaluation_on_packed_kernels(tmp_path):
 
     frames, evals = {}, {}
     for kernels in ("exact", "onednn"):
-        trainer = make(tmp_path, kernels, steps=1, sampling_kernels=kernels)
+        trainer = make(tmp_path, kernels, steps=1, sampling_kernels=kernels, eval_n=12)
         _, frames[kernels] = trainer.train_step(1)
         evals[kernels] = trainer.evaluate(tag="t")
     assert frames["exact"]["completion"].tolist() == frames["onednn"]["completion"].tolist()
