@@ -12,7 +12,7 @@
   (``growing_kv_layer``) instead of being concatenated at every token. The math is the same
   (temperature, top-p, softmax, ``torch.multinomial``); what differs is float rounding: another
   GEMM kernel, and a row's logits computed in a batch of Q·G rows instead of G. The logits agree
-  to about 1e-6 relative, so a token differs from ``exact``'s only when a draw lands that close
+  to about 1e-5 relative, so a token differs from ``exact``'s only when a draw lands that close
   to a boundary of the sampling distribution (rare; tested on a tiny model).
 * ``bf16``: as ``onednn`` with the weights and activations of the linear layers rounded to
   bfloat16 (fp32 accumulation) for the CPU's bf16 instructions. The samples then come from a
