@@ -194,9 +194,10 @@ class TrainConfig:
         "in one decode loop on fp32 weights prepacked for oneDNN, each group from its own seeded "
         "generator: the same samples up to float rounding (a token differs only when a draw lands "
         "within about 1e-5 of a boundary), 1.3x faster a decode step for one group, 1.7x for two "
-        "(2-core AMD EPYC), one packed copy of the weights in memory. 'bf16' = as 'onednn' with bfloat16 weights and activations (CPUs with bf16 "
-        "instructions): samples from a bf16 rounding of the policy, which the loss scores in the "
-        "run's dtype (gcpo_train/sampling.py, bench/sampling.py).",
+        "(2-core AMD EPYC), one packed copy of the weights in memory. 'bf16' = as 'onednn' with "
+        "bfloat16 weights and activations (CPUs with bf16 instructions): samples from a bf16 "
+        "rounding of the policy, which the loss scores in the run's dtype (gcpo_train/sampling.py, "
+        "bench/sampling.py).",
         choices=SAMPLING_KERNELS,
     )
     max_new_tokens: int = shared("max_new_tokens")
