@@ -10,7 +10,8 @@ disabled adapters), fp32, no gradient checkpointing. Prompt-length axis (``--pro
 (the same questions with 512-token passages). Engines: ``trl.GRPOTrainer`` (plain GRPO),
 ``GCPOTrainer`` with BoT and ``share_prompt`` on (each group's prompt runs once in generation's
 prefill and in TRL's log-prob passes) and off (TRL's passes), gcpo's own loop (``gcpo_train``,
-BoT); ``gcpo_train_plain`` is our loop without its shared prompt. Targets of issue 17:
+BoT); ``gcpo_train_plain`` is our loop without its shared prompt; ``gcpo_train_onednn`` and
+``gcpo_train_bf16`` sample with ``sampling_kernels`` (bench/sampling.py times the sampler alone). Targets of issue 17:
 GCPOTrainer (share_prompt) <= 0.7x TRL on cpu_smoke, <= 0.4x on nqa512, and a lower memory peak.
 
 Every run is its own process (so its peak RSS is its own: ``ru_maxrss``; on a GPU
@@ -41,6 +42,8 @@ ENGINES = {
     "gcpotrainer_plain": "GCPOTrainer (BoT), share_prompt off",
     "gcpo_train": "gcpo_train (BoT)",
     "gcpo_train_plain": "gcpo_train (BoT), share_prompt off",
+    "gcpo_train_onednn": "gcpo_train (BoT), sampling_kernels onednn",
+    "gcpo_train_bf16": "gcpo_train (BoT), sampling_kernels bf16",
 }
 PROMPTS = {"cpu_smoke": {}, "nqa512": dict(max_context_tokens=512, max_prompt_tokens=1024)}
 
@@ -187,6 +190,10 @@ def one_run(engine: str, prompts: str, steps: int, out_dir: str) -> dict:
         ),
         "gcpo_train": lambda: time_gcpo(workload(out_dir, steps, "bot", "gcpo", **extra)),
         "gcpo_train_plain": lambda: time_gcpo(workload(out_dir, steps, "bot", "gcpo", share_prompt=False, **extra)),
+        "gcpo_train_onednn": lambda: time_gcpo(
+            workload(out_dir, steps, "bot", "gcpo", sampling_kernels="onednn", **extra)
+        ),
+        "gcpo_train_bf16": lambda: time_gcpo(workload(out_dir, steps, "bot", "gcpo", sampling_kernels="bf16", **extra)),
     }
     rows = run[engine]()
     return dict(steps=rows, peak_mib=peak_mib())

@@ -13,6 +13,8 @@ import numpy as np
 from gcpo_analysis.frames import write_frame, write_json
 from gcpo_analysis.models import require
 
+EVAL_BATCH_PACKED = 64  # prompts per greedy decode on packed kernels
+
 
 def evaluate(
     checkpoint_or_model,
@@ -26,10 +28,11 @@ def evaluate(
     data_path: str | None = None,
     max_new_tokens: int | None = None,
     max_context_tokens: int | None = None,
-    batch_size: int = 8,
+    batch_size: int | None = None,
     output=None,
     progress: bool = True,
     device=None,
+    kernels=None,
 ) -> dict:
     """Greedy-decode ``n`` queries of ``split`` and score them; write JSON to ``output``.
 
@@ -41,7 +44,14 @@ def evaluate(
     Returns {"dataset", "split", "n", "metrics": task_metrics(...) + mean_reward, "model"}.
     Predictions go next to the JSON as ``<name>.predictions.parquet``, one row per query with
     its ``score`` (the task's metric on 0-100, ``heldout.per_query_scores``) for pairing.
+    ``kernels``: a ``sampling.PackedLinears`` (default: the config's ``sampling_kernels``, so a
+    run's base policy and checkpoints decode alike). ``batch_size``: prompts per greedy decode;
+    None = 8 with transformers generate (the numbers of earlier runs: a row's rounding depends on
+    its batch), ``EVAL_BATCH_PACKED`` with packed kernels (a decode step streams the weights
+    once for the whole batch, so a large batch costs little more than a small one).
     """
+    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
+        raise ValueError(f"batch_size (--batch_size) must be an integer >= 1 (prompts per batch), got {batch_size!r}")
     if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
         raise ValueError(f"n (--n) must be an integer >= 1 (queries to evaluate), got {n!r}")
     if output is not None:  # never over the checkpoint, the data file or a pruned run folder
@@ -71,6 +81,13 @@ def evaluate(
         model = checkpoint_or_model
         if tokenizer is None:
             raise ValueError("evaluate(model, ...) needs tokenizer= when given a loaded model")
+    if kernels is None and config is not None and getattr(config, "sampling_kernels", "exact") != "exact":
+        from .sampling import PackedLinears, check_kernels  # the run's decoding, for its base policy too
+
+        check_kernels(config.sampling_kernels, next(model.parameters()).device)
+        kernels = PackedLinears(config.sampling_kernels)
+    if batch_size is None:
+        batch_size = 8 if kernels is None else EVAL_BATCH_PACKED
     dataset = dataset or (config.dataset if config is not None else None)
     if dataset is None:
         raise ValueError("evaluate needs dataset= (or a checkpoint/config that names one)")
@@ -106,7 +123,14 @@ def evaluate(
         prompts = [build_prompt(r, tokenizer, max_context_tokens=max_context_tokens) for _, r in chunk.iterrows()]
         with torch.no_grad():
             batch = generate_groups(
-                model, tokenizer, prompts, 1, max_new_tokens=max_new_tokens, do_sample=False, device=dev
+                model,
+                tokenizer,
+                prompts,
+                1,
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                device=dev,
+                kernels=kernels,
             )
         completions.extend(batch.texts)
     if was_training:
@@ -130,6 +154,8 @@ def evaluate(
         "model": str(desc),
         "max_new_tokens": max_new_tokens,
         "decoding": "greedy",
+        "sampling_kernels": "exact" if kernels is None else kernels.kernels,
+        "batch_size": batch_size,
         "metrics": metrics,
         "scores": scores.tolist(),
         "query_ids": queries["query_id"].astype(str).tolist(),

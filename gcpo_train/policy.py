@@ -127,6 +127,7 @@ def generate_groups(
     device=None,
     seeds=None,
     share_prompt: bool = True,
+    kernels=None,
 ) -> TokenBatch:
     """Sample ``group_size`` completions per prompt.
 
@@ -139,8 +140,27 @@ def generate_groups(
 
     Prompts are left-padded and left-truncated to ``max_prompt_tokens``; a group never spans two
     calls, so its rollouts are measured together. top_k is disabled (pure temperature/nucleus).
+
+    ``kernels`` (a ``sampling.PackedLinears``, ``sampling_kernels`` 'onednn' or 'bf16'): all
+    prompts in one ``sampling.decode`` loop on prepacked weights, each group drawn from its own
+    ``torch.Generator(seed)``; the same samples up to float rounding (see ``gcpo_train.sampling``).
     """
     torch = require("torch")
+    if kernels is not None:
+        return _decode_packed(
+            model,
+            tokenizer,
+            prompts,
+            group_size,
+            kernels,
+            seeds=seeds,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            do_sample=do_sample,
+            max_prompt_tokens=max_prompt_tokens,
+            device=device,
+        )
     kwargs = dict(
         max_new_tokens=max_new_tokens,
         temperature=temperature,
@@ -185,6 +205,64 @@ def concat_token_batches(parts: list[TokenBatch], pad_token_id: int) -> TokenBat
     )
 
 
+def _encode(tokenizer, prompts, max_prompt_tokens, device):
+    """Prompts left-padded and left-truncated to ``max_prompt_tokens`` (None: no cap)."""
+    tokenizer.padding_side = "left"
+    enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+    keep = slice(None) if max_prompt_tokens is None else slice(-max_prompt_tokens, None)
+    ids, att = enc["input_ids"][:, keep], enc["attention_mask"][:, keep]
+    if device is not None:
+        ids, att = ids.to(device), att.to(device)
+    return ids, att
+
+
+def _decode_packed(
+    model,
+    tokenizer,
+    prompts,
+    group_size,
+    kernels,
+    *,
+    seeds,
+    max_new_tokens,
+    temperature,
+    top_p,
+    do_sample,
+    max_prompt_tokens,
+    device,
+) -> TokenBatch:
+    """``generate_groups`` with ``kernels``: one ``sampling.decode`` over all prompts."""
+    torch = require("torch")
+    from .sampling import decode
+
+    ids, att = _encode(tokenizer, prompts, max_prompt_tokens, device)
+    grouped, generators = seeds is not None, None
+    if do_sample:
+        if seeds is None:  # each prompt its own stream, seeded from the global generator
+            seeds = torch.randint(2**31, (len(prompts),)).tolist()
+        if len(seeds) != len(prompts):
+            raise ValueError(f"{len(seeds)} seeds for {len(prompts)} prompts")
+        generators = [torch.Generator(device=ids.device).manual_seed(int(s)) for s in seeds]
+    eos = eos_ids_of(tokenizer, model)
+    with kernels.applied(model):
+        seqs = decode(
+            model,
+            ids,
+            att,
+            group_size,
+            max_new_tokens=max_new_tokens,
+            eos_ids=eos,
+            pad_token_id=tokenizer.pad_token_id,
+            generators=generators,
+            temperature=temperature,
+            top_p=top_p,
+        )
+    batch = _token_batch(seqs, att, group_size, eos, tokenizer)
+    if grouped:  # groups: each its prompt unpadded, as generate_groups(seeds=...) gives
+        batch.prompt_ids = [ids[q : q + 1, att[q].bool()] for q in range(len(prompts))]
+    return batch
+
+
 def _generate(
     model,
     tokenizer,
@@ -200,12 +278,7 @@ def _generate(
     shared_prefill=False,
 ) -> TokenBatch:
     torch = require("torch")
-    tokenizer.padding_side = "left"
-    enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-    keep = slice(None) if max_prompt_tokens is None else slice(-max_prompt_tokens, None)  # None: no cap
-    ids, att = enc["input_ids"][:, keep], enc["attention_mask"][:, keep]
-    if device is not None:
-        ids, att = ids.to(device), att.to(device)
+    ids, att = _encode(tokenizer, prompts, max_prompt_tokens, device)
     eos = eos_ids_of(tokenizer, model)
     kwargs = dict(
         max_new_tokens=max_new_tokens,
@@ -231,7 +304,13 @@ def _generate(
             )
         else:
             seqs = model.generate(input_ids=ids, attention_mask=att, **kwargs)
-    n_prompt = ids.shape[1]
+    return _token_batch(seqs, att, group_size, eos, tokenizer)
+
+
+def _token_batch(seqs, att, group_size, eos, tokenizer) -> TokenBatch:
+    """The ``TokenBatch`` of sequences (Q·G, P + T) continuing prompts whose mask is ``att`` (Q, P)."""
+    torch = require("torch")
+    n_prompt = att.shape[1]
     comp = seqs[:, n_prompt:]
     if comp.shape[1] == 0:
         raise RuntimeError("generate returned no new tokens; check max_new_tokens")

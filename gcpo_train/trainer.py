@@ -55,6 +55,7 @@ from .loss import grpo_loss, masked_var
 from .modulation import GroupModulator
 from .policy import Reference, generate_groups, load_model_and_tokenizer, wrap_lora
 from .run_folder import RunFolder, write_run_info
+from .sampling import PackedLinears, check_kernels
 from .splits import load_split, query_indices
 from .step_data import BeforeUpdate, StepRollouts, StepTimer, UpdateStats, group_columns, rollouts_frame, summarize_step
 
@@ -112,6 +113,9 @@ class GCPOLoopTrainer:
                 f"processes ({self.accelerator.num_processes}): each process generates whole groups"
             )
         self.out = Path(cfg.output_dir)
+        check_kernels(cfg.sampling_kernels, self.accelerator.device)
+        # packed weights kept across steps (sampling.py); None: transformers generate
+        self.kernels = None if cfg.sampling_kernels == "exact" else PackedLinears(cfg.sampling_kernels)
         torch.manual_seed(cfg.seed)  # LoRA initialisation
         if model is None:
             model, tokenizer = load_model_and_tokenizer(cfg.model, cfg.dtype)
@@ -287,6 +291,7 @@ class GCPOLoopTrainer:
             device=self.accelerator.device,
             seeds=[step_seed(cfg.seed, step, k) for k in positions],
             share_prompt=self.share_prompt,
+            kernels=self.kernels,
         )
         return StepRollouts(queries=queries, batch=batch)
 
@@ -599,4 +604,5 @@ class GCPOLoopTrainer:
             config=self.config,
             output=self.out / "eval" / f"{tag}.json",
             progress=False,
+            kernels=self.kernels,
         )

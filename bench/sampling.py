@@ -1,0 +1,195 @@
+"""Seconds per decode step of the gcpo loop's sampler against the floor of streaming the weights:
+
+    python bench/sampling.py                       # Q = 1 and 2 groups, 5 interleaved rounds
+    python bench/sampling.py --queries 2 --rounds 9 --threads 1
+
+Workload (issue 25, item 5; that of bench/trl_step.py): the packaged SmolLM2-135M-Instruct in fp32
+with LoRA r = 8 on q_proj/v_proj, cpu_smoke prompts (NarrativeQA, 96-token passages), G = 8,
+32 new tokens, temperature 0.9, one seed per group. Samplers (``sampling_kernels``): ``exact``
+(transformers ``generate``, one call per group: today's samples), ``onednn`` and ``bf16``
+(``gcpo_train/sampling.py``: the step's groups in one loop on prepacked weights).
+
+The floor is what one decode step cannot beat: reading every weight once. Two measures of it, on
+this machine with the same threads: ``copy`` (a memcpy of the weight bytes, ``Tensor.copy_``)
+and ``GEMV`` (one row times every weight matrix, torch's default kernel). A decode step's time is
+the sampler's time over the steps it decoded (prefill included, as issue 25 counts it), wall and
+process CPU (with one torch thread the CPU time is the work, robust to a machine shared with
+other jobs; wall time is what a user waits).
+Methods run interleaved (round 1: each in turn, then round 2...), so a machine whose load drifts
+slows them alike; each number is the median over rounds. ``same tokens``: rows whose tokens equal
+``exact``'s for the same seeds. Memory: the process's peak RSS, and the packed weights' bytes
+(the one copy the packed samplers keep). Printed beside the floor, not a floor: the linear layers
+of one 8-row step alone on packed weights (what the rest of a decode step adds is attention,
+the sampling draw and the per-token small ops).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import time
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLERS = ("exact", "onednn", "bf16")
+
+
+def load_workload(n_prompts: int):
+    """The policy (LoRA-wrapped, eval mode), its tokenizer and ``n_prompts`` cpu_smoke prompts."""
+    from gcpo_analysis.prompts import build_prompt
+    from gcpo_train.config import load_config
+    from gcpo_train.policy import load_model_and_tokenizer, wrap_lora
+    from gcpo_train.splits import load_split
+
+    cfg = load_config(ROOT / "configs" / "cpu_smoke.yaml", dict(output_dir=str(ROOT / "runs" / "bench_sampling")))
+    model, tok = load_model_and_tokenizer("packaged", "float32")
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    model = wrap_lora(model, 8, 16, 0.0, ["q_proj", "v_proj"]).eval()
+    queries = load_split(cfg, cfg.train_split).iloc[:n_prompts]
+    prompts = [build_prompt(r, tok, max_context_tokens=cfg.max_context_tokens) for _, r in queries.iterrows()]
+    return model, tok, prompts, cfg
+
+
+def clock(fn, *args):
+    """(wall seconds, process CPU seconds, result) of one call ``fn(*args)``."""
+    t0, c0 = time.perf_counter(), time.process_time()
+    out = fn(*args)
+    return time.perf_counter() - t0, time.process_time() - c0, out
+
+
+def median_seconds(fn, repeats: int) -> tuple[float, float]:
+    """Median wall and CPU seconds of ``repeats`` calls after a warm-up."""
+    fn()
+    runs = [clock(fn) for _ in range(repeats)]
+    return statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
+
+
+def floors(model, repeats: int = 9) -> dict:
+    """Seconds to read every weight once: a memcpy of their bytes, and a one-row GEMV pass."""
+    import torch
+
+    params = list(model.parameters())
+    flat = torch.cat([p.detach().reshape(-1) for p in params])
+    buf = torch.empty_like(flat)
+    mats = [p.detach() for p in params if p.dim() == 2]
+    xs = {m.shape[1]: torch.randn(1, m.shape[1], dtype=m.dtype) for m in mats}
+
+    def gemv():
+        for m in mats:
+            torch.nn.functional.linear(xs[m.shape[1]], m)
+
+    # not a floor: the linear layers of one 8-row decode step alone, on oneDNN-prepacked weights
+    lins = [m.weight.detach() for m in model.modules() if type(m) is torch.nn.Linear]
+    packed = [(torch.ops.mkldnn._reorder_linear_weight(w, 8), torch.randn(8, w.shape[1])) for w in lins]
+
+    def linears():
+        for w, x in packed:
+            torch.ops.mkldnn._linear_pointwise(x, w, None, "none", [], "")
+
+    return dict(
+        bytes=flat.numel() * flat.element_size(),
+        copy=median_seconds(lambda: buf.copy_(flat), repeats),
+        gemv=median_seconds(gemv, repeats),
+        linears=median_seconds(linears, repeats),
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--queries", default="1,2", help="groups per step (Q), comma-separated (default 1,2)")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds; the median is reported")
+    ap.add_argument("--group_size", type=int, default=8)
+    ap.add_argument("--max_new_tokens", type=int, default=32)
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    ap.add_argument("--samplers", default=",".join(SAMPLERS), help="subset of " + ", ".join(SAMPLERS))
+    args = ap.parse_args()
+    import torch
+
+    from gcpo_train.policy import generate_groups
+    from gcpo_train.sampling import PackedLinears, check_kernels
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    samplers = args.samplers.split(",")
+    for s in samplers:
+        check_kernels(s)
+    qs = [int(q) for q in args.queries.split(",")]
+    warnings.simplefilter("ignore")
+    model, tok, prompts, cfg = load_workload(max(qs))
+    load0 = os.getloadavg()
+    floor = floors(model)
+    kernels = {s: None if s == "exact" else PackedLinears(s) for s in samplers}
+    G, T = args.group_size, args.max_new_tokens
+
+    def sample(name, q):
+        return generate_groups(
+            model,
+            tok,
+            prompts[:q],
+            G,
+            max_new_tokens=T,
+            temperature=cfg.temperature,
+            seeds=list(range(100, 100 + q)),
+            kernels=kernels[name],
+        )
+
+    packed_mib, pack_s = {}, {}
+    for s in samplers:  # warm-up; the packed samplers pack their weights here
+        pack_s[s] = clock(sample, s, 1)[0]
+        if kernels[s] is not None:
+            packed_mib[s] = sum(p.nbytes for _, p, _ in kernels[s]._packed.values()) / 2**20
+    per_step = {(s, q): [] for s in samplers for q in qs}
+    same = {}
+    for _ in range(args.rounds):
+        for q in qs:
+            reference = None
+            for s in samplers:
+                wall, cpu, batch = clock(sample, s, q)
+                per_step[(s, q)].append((wall / batch.n_completion, cpu / batch.n_completion))
+                if s == "exact":
+                    reference = batch
+                elif reference is not None and (s, q) not in same:
+                    n = min(reference.n_completion, batch.n_completion)
+                    rows = (reference.completion_ids[:, :n] == batch.completion_ids[:, :n]).all(1)
+                    same[(s, q)] = f"{int(rows.sum())}/{len(rows)}"
+    load1 = os.getloadavg()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(
+        f"\nCPU, {torch.get_num_threads()} torch thread(s); load average {load0[0]:.2f} -> {load1[0]:.2f}; "
+        f"median of {args.rounds} interleaved rounds; G = {G}, {T} new tokens, prompts of "
+        f"{[len(tok(p)['input_ids']) for p in prompts]} tokens\n"
+    )
+    mb = floor["bytes"] / 1e6
+    (copy_w, copy_c), (gemv_w, gemv_c) = floor["copy"], floor["gemv"]
+    print(
+        f"floor: the {mb:.0f} MB of fp32 weights read once: copy {1e3 * copy_w:.1f} ms wall, {1e3 * copy_c:.1f} ms CPU "
+        f"({mb / 1e3 / copy_w:.1f} GB/s); GEMV {1e3 * gemv_w:.1f} ms wall, {1e3 * gemv_c:.1f} ms CPU "
+        f"({mb / 1e3 / gemv_w:.1f} GB/s); the linear layers of an 8-row step alone on packed weights "
+        f"{1e3 * floor['linears'][0]:.1f} ms wall, {1e3 * floor['linears'][1]:.1f} ms CPU\n"
+    )
+    print(
+        "| Q groups | rows | sampler | ms per decode step, wall | vs copy | vs GEMV | CPU ms per step "
+        "| vs copy (CPU) | vs exact (CPU) | same tokens |"
+    )
+    print("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    for q in qs:
+        base = statistics.median(c for _, c in per_step[("exact", q)]) if "exact" in samplers else float("nan")
+        for s in samplers:
+            w = statistics.median(r[0] for r in per_step[(s, q)])
+            c = statistics.median(r[1] for r in per_step[(s, q)])
+            print(
+                f"| {q} | {q * G} | {s} | {1e3 * w:.1f} | {w / copy_w:.2f}x | {w / gemv_w:.2f}x | {1e3 * c:.1f} "
+                f"| {c / copy_c:.2f}x | {c / base:.2f}x | {same.get((s, q), '')} |"
+            )
+    packed = ", ".join(
+        f"{s} {packed_mib[s]:.0f} MiB (packed in {pack_s[s]:.1f} s with its first call)" for s in packed_mib
+    )
+    print(f"\npeak RSS {peak:.0f} MiB (all samplers in this process); packed weights kept: {packed or 'none'}")
+
+
+if __name__ == "__main__":
+    main()
