@@ -111,6 +111,11 @@ def c_given_n(run: str) -> str:
         f"`{shown(run)}`: partial ρ(u, C | N) from {num(unc.estimate[lo])} ({LABELS[lo]}) to {num(unc.estimate[hi])} "
         f"({LABELS[hi]}), {n_span} of {len(unc)} CIs spanning 0, smallest Holm p {num(unc.p_holm.min())}"
     )
+    clear = [r for r in unc.itertuples() if not spans0(r.ci_low, r.ci_high)]
+    if clear:
+        out += " (clear of 0: " + ", ".join(
+            f"{LABELS[r.Index]} {tri(r.estimate, r.ci_low, r.ci_high)}, Holm p {num(r.p_holm)}" for r in clear
+        ) + ")"
     if "rd" in t.index:
         r = t.loc["rd"]
         out += f"; RD {tri(r.estimate, r.ci_low, r.ci_high)} (Holm p {num(r.p_holm)})"
