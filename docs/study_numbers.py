@@ -113,9 +113,8 @@ def c_given_n(run: str) -> str:
     )
     clear = [r for r in unc.itertuples() if not spans0(r.ci_low, r.ci_high)]
     if clear:
-        out += " (clear of 0: " + ", ".join(
-            f"{LABELS[r.Index]} {tri(r.estimate, r.ci_low, r.ci_high)}, Holm p {num(r.p_holm)}" for r in clear
-        ) + ")"
+        named = (f"{LABELS[r.Index]} {tri(r.estimate, r.ci_low, r.ci_high)}, Holm p {num(r.p_holm)}" for r in clear)
+        out += f" (clear of 0: {', '.join(named)})"
     if "rd" in t.index:
         r = t.loc["rd"]
         out += f"; RD {tri(r.estimate, r.ci_low, r.ci_high)} (Holm p {num(r.p_holm)})"
