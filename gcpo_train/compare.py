@@ -292,14 +292,10 @@ def load_compare_config(path, overrides: dict | None = None) -> tuple[TrainConfi
     settings completed from the defaults; unknown keys are refused, naming them."""
     from gcpo_analysis.errors import did_you_mean
 
-    from .config import _check_keys, load_config, safe_yaml
+    from .config import _check_keys, load_config, read_config_file
 
     path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"no such config file: {path}")
-    loaded = safe_yaml(path.read_text(), str(path)) or {}
-    if not isinstance(loaded, dict):
-        raise ValueError(f"{path}: a config file must be a YAML mapping, got {type(loaded).__name__}")
+    loaded = read_config_file(path)
     section = loaded.pop("compare", None) or {}
     if not isinstance(section, dict):
         raise ValueError(f"{path}: 'compare' must be a mapping of {', '.join(COMPARE_DEFAULTS)}, got {section!r}")

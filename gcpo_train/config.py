@@ -428,16 +428,23 @@ def parse_overrides(pairs) -> dict:
     return out
 
 
+def read_config_file(path: str | Path) -> dict:
+    """A config file's YAML mapping as written (safe loader, size and node limits), keys not yet
+    checked; a missing file or a document that is not a mapping is refused, naming the file."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no such config file: {path}")
+    loaded = safe_yaml(path.read_text(), str(path)) or {}
+    if not isinstance(loaded, dict):
+        raise ValueError(f"{path}: a config file must be a YAML mapping, got {type(loaded).__name__}")
+    return loaded
+
+
 def load_config(path: str | Path | None = None, overrides: dict | None = None) -> TrainConfig:
     """Defaults ← YAML file ← overrides; refuses unknown keys naming them (with close matches)."""
     values: dict = {}
     if path is not None:
-        path = Path(path)
-        if not path.exists():
-            raise FileNotFoundError(f"no such config file: {path}")
-        loaded = safe_yaml(path.read_text(), str(path)) or {}
-        if not isinstance(loaded, dict):
-            raise ValueError(f"{path}: a config file must be a YAML mapping, got {type(loaded).__name__}")
+        loaded = read_config_file(path)
         _check_keys(loaded, str(path))
         values.update(loaded)
     if overrides:

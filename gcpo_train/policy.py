@@ -146,21 +146,6 @@ def generate_groups(
     ``torch.Generator(seed)``; the same samples up to float rounding (see ``gcpo_train.sampling``).
     """
     torch = require("torch")
-    if kernels is not None:
-        return _decode_packed(
-            model,
-            tokenizer,
-            prompts,
-            group_size,
-            kernels,
-            seeds=seeds,
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            top_p=top_p,
-            do_sample=do_sample,
-            max_prompt_tokens=max_prompt_tokens,
-            device=device,
-        )
     kwargs = dict(
         max_new_tokens=max_new_tokens,
         temperature=temperature,
@@ -169,6 +154,8 @@ def generate_groups(
         max_prompt_tokens=max_prompt_tokens,
         device=device,
     )
+    if kernels is not None:
+        return _decode_packed(model, tokenizer, prompts, group_size, kernels, seeds=seeds, **kwargs)
     if seeds is None:
         return _generate(model, tokenizer, prompts, group_size, **kwargs)
     if len(seeds) != len(prompts):

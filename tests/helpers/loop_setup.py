@@ -92,3 +92,20 @@ class Exploit:
 
     def __reduce__(self):
         return (Path.touch, (Path(self.marker),))
+
+
+def comparison(cfg: TrainConfig, folder: Path, arms, seeds):
+    """A ``Comparison`` of ``cfg`` on the six test queries, evaluated every step on four held-out
+    queries (the same queries with ids prefixed 'h'), word reward, hash embedder."""
+    from gcpo_train.compare import Comparison
+
+    held = queries().assign(query_id=lambda d: "h" + d["query_id"])
+    return Comparison(
+        cfg,
+        folder,
+        arms,
+        seeds,
+        eval_every=1,
+        eval_n=4,
+        trainer_kwargs=dict(queries=queries(), eval_queries=held, reward_fn=word_reward, embedder=HashEmbedder()),
+    )

@@ -68,23 +68,11 @@ pytest.importorskip("peft")
 
 
 def _comparison(tmp_path, seeds=(0, 1), arms=("none", "bot_rd"), **kw):
-    from helpers.embedders import HashEmbedder
-    from helpers.loop_setup import loop_config, queries, word_reward
+    from helpers.loop_setup import comparison, loop_config
 
-    from gcpo_train.compare import Comparison
     from gcpo_train.config import TrainConfig
 
-    cfg = TrainConfig(**{**loop_config(tmp_path, "unused"), **kw})
-    held = queries().assign(query_id=lambda d: "h" + d["query_id"])
-    return Comparison(
-        cfg,
-        tmp_path / "cmp",
-        arms,
-        seeds,
-        eval_every=1,
-        eval_n=4,
-        trainer_kwargs=dict(queries=queries(), eval_queries=held, reward_fn=word_reward, embedder=HashEmbedder()),
-    )
+    return comparison(TrainConfig(**{**loop_config(tmp_path, "unused"), **kw}), tmp_path / "cmp", arms, seeds)
 
 
 @pytest.mark.slow

@@ -104,19 +104,9 @@ pytest.importorskip("peft")
 
 
 def _comparison(tmp_path, seeds=(0, 1), arms=("none", "bot_rd")):
-    from helpers.embedders import HashEmbedder
-    from helpers.loop_setup import queries, word_reward
+    from helpers.loop_setup import comparison
 
-    held = queries().assign(query_id=lambda d: "h" + d["query_id"])
-    return Comparison(
-        _config(tmp_path, checkpoint_every=1),
-        tmp_path / "cmp",
-        arms,
-        seeds,
-        eval_every=1,
-        eval_n=4,
-        trainer_kwargs=dict(queries=queries(), eval_queries=held, reward_fn=word_reward, embedder=HashEmbedder()),
-    )
+    return comparison(_config(tmp_path, checkpoint_every=1), tmp_path / "cmp", arms, seeds)
 
 
 @pytest.mark.slow

@@ -13,17 +13,16 @@ def test_every_field_has_help():
         assert f.metadata.get("help"), f.name
 
 
+APPENDIX_E = ("Qwen/Qwen2.5-1.5B-Instruct", 2000, 5e-5, 0.002, 16, 0.9, 0.6)  # the paper's protocol
+
+
+def _protocol(c):
+    return (c.model, c.steps, c.learning_rate, c.beta, c.group_size, c.temperature, c.alpha_base)
+
+
 def test_defaults_follow_appendix_e():
     c = TrainConfig()
-    assert (c.model, c.steps, c.learning_rate, c.beta, c.group_size, c.temperature, c.alpha_base) == (
-        "Qwen/Qwen2.5-1.5B-Instruct",
-        2000,
-        5e-5,
-        0.002,
-        16,
-        0.9,
-        0.6,
-    )
+    assert _protocol(c) == APPENDIX_E
     assert (c.modulator, c.clip_epsilon, c.num_iterations, c.nli_threshold) == ("bot_rd", 0.2, 1, 0.35)
     assert TrainConfig(dataset="math500").full_completion and not c.full_completion
     assert not TrainConfig(dataset="math500", use_full_completion=False).full_completion
@@ -191,15 +190,7 @@ def test_compare_configs_are_generated_load_and_hold_the_paper_protocol():
         text = yaml.safe_load(path.read_text())
         assert text == mod["build_compare"](path.stem)  # the committed file is what make_configs writes
         c, settings = load_compare_config(path)
-        assert (c.model, c.steps, c.learning_rate, c.beta, c.group_size, c.temperature, c.alpha_base) == (
-            "Qwen/Qwen2.5-1.5B-Instruct",
-            2000,
-            5e-5,
-            0.002,
-            16,
-            0.9,
-            0.6,
-        )
+        assert _protocol(c) == APPENDIX_E
         math = path.stem in ("math500", "olympiadbench")
         assert (c.dataset, c.backend, c.full_completion, c.gradient_checkpointing) == (path.stem, "trl", math, math)
         assert settings["modulators"] == ["none", "se", "kle", "care", "cd_rd", "bot_rd"]
