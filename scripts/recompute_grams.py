@@ -34,6 +34,7 @@ import pandas as pd
 from gcpo_analysis.frames import read_frame, write_frame
 from gcpo_analysis.gradvar import gradient_variance, group_gradient_gram, sequence_logprobs
 from gcpo_analysis.measures.advantages import grpo_advantages
+from gcpo_analysis.outputs import atomic_write
 from gcpo_analysis.study.collect import _safe, gram_frame
 
 LOGPROB_TOL = 1e-2  # nats over a whole sequence: float error between generate's cache and one forward
@@ -200,8 +201,9 @@ def main(argv=None) -> int:
     if args.limit is None:
         write_frame(pd.concat(grams, ignore_index=True), folder / "grams.parquet")
         (folder / "tables").mkdir(exist_ok=True)
-        chk.to_csv(folder / "tables" / "gram_recompute_rollouts.csv", index=False)
-        grp.to_csv(folder / "tables" / "gram_recompute_groups.csv", index=False)
+        # atomic: a second process (--reverse) may write the same files at the same time
+        atomic_write(folder / "tables" / "gram_recompute_rollouts.csv", lambda p: chk.to_csv(p, index=False))
+        atomic_write(folder / "tables" / "gram_recompute_groups.csv", lambda p: grp.to_csv(p, index=False))
     summary = {
         "queries": len(grp),
         "rollouts": len(chk),
@@ -220,7 +222,8 @@ def main(argv=None) -> int:
     }
     print(json.dumps(summary, indent=2))
     if args.limit is None:
-        (folder / "tables" / "gram_recompute_summary.json").write_text(json.dumps(summary, indent=2))
+        text = json.dumps(summary, indent=2)
+        atomic_write(folder / "tables" / "gram_recompute_summary.json", lambda p: Path(p).write_text(text))
     return 0
 
 
