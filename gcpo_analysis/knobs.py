@@ -119,6 +119,12 @@ def knob(default: Any, help: str, **rules: Any) -> Any:
     return Knob(default, help, **rules).field()
 
 
+def _prompt_templates() -> list[str]:
+    from .prompts import PROMPT_TEMPLATES
+
+    return list(PROMPT_TEMPLATES)
+
+
 def _modulators() -> list[str]:
     """The registered modulators, read when a value is checked (a later registration counts).
     Looked up by name, as the CLI's SUBCOMMANDS are: modulators itself checks its keyword
@@ -135,6 +141,15 @@ _WEIGHT_SIGN = "(a negative one flips the sign of the advantages)"
 SHARED: dict[str, Knob] = {
     "dataset": Knob(
         "narrativeqa", "Benchmark: a name of the dataset registry (gcpo_analysis.datasets).", choices=dataset_names
+    ),
+    "max_int_answer": Knob(
+        None, "Keep only queries whose answer is an integer in [0, this] (math).", ge=0, none="keep all"
+    ),
+    "prompt": Knob(
+        None,
+        "Prompt template of gcpo_analysis.prompts.PROMPT_TEMPLATES (e.g. math_one_shot).",
+        choices=_prompt_templates,
+        none="the task's own",
     ),
     "data_path": Knob(
         None, "Local benchmark file or folder (gcpo_analysis.data.load_queries).", none="the packaged or default source"

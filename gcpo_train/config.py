@@ -127,6 +127,8 @@ class TrainConfig:
         none="by query",
     )
     n_train: int | None = knob(None, "Use only the first n training queries.", ge=1, none="all")
+    max_int_answer: int | None = shared("max_int_answer")
+    prompt: str | None = shared("prompt")
     max_context_tokens: int = shared("max_context_tokens")
     max_prompt_tokens: int | None = knob(
         1024, "Hard cap on prompt tokens (left-truncated).", ge=1, none="no cap (the whole prompt)"

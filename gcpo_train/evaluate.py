@@ -113,6 +113,7 @@ def evaluate(
         raise ValueError(f"no {split!r} queries to evaluate for {dataset!r}")
     from gcpo_analysis.prompts import build_prompt
 
+    template = config.prompt if config is not None else None  # the run's prompt, for its base policy too
     dev = next(model.parameters()).device
     was_training = model.training
     model.eval()
@@ -120,7 +121,10 @@ def evaluate(
     starts = range(0, len(queries), batch_size)
     for s in tqdm(starts, disable=not progress, desc=f"eval {dataset}"):
         chunk = queries.iloc[s : s + batch_size]
-        prompts = [build_prompt(r, tokenizer, max_context_tokens=max_context_tokens) for _, r in chunk.iterrows()]
+        prompts = [
+            build_prompt(r, tokenizer, max_context_tokens=max_context_tokens, template=template)
+            for _, r in chunk.iterrows()
+        ]
         with torch.no_grad():
             batch = generate_groups(
                 model,

@@ -52,12 +52,17 @@ def _epoch_permutation(n_queries: int, seed: int, block: int, epoch: int) -> tup
 
 def load_split(config: TrainConfig, split: str) -> pd.DataFrame:
     """Queries of ``split``; single-split benchmarks are split with split_queries(train_frac),
-    seeded by ``split_seed`` (``seed`` when unset)."""
+    seeded by ``split_seed`` (``seed`` when unset). ``max_int_answer`` filters before the split, so
+    the held-out queries obey it too."""
     from gcpo_analysis.data import load_queries, split_queries
 
     if config.split_from_single:
         split_seed = config.seed if config.split_seed is None else config.split_seed
-        df = load_queries(config.dataset, path=config.data_path, split="test", seed=split_seed)
+        df = load_queries(
+            config.dataset, path=config.data_path, split="test", seed=split_seed, max_int_answer=config.max_int_answer
+        )
         train, test = split_queries(df, train_frac=config.train_frac, seed=split_seed, group=config.split_group)
         return (train if split == config.train_split else test).reset_index(drop=True)
-    return load_queries(config.dataset, path=config.data_path, split=split, seed=config.seed)
+    return load_queries(
+        config.dataset, path=config.data_path, split=split, seed=config.seed, max_int_answer=config.max_int_answer
+    )

@@ -77,7 +77,7 @@ class GCPOLoopTrainer:
     reward_fn(task, completion, references) -> float in [r_min, r_max]; default
     ``gcpo_analysis.rewards.task_reward``. A rollout whose reward function raises gets a
     warning, reward 0 and is counted in the log (``reward_failures``).
-    prompt_fn(row, tokenizer, max_context_tokens) -> str; default
+    prompt_fn(row, tokenizer, max_context_tokens, template) -> str; default
     ``gcpo_analysis.prompts.build_prompt`` (the tokenizer's chat template).
     """
 
@@ -276,7 +276,8 @@ class GCPOLoopTrainer:
         cfg = self.config
         queries, positions = self._step_queries(step)
         prompts = [
-            self.prompt_fn(r, self.tokenizer, max_context_tokens=cfg.max_context_tokens) for _, r in queries.iterrows()
+            self.prompt_fn(r, self.tokenizer, max_context_tokens=cfg.max_context_tokens, template=cfg.prompt)
+            for _, r in queries.iterrows()
         ]
         self.model.eval()
         batch = generate_groups(

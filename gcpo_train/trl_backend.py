@@ -88,7 +88,9 @@ def prompts_dataset(cfg: TrainConfig, tokenizer, queries=None):
     rows = queries.to_dict("records")
     return Dataset.from_dict(
         {
-            "prompt": [build_prompt(r, tokenizer, max_context_tokens=cfg.max_context_tokens) for r in rows],
+            "prompt": [
+                build_prompt(r, tokenizer, max_context_tokens=cfg.max_context_tokens, template=cfg.prompt) for r in rows
+            ],
             "references": [list(r["references"]) for r in rows],
             "task": [r["task"] for r in rows],
             "query_id": [str(r["query_id"]) for r in rows],

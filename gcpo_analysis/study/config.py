@@ -12,12 +12,6 @@ from ..models import resolve_policy
 from ..vocab import PAPER_JUDGE, PAPER_POLICY, TEMPERATURE
 
 
-def _prompts() -> list[str]:
-    from ..prompts import PROMPT_TEMPLATES
-
-    return list(PROMPT_TEMPLATES)
-
-
 def _measures() -> list[str]:
     return list(MEASURE_REGISTRY)
 
@@ -31,20 +25,13 @@ class StudyConfig:
     dataset: str = shared("dataset")
     data_path: str | None = shared("data_path")
     split: str = shared("split", help="Split to sample queries from.")
-    max_int_answer: int | None = knob(
-        None, "Keep only queries whose answer is an integer in [0, this] (math).", ge=0, none="keep all"
-    )
+    max_int_answer: int | None = shared("max_int_answer")
     model: str | None = shared("model")
     n_queries: int = knob(40, "Queries sampled (seeded) from the split.", ge=1)
     group_size: int = shared("group_size", 8)
     temperature: float = shared("temperature")
     max_new_tokens: int = shared("max_new_tokens", 24)
-    prompt: str | None = knob(
-        None,
-        "Prompt template of gcpo_analysis.prompts.PROMPT_TEMPLATES.",
-        choices=_prompts,
-        none="the task's own",
-    )
+    prompt: str | None = shared("prompt")
     max_context_tokens: int = shared("max_context_tokens", 64)
     judge: str = shared("judge")
     embedder: str | None = shared("embedder")

@@ -113,7 +113,7 @@ def test_a_failed_start_leaves_the_folder_as_found(tmp_path):
 
     from gcpo_train.trainer import GCPOLoopTrainer
 
-    def broken_prompt(row, tok, max_context_tokens):
+    def broken_prompt(row, tok, max_context_tokens, template=None):
         raise RuntimeError("prompt template bug")
 
     run = _run(tmp_path, steps=1)
