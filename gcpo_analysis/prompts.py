@@ -16,6 +16,12 @@ PROMPT_TEMPLATES = {
         "(yes or no for yes/no questions).\n\nPassages:\n{context}\n\nQuestion: {question}\nAnswer:"
     ),
     "math": "{question}\nPlease reason step by step, and put your final answer within \\boxed{{}}.",
+    # Multiple choice written as QA (scripts/choice_as_qa.py puts the options in the question):
+    # the reference is the right option's text, so token-F1 rewards copying the right option.
+    "choice": (
+        "Read the passage, then answer the question with the correct option, copied exactly.\n\n"
+        "Passage: {context}\n\nQuestion: {question}\nAnswer:"
+    ),
     # One worked one-line example before the problem: a 135M policy told to "reason step by step"
     # rambles past any small token budget (cpu-math pilot: 96% of completions cut at 48 tokens,
     # 5% correct); shown the format, it often writes "a + b = c. The answer is \boxed{c}.".

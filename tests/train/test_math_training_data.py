@@ -16,7 +16,9 @@ ANSWERS = ["3 apples", "25 pears", "7", "1.5 kg", "10 cars", "0 dogs", "11 cats"
 
 def _asdiv_file(tmp_path):
     path = tmp_path / "asdiv.jsonl"
-    rows = [{"passage": f"Ann has {i} things.", "question": f"Problem {i}?", "answer": a} for i, a in enumerate(ANSWERS)]
+    rows = [
+        {"passage": f"Ann has {i} things.", "question": f"Problem {i}?", "answer": a} for i, a in enumerate(ANSWERS)
+    ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
 
@@ -43,10 +45,11 @@ def test_the_data_knobs_refuse_nonsense(field, value):
 
 def test_the_loop_and_the_evaluation_use_the_config_s_template(tmp_path):
     pytest.importorskip("peft")
-    from gcpo_train.evaluate import evaluate
-    from gcpo_train.trainer import GCPOLoopTrainer
     from helpers.embedders import HashEmbedder
     from helpers.loop_setup import loop_config, queries, word_reward
+
+    from gcpo_train.evaluate import evaluate
+    from gcpo_train.trainer import GCPOLoopTrainer
 
     seen = []
 
@@ -81,9 +84,10 @@ def test_the_loop_and_the_evaluation_use_the_config_s_template(tmp_path):
 
 def test_the_trl_dataset_uses_the_config_s_template():
     pytest.importorskip("datasets")
+    from helpers.loop_setup import queries
+
     from gcpo_analysis.tiny_models import tiny_tokenizer
     from gcpo_train.trl_backend import prompts_dataset
-    from helpers.loop_setup import queries
 
     cfg = TrainConfig(dataset="narrativeqa", prompt="math_one_shot", max_context_tokens=16)
     rows = prompts_dataset(cfg, tiny_tokenizer(), queries=queries(3))
