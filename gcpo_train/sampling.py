@@ -34,7 +34,7 @@ from gcpo_analysis.models import require
 
 from .logprobs import cache_argument, output_cache, run_prompt_once
 
-SAMPLING_KERNELS = ("exact", "onednn", "bf16")
+SAMPLING_KERNELS = ("exact", "onednn", "bf16", "fused")
 
 
 def check_kernels(name: str, device=None) -> None:
@@ -50,6 +50,19 @@ def check_kernels(name: str, device=None) -> None:
         raise ValueError(f"sampling_kernels {name!r} needs PyTorch built with oneDNN (mkldnn); use 'exact'")
     if name == "bf16" and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
         raise ValueError("sampling_kernels 'bf16' needs a CPU with bf16 support (avx512_bf16/amx); use 'onednn'")
+
+
+def make_kernels(name: str, device=None):
+    """The kernels object of ``sampling_kernels`` ``name`` (checked): None for 'exact'
+    (transformers generate), ``FusedKernels`` for 'fused', else ``PackedLinears``."""
+    check_kernels(name, device)
+    if name == "exact":
+        return None
+    if name == "fused":
+        from .fused_decode import FusedKernels
+
+        return FusedKernels()
+    return PackedLinears(name)
 
 
 class PackedLinears:
@@ -166,6 +179,7 @@ def decode(
     generators=None,
     temperature: float = 1.0,
     top_p: float = 1.0,
+    step=None,
 ):
     """Decode ``group_size`` continuations of each of Q left-padded prompts in one loop.
 
@@ -177,6 +191,8 @@ def decode(
     decode step; positions count the prompt's real tokens (``attention_mask.cumsum − 1``); the
     next-token scores are logits / temperature, then top-p (``transformers.TopPLogitsWarper``),
     softmax and ``torch.multinomial`` on the group's generator; greedy takes the argmax.
+    ``step(model, cache, attention_mask, position, P)`` gives the next-token logits function of
+    a decode (``model_step``: the model's own forward; ``fused_decode.FusedKernels.decode_step``).
     """
     torch = require("torch")
     Q, P = input_ids.shape
@@ -194,7 +210,6 @@ def decode(
         if top_p < 1.0:
             warpers.append(TopPLogitsWarper(top_p))
     positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-    name = cache_argument(model) or "past_key_values"
     eos = torch.tensor(eos_ids, dtype=input_ids.dtype, device=input_ids.device)
     rows = Q * G
     tokens = input_ids.new_full((rows, max_new_tokens), pad_token_id)
@@ -208,18 +223,10 @@ def decode(
         del prefill
         current = input_ids[:, -1:].repeat_interleave(G, dim=0)
         position = positions[:, -1:].repeat_interleave(G, dim=0)
+        next_logits = (step or model_step)(model, cache, att, position, P)
         T = 0
         for t in range(max_new_tokens):
-            out = model(
-                input_ids=current,
-                attention_mask=att[:, : P + t],
-                position_ids=position + t,
-                **{name: cache},
-                use_cache=True,
-                logits_to_keep=1,
-            )
-            scores = out.logits[:, -1].to(copy=True, dtype=torch.float32)
-            del out
+            scores = next_logits(current, t)
             if generators is None:
                 nxt = scores.argmax(-1)
             else:
@@ -240,3 +247,24 @@ def decode(
                 break
             current = nxt[:, None]
     return torch.cat([input_ids.repeat_interleave(G, dim=0), tokens[:, :T]], dim=1)
+
+
+def model_step(model, cache, attention_mask, position, n_prompt: int):
+    """The next-token logits ``(tokens (rows, 1), t) -> (rows, V)`` float32 of decode step t, by
+    the model's forward on ``cache`` (updated in place); ``attention_mask`` (rows, P + T),
+    ``position`` (rows, 1) the last prompt token's."""
+    torch = require("torch")
+    name = cache_argument(model) or "past_key_values"
+
+    def step(tokens, t):
+        out = model(
+            input_ids=tokens,
+            attention_mask=attention_mask[:, : n_prompt + t],
+            position_ids=position + t,
+            **{name: cache},
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        return out.logits[:, -1].to(copy=True, dtype=torch.float32)
+
+    return step

@@ -1,0 +1,243 @@
+"""``sampling_kernels: fused``: a hand-written decode step for Llama models, on prepacked weights.
+
+``sampling.decode`` with ``onednn`` calls the transformers model once per token; at 8 rows about
+half of that step is not the linear layers but the modeling code around them (module dispatch per
+layer, the attention mask and position embeddings rebuilt per call, cache bookkeeping). Here the
+prompt still runs through the transformers model once (the prefill, on its own kernels); each
+decode token then runs this loop over the layers, on the keys/values the prefill left in
+``sampling.grow_cache``'s buffers, with the same math as ``LlamaForCausalLM``:
+
+    h   = x · rsqrt(mean(x²) + ε) · w₁                       RMSNorm (``LlamaRMSNorm``)
+    qkv = h · [W_q; W_k; W_v]ᵀ (+ LoRA)                        ONE packed GEMM for the three
+    q, k ← q·cos + rotate_half(q)·sin                          RoPE, cos/sin of every decode position
+                                                               computed once (``model.rotary_emb``)
+    a   = softmax(q·kᵀ/√d + mask) · v                          SDPA over the filled cache; the
+                                                               n_rep query heads of a KV head as n_rep
+                                                               queries (transformers' ``pack_gqa``)
+    x  += a · W_oᵀ;  h = RMSNorm(x) · w₂
+    x  += (silu(h·W_gateᵀ) ⊙ h·W_upᵀ) · W_downᵀ                ONE packed GEMM for gate and up
+    logits = RMSNorm(x) · W_headᵀ                              the last position only
+
+LoRA (peft, the trainer's policy): each projection adds x·Aᵀ·(s·B)ᵀ; the adapters of a fused
+projection are stacked (A rows concatenated, s·B block-diagonal), so q/k/v cost one low-rank
+product pair. The base weights are packed once for oneDNN and kept while their tensors are
+unchanged; the adapters are read at every ``decode`` call, so an optimizer step is seen at once.
+
+The numbers differ from ``onednn``'s by float rounding only: the three q/k/v (and gate/up)
+products as one GEMM, the prefill on the model's own kernels rather than packed ones, the LoRA
+scaling folded into B. Logits agree with the transformers model to about 1e-5 relative
+(tests/train/test_fused_decode.py); a sampled token differs only when a draw lands that close to
+a boundary of the sampling distribution. Anything else than a float32 ``LlamaForCausalLM``
+(optionally under peft LoRA) with the position-only RoPE types is refused, naming 'onednn'.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from gcpo_analysis.models import require
+
+ROPE_TYPES = ("default", "linear", "llama3", "yarn")  # cos/sin a function of the position alone
+USE_ONEDNN = "; use sampling_kernels 'onednn'"
+
+
+def llama_of(model):
+    """The ``LlamaForCausalLM`` inside ``model`` (a peft wrapper or the model itself), checked
+    for what the fused step implements; a ``ValueError`` names what is not."""
+    torch = require("torch")
+    from transformers import LlamaForCausalLM
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if not isinstance(base, LlamaForCausalLM):
+        raise ValueError(
+            f"sampling_kernels 'fused' implements LlamaForCausalLM, not {type(base).__name__}" + USE_ONEDNN
+        )
+    cfg = base.config
+    rope = (getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {}).get("rope_type")
+    problems = {
+        f"hidden_act {cfg.hidden_act!r} (fused: silu)": cfg.hidden_act != "silu",
+        f"rope_type {rope!r} (fused: {', '.join(ROPE_TYPES)})": (rope or "default") not in ROPE_TYPES,
+        "a sliding attention window": getattr(cfg, "sliding_window", None) is not None,
+        f"pretraining_tp {getattr(cfg, 'pretraining_tp', 1)}": getattr(cfg, "pretraining_tp", 1) != 1,
+        f"dtype {base.dtype} (fused: float32)": base.dtype != torch.float32,
+        f"{len(base.model.layers)} layers for num_hidden_layers {cfg.num_hidden_layers}": len(base.model.layers)
+        != cfg.num_hidden_layers,
+    }
+    found = [what for what, bad in problems.items() if bad]
+    if found:
+        raise ValueError(f"sampling_kernels 'fused' does not implement {', '.join(found)}" + USE_ONEDNN)
+    plain = {"embed_tokens": torch.nn.Embedding, "lm_head": torch.nn.Linear}
+    for name, module in base.named_modules():
+        leaf = name.rsplit(".", 1)[-1]
+        want = plain.get(leaf) or (LlamaRMSNorm if leaf.endswith("norm") else None)
+        if want is not None and type(module) is not want:
+            raise ValueError(
+                f"sampling_kernels 'fused' needs a plain {want.__name__} at {name}, found {type(module).__name__}"
+                + USE_ONEDNN
+            )
+    return base
+
+
+def _lora_terms(module, name: str):
+    """(base ``nn.Linear``, [(A, s·B), ...]) of a projection: itself, or a peft LoRA layer's base
+    and its active adapters, refusing what peft's forward would compute otherwise."""
+    torch = require("torch")
+    if type(module) is torch.nn.Linear:
+        return module, []
+    if not (hasattr(module, "base_layer") and hasattr(module, "lora_A") and type(module.base_layer) is torch.nn.Linear):
+        raise ValueError(
+            f"sampling_kernels 'fused': {name} is a {type(module).__name__}, not a Linear or LoRA Linear" + USE_ONEDNN
+        )
+    if module.disable_adapters or module.merged:
+        if module.disable_adapters and module.merged:
+            raise ValueError(f"sampling_kernels 'fused': {name} has merged adapters that are disabled" + USE_ONEDNN)
+        return module.base_layer, []  # merged: the base weight holds the adapters
+    if getattr(module, "fan_in_fan_out", False):
+        raise ValueError(f"sampling_kernels 'fused': {name} has fan_in_fan_out weights" + USE_ONEDNN)
+    terms = []
+    for adapter in module.active_adapters:
+        if adapter not in module.lora_A:
+            continue
+        dropout = module.lora_dropout[adapter]
+        if adapter in getattr(module, "lora_variant", {}) or module.use_dora.get(adapter, False):
+            raise ValueError(
+                f"sampling_kernels 'fused': {name} has a LoRA variant (DoRA, ...) in {adapter!r}" + USE_ONEDNN
+            )
+        if module.lora_B[adapter].bias is not None:
+            raise ValueError(f"sampling_kernels 'fused': {name} has a LoRA bias in {adapter!r}" + USE_ONEDNN)
+        if dropout.training and getattr(dropout, "p", 0.0) > 0:
+            raise ValueError(
+                f"sampling_kernels 'fused': {name} has LoRA dropout {dropout.p} active (the model is in training "
+                "mode); sample in eval mode" + USE_ONEDNN.replace(";", " or")
+            )
+        terms.append((module.lora_A[adapter].weight, module.lora_B[adapter].weight * module.scaling[adapter]))
+    return module.base_layer, terms
+
+
+class FusedKernels:
+    """``sampling_kernels: fused``: ``decode`` with the step of this module (``decode_step``).
+    Packed weights are kept across calls (one packed copy of the base weights) and repacked
+    only when a weight tensor changes, as ``sampling.PackedLinears`` does."""
+
+    kernels = "fused"
+
+    def __init__(self, rows_hint: int = 16):
+        self.rows_hint = rows_hint
+        self._packed: dict[str, tuple] = {}  # name -> (weights' version key, packed weight, bias)
+
+    @contextlib.contextmanager
+    def applied(self, model):
+        """The prefill runs on the model itself; checks that the fused step can run it."""
+        llama_of(model)
+        yield model
+
+    def _linear(self, name: str, modules: list):
+        """A callable x -> x·[W₁; W₂; ...]ᵀ + b (+ LoRA) for projections that read the same input."""
+        torch = require("torch")
+        bases, terms = [], []
+        for i, module in enumerate(modules):
+            base, lora = _lora_terms(module, f"{name}[{i}]")
+            bases.append(base)
+            terms.append(lora)
+        key = tuple((m.weight.data_ptr(), m.weight._version) for m in bases)
+        hit = self._packed.get(name)
+        if hit is None or hit[0] != key:
+            w = torch.cat([m.weight.detach() for m in bases]) if len(bases) > 1 else bases[0].weight.detach()
+            packed = torch.ops.mkldnn._reorder_linear_weight(w, self.rows_hint)
+            biases = [m.bias for m in bases]
+            if any(b is not None for b in biases):
+                bias = torch.cat(
+                    [b.detach() if b is not None else m.weight.new_zeros(m.out_features) for b, m in zip(biases, bases)]
+                )
+            else:
+                bias = None
+            hit = self._packed[name] = (key, packed, bias)
+        _, packed, bias = hit
+        linear = torch.ops.mkldnn._linear_pointwise
+        if not any(terms):
+            return lambda x: linear(x, packed, bias, "none", [], "")
+        a_t, b_t = _stacked_lora(bases, terms)
+        return lambda x: torch.addmm(linear(x, packed, bias, "none", [], ""), torch.mm(x, a_t), b_t)
+
+    def decode_step(self, model, cache, attention_mask, position, n_prompt: int):
+        """The next-token logits function ``(tokens (rows, 1), t) -> (rows, V)`` of decode step t.
+
+        ``cache``: the prefill's keys/values in ``sampling.grow_cache`` buffers (P − 1 positions
+        filled); ``attention_mask`` (rows, P + T); ``position`` (rows, 1): the last prompt token's."""
+        torch = require("torch")
+        F = torch.nn.functional
+        from .sampling import growing_kv_layer
+
+        base = llama_of(model)
+        cfg, core = base.config, base.model
+        if not all(type(layer) is growing_kv_layer() for layer in cache.layers):
+            raise ValueError("sampling_kernels 'fused' needs a cache of full-attention layers" + USE_ONEDNN)
+        layers = []
+        for i, block in enumerate(core.layers):
+            att, mlp = block.self_attn, block.mlp
+            layers.append(
+                (
+                    block.input_layernorm.weight.detach(),
+                    self._linear(f"{i}.qkv", [att.q_proj, att.k_proj, att.v_proj]),
+                    self._linear(f"{i}.o", [att.o_proj]),
+                    block.post_attention_layernorm.weight.detach(),
+                    self._linear(f"{i}.gate_up", [mlp.gate_proj, mlp.up_proj]),
+                    self._linear(f"{i}.down", [mlp.down_proj]),
+                    cache.layers[i],
+                )
+            )
+        head = self._linear("lm_head", [base.lm_head])
+        embed, final_norm, eps = core.embed_tokens.weight.detach(), core.norm.weight.detach(), cfg.rms_norm_eps
+        H, Hkv = cfg.num_attention_heads, cfg.num_key_value_heads
+        D = getattr(cfg, "head_dim", None) or cfg.hidden_size // H
+        inter, scale = cfg.intermediate_size, D**-0.5
+        rows, n0 = position.shape[0], cache.layers[0]._n
+        T = attention_mask.shape[1] - n_prompt
+        # cos/sin of every decode position at once (rows, T, D), by the model's own rotary module
+        pos = position + torch.arange(T, device=position.device)
+        cos, sin = core.rotary_emb(embed[:1], pos)
+        cos, sin = cos.transpose(0, 1).unsqueeze(2).contiguous(), sin.transpose(0, 1).unsqueeze(2).contiguous()
+        mask = attention_mask.bool()[:, None, None, :]  # (rows, 1, 1, P + T): True = attend
+
+        def norm(x, w):
+            return F.rms_norm(x, (x.shape[-1],), w, eps)
+
+        def rope(x, c, s):
+            x1, x2 = x[..., : D // 2], x[..., D // 2 :]
+            return x * c + torch.cat((-x2, x1), dim=-1) * s
+
+        def step(tokens, t):
+            n = n0 + t  # the cache position this token writes
+            x = F.embedding(tokens[:, 0], embed)
+            c, s, m = cos[t], sin[t], mask[..., : n + 1]
+            for w1, qkv_of, o_of, w2, gate_up_of, down_of, kv in layers:
+                qkv = qkv_of(norm(x, w1))
+                qk = rope(qkv[:, : (H + Hkv) * D].view(rows, H + Hkv, D), c, s)
+                kv._keys[:, :, n] = qk[:, H:]
+                kv._values[:, :, n] = qkv[:, (H + Hkv) * D :].view(rows, Hkv, D)
+                q = qk[:, :H].reshape(rows, Hkv, H // Hkv, D)
+                a = F.scaled_dot_product_attention(
+                    q, kv._keys[:, :, : n + 1], kv._values[:, :, : n + 1], attn_mask=m, scale=scale
+                )
+                x = x + o_of(a.reshape(rows, H * D))
+                gu = gate_up_of(norm(x, w2))
+                x = x + down_of(F.silu(gu[:, :inter]) * gu[:, inter:])
+            return head(norm(x, final_norm))
+
+        return step
+
+
+def _stacked_lora(bases, terms):
+    """(Aᵀ, (s·B)ᵀ) of the adapters of several projections read as one: the A's stacked, the
+    s·B's block-diagonal, so x·Aᵀ·(s·B)ᵀ is each projection's x·A_iᵀ·(s_i·B_i)ᵀ side by side."""
+    torch = require("torch")
+    a_rows = [a.detach() for lora in terms for a, _ in lora]
+    b_t = bases[0].weight.new_zeros(sum(a.shape[0] for a in a_rows), sum(m.out_features for m in bases))
+    r = out = 0
+    for m, lora in zip(bases, terms):
+        for a, sb in lora:
+            b_t[r : r + a.shape[0], out : out + m.out_features] = sb.detach().t()
+            r += a.shape[0]
+        out += m.out_features
+    return torch.cat(a_rows).t().contiguous(), b_t
