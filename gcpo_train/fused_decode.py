@@ -160,11 +160,12 @@ class FusedKernels:
         a_t, b_t = _stacked_lora(bases, terms)
         return lambda x: torch.addmm(linear(x, packed, bias, "none", [], ""), torch.mm(x, a_t), b_t)
 
-    def decode_step(self, model, cache, attention_mask, position, n_prompt: int):
+    def decode_step(self, model, cache, attention_mask, position, n_prompt: int, group_size: int):
         """The next-token logits function ``(tokens (rows, 1), t) -> (rows, V)`` of decode step t.
 
         ``cache``: the prefill's keys/values in ``sampling.grow_cache`` buffers (P − 1 positions
-        filled); ``attention_mask`` (rows, P + T); ``position`` (rows, 1): the last prompt token's."""
+        filled, each prompt's repeated ``group_size`` times, rows prompt-major);
+        ``attention_mask`` (rows, P + T); ``position`` (rows, 1): the last prompt token's."""
         torch = require("torch")
         F = torch.nn.functional
         from .sampling import growing_kv_layer
@@ -173,9 +174,15 @@ class FusedKernels:
         cfg, core = base.config, base.model
         if not all(type(layer) is growing_kv_layer() for layer in cache.layers):
             raise ValueError("sampling_kernels 'fused' needs a cache of full-attention layers" + USE_ONEDNN)
+        rows, n0, G = position.shape[0], cache.layers[0]._n, group_size
+        Q, T = rows // G, attention_mask.shape[1] - n_prompt
+        if n0 != n_prompt - 1 or not attention_mask[:, n0:].bool().all():
+            raise ValueError("the fused decode step continues left-padded prompts whose last P - 1 tokens ran once")
+        H, Hkv = cfg.num_attention_heads, cfg.num_key_value_heads
+        D = getattr(cfg, "head_dim", None) or cfg.hidden_size // H
         layers = []
         for i, block in enumerate(core.layers):
-            att, mlp = block.self_attn, block.mlp
+            att, mlp, kv = block.self_attn, block.mlp, cache.layers[i]
             layers.append(
                 (
                     block.input_layernorm.weight.detach(),
@@ -184,21 +191,21 @@ class FusedKernels:
                     block.post_attention_layernorm.weight.detach(),
                     self._linear(f"{i}.gate_up", [mlp.gate_proj, mlp.up_proj]),
                     self._linear(f"{i}.down", [mlp.down_proj]),
-                    cache.layers[i],
+                    # the prompt's keys/values once per group (Q, Hkv, P - 1, D); the completion's
+                    # per row, written in place (rows, Hkv, T, D)
+                    kv._keys[::G, :, :n0].contiguous(),
+                    kv._values[::G, :, :n0].contiguous(),
+                    kv._keys.new_empty(rows, Hkv, T, D),
+                    kv._values.new_empty(rows, Hkv, T, D),
                 )
             )
         head = self._linear("lm_head", [base.lm_head])
         embed, final_norm, eps = core.embed_tokens.weight.detach(), core.norm.weight.detach(), cfg.rms_norm_eps
-        H, Hkv = cfg.num_attention_heads, cfg.num_key_value_heads
-        D = getattr(cfg, "head_dim", None) or cfg.hidden_size // H
-        inter, scale = cfg.intermediate_size, D**-0.5
-        rows, n0 = position.shape[0], cache.layers[0]._n
-        T = attention_mask.shape[1] - n_prompt
-        # cos/sin of every decode position at once (rows, T, D), by the model's own rotary module
-        pos = position + torch.arange(T, device=position.device)
-        cos, sin = core.rotary_emb(embed[:1], pos)
+        inter = cfg.intermediate_size
+        # cos/sin of every decode position at once (T, rows, 1, D), by the model's own rotary module
+        cos, sin = core.rotary_emb(embed[:1], position + torch.arange(T, device=position.device))
         cos, sin = cos.transpose(0, 1).unsqueeze(2).contiguous(), sin.transpose(0, 1).unsqueeze(2).contiguous()
-        mask = attention_mask.bool()[:, None, None, :]  # (rows, 1, 1, P + T): True = attend
+        attend = _shared_prompt_attention(attention_mask[::G, :n0].bool(), G, H, Hkv, D)
 
         def norm(x, w):
             return F.rms_norm(x, (x.shape[-1],), w, eps)
@@ -208,24 +215,47 @@ class FusedKernels:
             return x * c + torch.cat((-x2, x1), dim=-1) * s
 
         def step(tokens, t):
-            n = n0 + t  # the cache position this token writes
             x = F.embedding(tokens[:, 0], embed)
-            c, s, m = cos[t], sin[t], mask[..., : n + 1]
-            for w1, qkv_of, o_of, w2, gate_up_of, down_of, kv in layers:
+            c, s = cos[t], sin[t]
+            for w1, qkv_of, o_of, w2, gate_up_of, down_of, kp, vp, kc, vc in layers:
                 qkv = qkv_of(norm(x, w1))
                 qk = rope(qkv[:, : (H + Hkv) * D].view(rows, H + Hkv, D), c, s)
-                kv._keys[:, :, n] = qk[:, H:]
-                kv._values[:, :, n] = qkv[:, (H + Hkv) * D :].view(rows, Hkv, D)
-                q = qk[:, :H].reshape(rows, Hkv, H // Hkv, D)
-                a = F.scaled_dot_product_attention(
-                    q, kv._keys[:, :, : n + 1], kv._values[:, :, : n + 1], attn_mask=m, scale=scale
-                )
+                kc[:, :, t] = qk[:, H:]
+                vc[:, :, t] = qkv[:, (H + Hkv) * D :].view(rows, Hkv, D)
+                a = attend(qk[:, :H], kp, vp, kc[:, :, : t + 1], vc[:, :, : t + 1])
                 x = x + o_of(a.reshape(rows, H * D))
                 gu = gate_up_of(norm(x, w2))
                 x = x + down_of(F.silu(gu[:, :inter]) * gu[:, inter:])
             return head(norm(x, final_norm))
 
         return step
+
+
+def _shared_prompt_attention(prompt_mask, G: int, H: int, Hkv: int, D: int):
+    """attend(q, prompt k/v, completion k/v) -> (rows, Hkv, H/Hkv, D): softmax attention of each
+    row's H query heads over its group's prompt keys (shared by the G rows: one (G·H/Hkv)-query
+    attention per group and KV head, not G copies) and its own completion keys. The two parts
+    are combined by their log-sum-exps ℓ_p, ℓ_c: a = a_p·σ(ℓ_p − ℓ_c) + a_c·(1 − σ(ℓ_p − ℓ_c)),
+    the one softmax over all keys. prompt_mask (Q, P − 1): the prompt's real tokens."""
+    torch = require("torch")
+    flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu  # also returns the log-sum-exp
+    Q, n_rep, scale = prompt_mask.shape[0], H // Hkv, D**-0.5
+    rows = Q * G
+    additive = torch.zeros(prompt_mask.shape, dtype=torch.float32).masked_fill(~prompt_mask, float("-inf"))
+    additive = additive[:, None, None, :]
+    # a prompt with no real token before its last: no prompt part (the kernel returns ℓ_p = 0 there)
+    empty = torch.where(prompt_mask.any(-1), 0.0, float("-inf"))[:, None, None]
+
+    def attend(q, kp, vp, kc, vc):
+        q = q.reshape(rows, Hkv, n_rep, D)
+        shared = q.view(Q, G, Hkv, n_rep, D).transpose(1, 2).reshape(Q, Hkv, G * n_rep, D)
+        a_p, lse_p = flash(shared, kp, vp, 0.0, False, attn_mask=additive, scale=scale)
+        a_c, lse_c = flash(q, kc, vc, 0.0, False, scale=scale)
+        a_p = a_p.reshape(Q, Hkv, G, n_rep, D).transpose(1, 2).reshape(rows, Hkv, n_rep, D)
+        lse_p = (lse_p + empty).view(Q, Hkv, G, n_rep).transpose(1, 2).reshape(rows, Hkv, n_rep, 1)
+        return torch.lerp(a_c, a_p, torch.sigmoid(lse_p - lse_c.unsqueeze(-1)))
+
+    return attend
 
 
 def _stacked_lora(bases, terms):

@@ -191,7 +191,7 @@ def decode(
     decode step; positions count the prompt's real tokens (``attention_mask.cumsum − 1``); the
     next-token scores are logits / temperature, then top-p (``transformers.TopPLogitsWarper``),
     softmax and ``torch.multinomial`` on the group's generator; greedy takes the argmax.
-    ``step(model, cache, attention_mask, position, P)`` gives the next-token logits function of
+    ``step(model, cache, attention_mask, position, P, G)`` gives the next-token logits function of
     a decode (``model_step``: the model's own forward; ``fused_decode.FusedKernels.decode_step``).
     """
     torch = require("torch")
@@ -223,7 +223,7 @@ def decode(
         del prefill
         current = input_ids[:, -1:].repeat_interleave(G, dim=0)
         position = positions[:, -1:].repeat_interleave(G, dim=0)
-        next_logits = (step or model_step)(model, cache, att, position, P)
+        next_logits = (step or model_step)(model, cache, att, position, P, G)
         T = 0
         for t in range(max_new_tokens):
             scores = next_logits(current, t)
@@ -249,10 +249,11 @@ def decode(
     return torch.cat([input_ids.repeat_interleave(G, dim=0), tokens[:, :T]], dim=1)
 
 
-def model_step(model, cache, attention_mask, position, n_prompt: int):
+def model_step(model, cache, attention_mask, position, n_prompt: int, group_size: int):
     """The next-token logits ``(tokens (rows, 1), t) -> (rows, V)`` float32 of decode step t, by
     the model's forward on ``cache`` (updated in place); ``attention_mask`` (rows, P + T),
-    ``position`` (rows, 1) the last prompt token's."""
+    ``position`` (rows, 1) the last prompt token's (``group_size``: unused, the rows' own cache
+    holds their prompt's keys/values)."""
     torch = require("torch")
     name = cache_argument(model) or "past_key_values"
 

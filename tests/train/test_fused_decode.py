@@ -45,10 +45,12 @@ def policy(request):
 
 
 def test_fused_logits_are_the_full_forwards_at_every_decode_step(policy):
-    """Every step's logits of a 12-token decode (3 left-padded prompts of different lengths, G = 2,
-    greedy) against one forward of the final rows without a cache, at the positions they predict."""
+    """Every step's logits of a 12-token decode (left-padded prompts of different lengths, one of a
+    single token: no prompt keys before the decode; G = 2, greedy) against one forward of the final
+    rows without a cache, at the positions they predict."""
     model, tok = policy
-    ids, att = _encode(tok, PROMPTS, None, None)
+    ids, att = _encode(tok, [*PROMPTS, "who"], None, None)
+    assert int(att[-1].sum()) == 1
     kernels, seen = FusedKernels(), []
 
     def recording(*args):
@@ -63,8 +65,8 @@ def test_fused_logits_are_the_full_forwards_at_every_decode_step(policy):
     with kernels.applied(model):
         seqs = decode(model, ids, att, 2, max_new_tokens=12, eos_ids=[], pad_token_id=0, step=recording)
     P, T = ids.shape[1], len(seen)
-    assert T == 12 and seqs.shape == (6, P + T)
-    full_att = torch.cat([att.repeat_interleave(2, dim=0), att.new_ones(6, T)], dim=1)
+    assert T == 12 and seqs.shape == (8, P + T)
+    full_att = torch.cat([att.repeat_interleave(2, dim=0), att.new_ones(8, T)], dim=1)
     with torch.no_grad():
         full = model(input_ids=seqs, attention_mask=full_att, position_ids=position_ids(full_att)).logits
     want = full[:, P - 1 : P - 1 + T].transpose(0, 1)  # (T, rows, V): the logits that predict each new token
