@@ -111,7 +111,12 @@ def _lora_terms(module, name: str):
                 f"sampling_kernels 'fused': {name} has LoRA dropout {dropout.p} active (the model is in training "
                 "mode); sample in eval mode" + USE_ONEDNN.replace(";", " or")
             )
+        if module.lora_A[adapter].weight.dtype != torch.float32:
+            raise ValueError(
+                f"sampling_kernels 'fused': {name} has {module.lora_A[adapter].weight.dtype} adapters" + USE_ONEDNN
+            )
         terms.append((module.lora_A[adapter].weight, module.lora_B[adapter].weight * module.scaling[adapter]))
+
     return module.base_layer, terms
 
 
@@ -132,28 +137,25 @@ class FusedKernels:
         llama_of(model)
         yield model
 
-    def _linear(self, name: str, modules: list):
-        """A callable x -> x·[W₁; W₂; ...]ᵀ + b (+ LoRA) for projections that read the same input."""
+    def _linear(self, key: str, modules: dict):
+        """A callable x -> x·[W₁; W₂; ...]ᵀ + b (+ LoRA) for projections that read the same input
+        (``modules``: qualified name -> module); the stacked weight packed under ``key``."""
         torch = require("torch")
         bases, terms = [], []
-        for i, module in enumerate(modules):
-            base, lora = _lora_terms(module, f"{name}[{i}]")
+        for name, module in modules.items():
+            base, lora = _lora_terms(module, name)
             bases.append(base)
             terms.append(lora)
-        key = tuple((m.weight.data_ptr(), m.weight._version) for m in bases)
-        hit = self._packed.get(name)
-        if hit is None or hit[0] != key:
-            w = torch.cat([m.weight.detach() for m in bases]) if len(bases) > 1 else bases[0].weight.detach()
-            packed = torch.ops.mkldnn._reorder_linear_weight(w, self.rows_hint)
-            biases = [m.bias for m in bases]
-            if any(b is not None for b in biases):
-                bias = torch.cat(
-                    [b.detach() if b is not None else m.weight.new_zeros(m.out_features) for b, m in zip(biases, bases)]
-                )
-            else:
-                bias = None
-            hit = self._packed[name] = (key, packed, bias)
-        _, packed, bias = hit
+        version = tuple((m.weight.data_ptr(), m.weight._version) for m in bases)
+        hit = self._packed.get(key)
+        if hit is None or hit[0] != version:
+            w = torch.cat([m.weight.detach() for m in bases])
+            hit = self._packed[key] = (version, torch.ops.mkldnn._reorder_linear_weight(w, self.rows_hint))
+        packed, bias = hit[1], None
+        if any(m.bias is not None for m in bases):  # read at each decode, as the adapters are
+            bias = torch.cat(
+                [m.bias.detach() if m.bias is not None else m.weight.new_zeros(m.out_features) for m in bases]
+            )
         linear = torch.ops.mkldnn._linear_pointwise
         if not any(terms):
             return lambda x: linear(x, packed, bias, "none", [], "")
@@ -175,22 +177,30 @@ class FusedKernels:
         if not all(type(layer) is growing_kv_layer() for layer in cache.layers):
             raise ValueError("sampling_kernels 'fused' needs a cache of full-attention layers" + USE_ONEDNN)
         rows, n0, G = position.shape[0], cache.layers[0]._n, group_size
-        Q, T = rows // G, attention_mask.shape[1] - n_prompt
+        T = attention_mask.shape[1] - n_prompt
         if n0 != n_prompt - 1 or not attention_mask[:, n0:].bool().all():
-            raise ValueError("the fused decode step continues left-padded prompts whose last P - 1 tokens ran once")
+            raise ValueError(
+                f"fused decode_step: a cache of {n0} positions and a mask {tuple(attention_mask.shape)} for prompts "
+                f"of {n_prompt} tokens; it continues sampling.decode's prefill (left-padded prompts less their "
+                "last token)"
+            )
         H, Hkv = cfg.num_attention_heads, cfg.num_key_value_heads
         D = getattr(cfg, "head_dim", None) or cfg.hidden_size // H
         layers = []
         for i, block in enumerate(core.layers):
-            att, mlp, kv = block.self_attn, block.mlp, cache.layers[i]
+            kv = cache.layers[i]
+
+            def linear(key, *names, i=i, block=block):
+                return self._linear(f"{i}.{key}", {f"model.layers.{i}.{n}": block.get_submodule(n) for n in names})
+
             layers.append(
                 (
                     block.input_layernorm.weight.detach(),
-                    self._linear(f"{i}.qkv", [att.q_proj, att.k_proj, att.v_proj]),
-                    self._linear(f"{i}.o", [att.o_proj]),
+                    linear("qkv", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+                    linear("o", "self_attn.o_proj"),
                     block.post_attention_layernorm.weight.detach(),
-                    self._linear(f"{i}.gate_up", [mlp.gate_proj, mlp.up_proj]),
-                    self._linear(f"{i}.down", [mlp.down_proj]),
+                    linear("gate_up", "mlp.gate_proj", "mlp.up_proj"),
+                    linear("down", "mlp.down_proj"),
                     # the prompt's keys/values once per group (Q, Hkv, P - 1, D); the completion's
                     # per row, written in place (rows, Hkv, T, D)
                     kv._keys[::G, :, :n0].contiguous(),
@@ -199,7 +209,7 @@ class FusedKernels:
                     kv._values.new_empty(rows, Hkv, T, D),
                 )
             )
-        head = self._linear("lm_head", [base.lm_head])
+        head = self._linear("lm_head", {"lm_head": base.lm_head})
         embed, final_norm, eps = core.embed_tokens.weight.detach(), core.norm.weight.detach(), cfg.rms_norm_eps
         inter = cfg.intermediate_size
         # cos/sin of every decode position at once (T, rows, 1, D), by the model's own rotary module

@@ -25,6 +25,10 @@ def _llama(lora: bool, **overrides):
     (peft starts B at zero, where an adapter would change nothing)."""
     tok = tiny_tokenizer()
     model = tiny_causal_lm("llama", vocab_size=len(tok), initializer_range=0.5, **overrides)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):  # transformers starts biases at zero, where a lost bias would not show
+                p.copy_(0.5 * torch.randn(p.shape, generator=torch.Generator().manual_seed(len(name))))
     if lora:
         pytest.importorskip("peft")
         from gcpo_train.policy import wrap_lora
@@ -39,9 +43,12 @@ def _llama(lora: bool, **overrides):
     return model, tok
 
 
-@pytest.fixture(scope="module", params=[False, True], ids=["plain", "lora"])
+@pytest.fixture(scope="module", params=["plain", "lora", "biases"])
 def policy(request):
-    return _llama(request.param)
+    """The tiny llama; under LoRA; with biases on every projection (concatenated for the fused GEMMs)."""
+    if request.param == "biases":
+        return _llama(False, attention_bias=True, mlp_bias=True)
+    return _llama(request.param == "lora")
 
 
 def test_fused_logits_are_the_full_forwards_at_every_decode_step(policy):
