@@ -201,7 +201,7 @@ class TrainConfig:
         "rounding of the policy, which the loss scores in the run's dtype. 'fused' = as 'onednn' with a "
         "hand-written decode step for float32 Llama models (plain or peft LoRA; others are refused): "
         "q/k/v and gate/up each one packed GEMM, the prompt's keys/values shared by a group, the "
-        "same samples up to float rounding, about 1.2x faster a decode step than 'onednn' "
+        "same samples up to float rounding, a faster decode step than 'onednn' "
         "(gcpo_train/sampling.py, gcpo_train/fused_decode.py, bench/sampling.py).",
         choices=SAMPLING_KERNELS,
     )

@@ -170,11 +170,10 @@ class FusedKernels:
         ``attention_mask`` (rows, P + T); ``position`` (rows, 1): the last prompt token's."""
         torch = require("torch")
         F = torch.nn.functional
-        from .sampling import growing_kv_layer
-
         base = llama_of(model)
         cfg, core = base.config, base.model
-        if not all(type(layer) is growing_kv_layer() for layer in cache.layers):
+        # sampling.grow_cache's growing layers (it leaves other layer types, e.g. sliding windows, as they are)
+        if not all(hasattr(layer, "_keys") and hasattr(layer, "_n") for layer in cache.layers):
             raise ValueError("sampling_kernels 'fused' needs a cache of full-attention layers" + USE_ONEDNN)
         rows, n0, G = position.shape[0], cache.layers[0]._n, group_size
         T = attention_mask.shape[1] - n_prompt
