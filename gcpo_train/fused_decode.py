@@ -39,6 +39,7 @@ from gcpo_analysis.models import require
 
 ROPE_TYPES = ("default", "linear", "llama3", "yarn")  # cos/sin a function of the position alone
 USE_ONEDNN = "; use sampling_kernels 'onednn'"
+ONE_CALL_KEYS = 512  # completion keys of a group (G·T) up to which a layer's attention is one call
 
 
 def llama_of(model):
@@ -185,6 +186,8 @@ class FusedKernels:
             )
         H, Hkv = cfg.num_attention_heads, cfg.num_key_value_heads
         D = getattr(cfg, "head_dim", None) or cfg.hidden_size // H
+        kind = _one_call_attention if G * T <= ONE_CALL_KEYS else _split_attention
+        attention = kind(attention_mask[::G, :n0].bool(), G, H // Hkv, T)
         layers = []
         for i, block in enumerate(core.layers):
             kv = cache.layers[i]
@@ -200,12 +203,8 @@ class FusedKernels:
                     block.post_attention_layernorm.weight.detach(),
                     linear("gate_up", "mlp.gate_proj", "mlp.up_proj"),
                     linear("down", "mlp.down_proj"),
-                    # the prompt's keys/values once per group (Q, Hkv, P - 1, D); the completion's
-                    # per row, written in place (rows, Hkv, T, D)
-                    kv._keys[::G, :, :n0].contiguous(),
-                    kv._values[::G, :, :n0].contiguous(),
-                    kv._keys.new_empty(rows, Hkv, T, D),
-                    kv._values.new_empty(rows, Hkv, T, D),
+                    # the prompt's keys/values once per group (the prefill repeated them G times)
+                    *attention(kv._keys[::G, :, :n0], kv._values[::G, :, :n0]),
                 )
             )
         head = self._linear("lm_head", {"lm_head": base.lm_head})
@@ -214,7 +213,6 @@ class FusedKernels:
         # cos/sin of every decode position at once (T, rows, 1, D), by the model's own rotary module
         cos, sin = core.rotary_emb(embed[:1], position + torch.arange(T, device=position.device))
         cos, sin = cos.transpose(0, 1).unsqueeze(2).contiguous(), sin.transpose(0, 1).unsqueeze(2).contiguous()
-        attend = _shared_prompt_attention(attention_mask[::G, :n0].bool(), G, H, Hkv, D)
 
         def norm(x, w):
             return F.rms_norm(x, (x.shape[-1],), w, eps)
@@ -226,13 +224,11 @@ class FusedKernels:
         def step(tokens, t):
             x = F.embedding(tokens[:, 0], embed)
             c, s = cos[t], sin[t]
-            for w1, qkv_of, o_of, w2, gate_up_of, down_of, kp, vp, kc, vc in layers:
+            for w1, qkv_of, o_of, w2, gate_up_of, down_of, write, attend in layers:
                 qkv = qkv_of(norm(x, w1))
                 qk = rope(qkv[:, : (H + Hkv) * D].view(rows, H + Hkv, D), c, s)
-                kc[:, :, t] = qk[:, H:]
-                vc[:, :, t] = qkv[:, (H + Hkv) * D :].view(rows, Hkv, D)
-                a = attend(qk[:, :H], kp, vp, kc[:, :, : t + 1], vc[:, :, : t + 1])
-                x = x + o_of(a.reshape(rows, H * D))
+                write(t, qk[:, H:], qkv[:, (H + Hkv) * D :].view(rows, Hkv, D))
+                x = x + o_of(attend(t, qk[:, :H]))
                 gu = gate_up_of(norm(x, w2))
                 x = x + down_of(F.silu(gu[:, :inter]) * gu[:, inter:])
             return head(norm(x, final_norm))
@@ -240,31 +236,83 @@ class FusedKernels:
         return step
 
 
-def _shared_prompt_attention(prompt_mask, G: int, H: int, Hkv: int, D: int):
-    """attend(q, prompt k/v, completion k/v) -> (rows, Hkv, H/Hkv, D): softmax attention of each
-    row's H query heads over its group's prompt keys (shared by the G rows: one (G·H/Hkv)-query
-    attention per group and KV head, not G copies) and its own completion keys. The two parts
-    are combined by their log-sum-exps ℓ_p, ℓ_c: a = a_p·σ(ℓ_p − ℓ_c) + a_c·(1 − σ(ℓ_p − ℓ_c)),
-    the one softmax over all keys. prompt_mask (Q, P − 1): the prompt's real tokens."""
+def _one_call_attention(prompt_mask, G: int, n_rep: int, T: int):
+    """layer(prompt keys, prompt values) -> (write(t, k, v), attend(t, q) -> (rows, H·D)): the
+    softmax attention of each row's query heads over its group's prompt and its own completion,
+    as ONE attention call per group and KV head: the G rows' n_rep query heads together
+    (transformers' ``pack_gqa`` for G rows) against [prompt | the G rows' completions], the
+    other rows' completion keys masked. The keys/values are written in place, time-major
+    (position P − 1 + t of row g at P − 1 + t·G + g). prompt keys/values (Q, Hkv, P − 1, D);
+    prompt_mask (Q, P − 1): the prompt's real tokens. Its cost grows with G·T (the masked keys),
+    hence ``ONE_CALL_KEYS``."""
     torch = require("torch")
-    flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu  # also returns the log-sum-exp
-    Q, n_rep, scale = prompt_mask.shape[0], H // Hkv, D**-0.5
-    rows = Q * G
-    additive = torch.zeros(prompt_mask.shape, dtype=torch.float32).masked_fill(~prompt_mask, float("-inf"))
-    additive = additive[:, None, None, :]
+    Q, n0 = prompt_mask.shape
+    rows, n = Q * G, G * n_rep
+    own = torch.eye(G, dtype=torch.bool).repeat_interleave(n_rep, 0).repeat(1, T)  # query (g, r) -> keys (t, g)
+    mask = torch.cat([prompt_mask[:, None, :].expand(Q, n, n0), own.expand(Q, n, T * G)], dim=-1)
+    mask = torch.zeros(mask.shape).masked_fill(~mask, float("-inf"))[:, None]  # (Q, 1, G·n_rep, P − 1 + T·G)
+
+    def layer(keys, values):
+        Hkv, D = keys.shape[1], keys.shape[-1]
+        k, v = keys.new_empty(Q, Hkv, n0 + T * G, D), values.new_empty(Q, Hkv, n0 + T * G, D)
+        k[:, :, :n0], v[:, :, :n0] = keys, values
+
+        def write(t, k_t, v_t):  # (rows, Hkv, D)
+            k[:, :, n0 + t * G : n0 + (t + 1) * G] = k_t.view(Q, G, Hkv, D).transpose(1, 2)
+            v[:, :, n0 + t * G : n0 + (t + 1) * G] = v_t.view(Q, G, Hkv, D).transpose(1, 2)
+
+        def attend(t, q):  # (rows, H, D)
+            L = n0 + (t + 1) * G
+            q = q.reshape(Q, G, Hkv, n_rep, D).transpose(1, 2).reshape(Q, Hkv, n, D)
+            a = _flash(q, k[:, :, :L], v[:, :, :L], mask[..., :L], D)[0]
+            return a.reshape(Q, Hkv, G, n_rep, D).transpose(1, 2).reshape(rows, Hkv * n_rep * D)
+
+        return write, attend
+
+    return layer
+
+
+def _split_attention(prompt_mask, G: int, n_rep: int, T: int):
+    """``_one_call_attention``'s layer for long completions: the prompt part as one attention per
+    group and KV head (the G rows' query heads together), each row's completion part on its own,
+    combined by their log-sum-exps ℓ_p, ℓ_c: a = a_p·σ(ℓ_p − ℓ_c) + a_c·(1 − σ(ℓ_p − ℓ_c)), the
+    one softmax over all keys."""
+    torch = require("torch")
+    Q, n0 = prompt_mask.shape
+    rows, n = Q * G, G * n_rep
+    additive = torch.zeros(prompt_mask.shape).masked_fill(~prompt_mask, float("-inf"))[:, None, None, :]
     # a prompt with no real token before its last: no prompt part (the kernel returns ℓ_p = 0 there)
     empty = torch.where(prompt_mask.any(-1), 0.0, float("-inf"))[:, None, None]
 
-    def attend(q, kp, vp, kc, vc):
-        q = q.reshape(rows, Hkv, n_rep, D)
-        shared = q.view(Q, G, Hkv, n_rep, D).transpose(1, 2).reshape(Q, Hkv, G * n_rep, D)
-        a_p, lse_p = flash(shared, kp, vp, 0.0, False, attn_mask=additive, scale=scale)
-        a_c, lse_c = flash(q, kc, vc, 0.0, False, scale=scale)
-        a_p = a_p.reshape(Q, Hkv, G, n_rep, D).transpose(1, 2).reshape(rows, Hkv, n_rep, D)
-        lse_p = (lse_p + empty).view(Q, Hkv, G, n_rep).transpose(1, 2).reshape(rows, Hkv, n_rep, 1)
-        return torch.lerp(a_c, a_p, torch.sigmoid(lse_p - lse_c.unsqueeze(-1)))
+    def layer(keys, values):
+        Hkv, D = keys.shape[1], keys.shape[-1]
+        kp, vp = keys.contiguous(), values.contiguous()
+        kc, vc = keys.new_empty(rows, Hkv, T, D), values.new_empty(rows, Hkv, T, D)
 
-    return attend
+        def write(t, k_t, v_t):
+            kc[:, :, t], vc[:, :, t] = k_t, v_t
+
+        def attend(t, q):
+            q = q.reshape(rows, Hkv, n_rep, D)
+            shared = q.view(Q, G, Hkv, n_rep, D).transpose(1, 2).reshape(Q, Hkv, n, D)
+            a_p, lse_p = _flash(shared, kp, vp, additive, D)
+            a_c, lse_c = _flash(q, kc[:, :, : t + 1], vc[:, :, : t + 1], None, D)
+            a_p = a_p.reshape(Q, Hkv, G, n_rep, D).transpose(1, 2).reshape(rows, Hkv, n_rep, D)
+            lse_p = (lse_p + empty).view(Q, Hkv, G, n_rep).transpose(1, 2).reshape(rows, Hkv, n_rep, 1)
+            return torch.lerp(a_c, a_p, torch.sigmoid(lse_p - lse_c.unsqueeze(-1))).reshape(rows, -1)
+
+        return write, attend
+
+    return layer
+
+
+def _flash(q, k, v, mask, D: int):
+    """(softmax(q·kᵀ/√D + mask)·v, its log-sum-exp): torch's CPU flash attention, which
+    ``scaled_dot_product_attention`` calls but without returning the log-sum-exp."""
+    torch = require("torch")
+    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        q, k, v, 0.0, False, attn_mask=mask, scale=D**-0.5
+    )
 
 
 def _stacked_lora(bases, terms):

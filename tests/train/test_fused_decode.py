@@ -11,6 +11,7 @@ pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason
 
 from gcpo_analysis.tiny_models import tiny_causal_lm, tiny_tokenizer  # noqa: E402
 from gcpo_analysis.tokens import position_ids  # noqa: E402
+from gcpo_train import fused_decode  # noqa: E402
 from gcpo_train.fused_decode import FusedKernels  # noqa: E402
 from gcpo_train.policy import _encode, generate_groups  # noqa: E402
 from gcpo_train.sampling import decode, make_kernels  # noqa: E402
@@ -51,10 +52,12 @@ def policy(request):
     return _llama(request.param == "lora")
 
 
-def test_fused_logits_are_the_full_forwards_at_every_decode_step(policy):
+@pytest.mark.parametrize("one_call_keys", [fused_decode.ONE_CALL_KEYS, 0], ids=["one-call", "split"])
+def test_fused_logits_are_the_full_forwards_at_every_decode_step(policy, one_call_keys, monkeypatch):
     """Every step's logits of a 12-token decode (left-padded prompts of different lengths, one of a
     single token: no prompt keys before the decode; G = 2, greedy) against one forward of the final
-    rows without a cache, at the positions they predict."""
+    rows without a cache, at the positions they predict; with either attention layout."""
+    monkeypatch.setattr(fused_decode, "ONE_CALL_KEYS", one_call_keys)
     model, tok = policy
     ids, att = _encode(tok, [*PROMPTS, "who"], None, None)
     assert int(att[-1].sum()) == 1
