@@ -1,34 +1,39 @@
-"""``sampling_kernels: fused``: a hand-written decode step for Llama models, on prepacked weights.
+"""``sampling_kernels: fused``: a hand-written forward for Llama models, on prepacked weights.
 
 ``sampling.decode`` with ``onednn`` calls the transformers model once per token; at 8 rows about
 half of that step is not the linear layers but the modeling code around them (module dispatch per
-layer, the attention mask and position embeddings rebuilt per call, cache bookkeeping). Here the
-prompt still runs through the transformers model once (the prefill, on its own kernels); each
-decode token then runs this loop over the layers, on the keys/values the prefill left in
-``sampling.grow_cache``'s buffers, with the same math as ``LlamaForCausalLM``:
+layer, the attention mask and position embeddings rebuilt per call, cache bookkeeping, peft's
+LoRA layers). Here ``FusedKernels.decode_step`` runs the prompts' prefill and every decode token
+through one loop over the layers with the same math as ``LlamaForCausalLM``:
 
     h   = x · rsqrt(mean(x²) + ε) · w₁                       RMSNorm (``LlamaRMSNorm``)
     qkv = h · [W_q; W_k; W_v]ᵀ (+ LoRA)                        ONE packed GEMM for the three
-    q, k ← q·cos + rotate_half(q)·sin                          RoPE, cos/sin of every decode position
-                                                               computed once (``model.rotary_emb``)
-    a   = softmax(q·kᵀ/√d + mask) · v                          SDPA over the filled cache; the
-                                                               n_rep query heads of a KV head as n_rep
-                                                               queries (transformers' ``pack_gqa``)
+    q, k ← q·cos + rotate_half(q)·sin                          RoPE; cos/sin from the model's own
+                                                               ``rotary_emb``, once per decode
+    a   = softmax(q·kᵀ/√d + mask) · v                          over the row's real prompt tokens
+                                                               and its completion so far
     x  += a · W_oᵀ;  h = RMSNorm(x) · w₂
     x  += (silu(h·W_gateᵀ) ⊙ h·W_upᵀ) · W_downᵀ                ONE packed GEMM for gate and up
     logits = RMSNorm(x) · W_headᵀ                              the last position only
 
+The prefill runs each prompt once without its last token (causal attention); its keys/values are
+kept once per group, and a decode step attends to them with the G rows' query heads together
+(the n_rep query heads of a KV head as n_rep queries, transformers' ``pack_gqa``, times G rows),
+in one call with the group's completion keys (the other rows' masked) while G·T is small
+(``ONE_CALL_KEYS``), else as two parts merged by their log-sum-exps.
+
 LoRA (peft, the trainer's policy): each projection adds x·Aᵀ·(s·B)ᵀ; the adapters of a fused
 projection are stacked (A rows concatenated, s·B block-diagonal), so q/k/v cost one low-rank
 product pair. The base weights are packed once for oneDNN and kept while their tensors are
-unchanged; the adapters are read at every ``decode`` call, so an optimizer step is seen at once.
+unchanged; the adapters and biases are read at every ``decode`` call, so an optimizer step is
+seen at once.
 
-The numbers differ from ``onednn``'s by float rounding only: the three q/k/v (and gate/up)
-products as one GEMM, the prefill on the model's own kernels rather than packed ones, the LoRA
-scaling folded into B. Logits agree with the transformers model to about 1e-5 relative
+The numbers differ from ``onednn``'s by float rounding only: q/k/v (and gate/up) as one GEMM,
+the prefill on packed weights too, the attention's summation order, the LoRA scaling folded
+into B. Logits agree with the transformers model's full forward to about 1e-5 relative
 (tests/train/test_fused_decode.py); a sampled token differs only when a draw lands that close to
-a boundary of the sampling distribution. Anything else than a float32 ``LlamaForCausalLM``
-(optionally under peft LoRA) with the position-only RoPE types is refused, naming 'onednn'.
+a boundary of the sampling distribution. Anything but a float32 ``LlamaForCausalLM`` (optionally
+under peft LoRA) with the position-only RoPE types is refused, naming 'onednn'.
 """
 
 from __future__ import annotations
@@ -134,7 +139,7 @@ class FusedKernels:
 
     @contextlib.contextmanager
     def applied(self, model):
-        """The prefill runs on the model itself; checks that the fused step can run it."""
+        """Checks that the fused step implements the model (``decode_step`` then runs it alone)."""
         llama_of(model)
         yield model
 
@@ -163,39 +168,27 @@ class FusedKernels:
         a_t, b_t = _stacked_lora(bases, terms)
         return lambda x: torch.addmm(linear(x, packed, bias, "none", [], ""), torch.mm(x, a_t), b_t)
 
-    def decode_step(self, model, cache, attention_mask, position, n_prompt: int, group_size: int):
-        """The next-token logits function ``(tokens (rows, 1), t) -> (rows, V)`` of decode step t.
-
-        ``cache``: the prefill's keys/values in ``sampling.grow_cache`` buffers (P − 1 positions
-        filled, each prompt's repeated ``group_size`` times, rows prompt-major);
-        ``attention_mask`` (rows, P + T); ``position`` (rows, 1): the last prompt token's."""
+    def decode_step(self, model, input_ids, attention_mask, positions, group_size: int, max_new_tokens: int):
+        """``sampling.decode``'s prefill and steps by the fused step: the prompts (Q, P), left-padded,
+        run once without their last token (causal attention over their real tokens), their
+        keys/values kept once per group; returns the next-token logits ``(tokens (Q·G, 1), t) ->
+        (Q·G, V)`` of decode step t. positions (Q, P): the prompt tokens'."""
         torch = require("torch")
         F = torch.nn.functional
         base = llama_of(model)
         cfg, core = base.config, base.model
-        # sampling.grow_cache's growing layers (it leaves other layer types, e.g. sliding windows, as they are)
-        if not all(hasattr(layer, "_keys") and hasattr(layer, "_n") for layer in cache.layers):
-            raise ValueError("sampling_kernels 'fused' needs a cache of full-attention layers" + USE_ONEDNN)
-        rows, n0, G = position.shape[0], cache.layers[0]._n, group_size
-        T = attention_mask.shape[1] - n_prompt
-        if n0 != n_prompt - 1 or not attention_mask[:, n0:].bool().all():
-            raise ValueError(
-                f"fused decode_step: a cache of {n0} positions and a mask {tuple(attention_mask.shape)} for prompts "
-                f"of {n_prompt} tokens; it continues sampling.decode's prefill (left-padded prompts less their "
-                "last token)"
-            )
+        (Q, P), G, T = input_ids.shape, group_size, max_new_tokens
+        n0 = P - 1
         H, Hkv = cfg.num_attention_heads, cfg.num_key_value_heads
         D = getattr(cfg, "head_dim", None) or cfg.hidden_size // H
-        kind = _one_call_attention if G * T <= ONE_CALL_KEYS else _split_attention
-        attention = kind(attention_mask[::G, :n0].bool(), G, H // Hkv, T)
-        layers = []
+        inter, eps = cfg.intermediate_size, cfg.rms_norm_eps
+        blocks = []
         for i, block in enumerate(core.layers):
-            kv = cache.layers[i]
 
             def linear(key, *names, i=i, block=block):
                 return self._linear(f"{i}.{key}", {f"model.layers.{i}.{n}": block.get_submodule(n) for n in names})
 
-            layers.append(
+            blocks.append(
                 (
                     block.input_layernorm.weight.detach(),
                     linear("qkv", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
@@ -203,34 +196,63 @@ class FusedKernels:
                     block.post_attention_layernorm.weight.detach(),
                     linear("gate_up", "mlp.gate_proj", "mlp.up_proj"),
                     linear("down", "mlp.down_proj"),
-                    # the prompt's keys/values once per group (the prefill repeated them G times)
-                    *attention(kv._keys[::G, :, :n0], kv._values[::G, :, :n0]),
                 )
             )
         head = self._linear("lm_head", {"lm_head": base.lm_head})
-        embed, final_norm, eps = core.embed_tokens.weight.detach(), core.norm.weight.detach(), cfg.rms_norm_eps
-        inter = cfg.intermediate_size
-        # cos/sin of every decode position at once (T, rows, 1, D), by the model's own rotary module
-        cos, sin = core.rotary_emb(embed[:1], position + torch.arange(T, device=position.device))
-        cos, sin = cos.transpose(0, 1).unsqueeze(2).contiguous(), sin.transpose(0, 1).unsqueeze(2).contiguous()
+        embed, final_norm = core.embed_tokens.weight.detach(), core.norm.weight.detach()
 
         def norm(x, w):
             return F.rms_norm(x, (x.shape[-1],), w, eps)
 
-        def rope(x, c, s):
-            x1, x2 = x[..., : D // 2], x[..., D // 2 :]
-            return x * c + torch.cat((-x2, x1), dim=-1) * s
+        def layer(x, c, s, weights, attend):
+            """One decoder layer on x (N, hidden); attend(q (N, H, D), k, v (N, Hkv, D)) -> (N, H·D)."""
+            w1, qkv_of, o_of, w2, gate_up_of, down_of = weights
+            qkv = qkv_of(norm(x, w1))
+            qk = qkv[:, : (H + Hkv) * D].view(-1, H + Hkv, D)
+            qk = qk * c + torch.cat((-qk[..., D // 2 :], qk[..., : D // 2]), dim=-1) * s  # RoPE
+            x = x + o_of(attend(qk[:, :H], qk[:, H:], qkv[:, (H + Hkv) * D :].view(-1, Hkv, D)))
+            gu = gate_up_of(norm(x, w2))
+            return x + down_of(F.silu(gu[:, :inter]) * gu[:, inter:])
+
+        # the prefill: Q·(P − 1) rows; a padding query attends to itself alone (its output is never read)
+        real = attention_mask[:, :n0].bool()
+        causal = torch.ones(n0, n0, dtype=torch.bool).tril()
+        allowed = ((causal & real[:, None, :]) | torch.eye(n0, dtype=torch.bool))[:, None]
+        cos, sin = core.rotary_emb(embed[:1], positions[:, :n0])
+        c, s = cos.reshape(Q * n0, 1, D), sin.reshape(Q * n0, 1, D)
+        prompt_kv = []
+
+        def causal_attend(q, k, v):
+            k, v = (
+                k.view(Q, n0, Hkv, D).transpose(1, 2).contiguous(),
+                v.view(Q, n0, Hkv, D).transpose(1, 2).contiguous(),
+            )
+            prompt_kv.append((k, v))
+            q = q.view(Q, n0, H, D).transpose(1, 2)
+            a = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, enable_gqa=True)
+            return a.transpose(1, 2).reshape(Q * n0, H * D)
+
+        x = F.embedding(input_ids[:, :n0].reshape(-1), embed)
+        for weights in blocks:
+            x = layer(x, c, s, weights, causal_attend)
+        del x
+        kind = _one_call_attention if G * T <= ONE_CALL_KEYS else _split_attention
+        attention = kind(real, G, H // Hkv, T)
+        layers = [(weights, *attention(k, v)) for weights, (k, v) in zip(blocks, prompt_kv)]
+        # cos/sin of every decode position at once (T, rows, 1, D), by the model's own rotary module
+        position = positions[:, -1:].repeat_interleave(G, dim=0)
+        cos, sin = core.rotary_emb(embed[:1], position + torch.arange(T, device=position.device))
+        cos, sin = cos.transpose(0, 1).unsqueeze(2).contiguous(), sin.transpose(0, 1).unsqueeze(2).contiguous()
 
         def step(tokens, t):
             x = F.embedding(tokens[:, 0], embed)
-            c, s = cos[t], sin[t]
-            for w1, qkv_of, o_of, w2, gate_up_of, down_of, write, attend in layers:
-                qkv = qkv_of(norm(x, w1))
-                qk = rope(qkv[:, : (H + Hkv) * D].view(rows, H + Hkv, D), c, s)
-                write(t, qk[:, H:], qkv[:, (H + Hkv) * D :].view(rows, Hkv, D))
-                x = x + o_of(attend(t, qk[:, :H]))
-                gu = gate_up_of(norm(x, w2))
-                x = x + down_of(F.silu(gu[:, :inter]) * gu[:, inter:])
+            for weights, write, attend in layers:
+
+                def attend_t(q, k, v, write=write, attend=attend):
+                    write(t, k, v)
+                    return attend(t, q)
+
+                x = layer(x, cos[t], sin[t], weights, attend_t)
             return head(norm(x, final_norm))
 
         return step

@@ -196,8 +196,9 @@ def decode(
     decode step; positions count the prompt's real tokens (``attention_mask.cumsum − 1``); the
     next-token scores are logits / temperature, then top-p (``transformers.TopPLogitsWarper``),
     softmax and ``torch.multinomial`` on the group's generator; greedy takes the argmax.
-    ``step(model, cache, attention_mask, position, P, G)`` gives the next-token logits function of
-    a decode (``model_step``: the model's own forward; ``fused_decode.FusedKernels.decode_step``).
+    ``step(model, input_ids, attention_mask, positions, G, max_new_tokens)`` runs the prefill and
+    returns the next-token logits function ``(tokens (Q·G, 1), t) -> (Q·G, V)`` of the decode
+    (``model_step``: the model's own forward; ``fused_decode.FusedKernels.decode_step``).
     """
     torch = require("torch")
     Q, P = input_ids.shape
@@ -218,17 +219,10 @@ def decode(
     eos = torch.tensor(eos_ids, dtype=input_ids.dtype, device=input_ids.device)
     rows = Q * G
     tokens = input_ids.new_full((rows, max_new_tokens), pad_token_id)
-    att = torch.cat([attention_mask.repeat_interleave(G, dim=0), attention_mask.new_ones(rows, max_new_tokens)], dim=1)
     unfinished = torch.ones(rows, dtype=torch.bool, device=input_ids.device)
     with torch.no_grad():
-        prefill = run_prompt_once(
-            model, input_ids[:, :-1], G, attention_mask=attention_mask[:, :-1], position_ids=positions[:, :-1]
-        )
-        cache = grow_cache(output_cache(prefill), P + max_new_tokens)
-        del prefill
+        next_logits = (step or model_step)(model, input_ids, attention_mask, positions, G, max_new_tokens)
         current = input_ids[:, -1:].repeat_interleave(G, dim=0)
-        position = positions[:, -1:].repeat_interleave(G, dim=0)
-        next_logits = (step or model_step)(model, cache, att, position, P, G)
         T = 0
         for t in range(max_new_tokens):
             scores = next_logits(current, t)
@@ -254,18 +248,27 @@ def decode(
     return torch.cat([input_ids.repeat_interleave(G, dim=0), tokens[:, :T]], dim=1)
 
 
-def model_step(model, cache, attention_mask, position, n_prompt: int, group_size: int):
-    """The next-token logits ``(tokens (rows, 1), t) -> (rows, V)`` float32 of decode step t, by
-    the model's forward on ``cache`` (updated in place); ``attention_mask`` (rows, P + T),
-    ``position`` (rows, 1) the last prompt token's (``group_size``: unused, the rows' own cache
-    holds their prompt's keys/values)."""
+def model_step(model, input_ids, attention_mask, positions, group_size: int, max_new_tokens: int):
+    """``decode``'s prefill and steps by the model's forward: each prompt (Q, P) runs once without
+    its last token, its keys/values repeated G times into buffers for the whole completion
+    (``grow_cache``); returns the next-token logits ``(tokens (Q·G, 1), t) -> (Q·G, V)`` float32
+    of decode step t, which writes the cache in place. positions (Q, P): the prompt tokens'."""
     torch = require("torch")
+    G, P = group_size, input_ids.shape[1]
+    prefill = run_prompt_once(
+        model, input_ids[:, :-1], G, attention_mask=attention_mask[:, :-1], position_ids=positions[:, :-1]
+    )
+    cache = grow_cache(output_cache(prefill), P + max_new_tokens)
+    del prefill
+    rows = input_ids.shape[0] * G
+    att = torch.cat([attention_mask.repeat_interleave(G, dim=0), attention_mask.new_ones(rows, max_new_tokens)], dim=1)
+    position = positions[:, -1:].repeat_interleave(G, dim=0)
     name = cache_argument(model) or "past_key_values"
 
     def step(tokens, t):
         out = model(
             input_ids=tokens,
-            attention_mask=attention_mask[:, : n_prompt + t],
+            attention_mask=att[:, : P + t],
             position_ids=position + t,
             **{name: cache},
             use_cache=True,
