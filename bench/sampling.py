@@ -143,7 +143,7 @@ def main() -> None:
     for s in samplers:  # warm-up; the packed samplers pack their weights here
         pack_s[s] = clock(sample, s, 1)[0]
         if kernels[s] is not None:
-            packed_mib[s] = sum(p.nbytes for _, p, _ in kernels[s]._packed.values()) / 2**20
+            packed_mib[s] = sum(hit[1].nbytes for hit in kernels[s]._packed.values()) / 2**20  # (key, packed, ...)
     per_step = {(s, q): [] for s in samplers for q in qs}
     same = {}
     for _ in range(args.rounds):
