@@ -135,7 +135,7 @@ class FusedKernels:
 
     def __init__(self, rows_hint: int = 16):
         self.rows_hint = rows_hint
-        self._packed: dict[str, tuple] = {}  # name -> (weights' version key, packed weight, bias)
+        self._packed: dict[str, tuple] = {}  # key -> (the weights' (data_ptr, _version), packed weight)
 
     @contextlib.contextmanager
     def applied(self, model):
