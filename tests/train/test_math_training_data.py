@@ -16,9 +16,7 @@ ANSWERS = ["3 apples", "25 pears", "7", "1.5 kg", "10 cars", "0 dogs", "11 cats"
 
 def _asdiv_file(tmp_path):
     path = tmp_path / "asdiv.jsonl"
-    rows = [
-        {"passage": f"Ann has {i} things.", "question": f"Problem {i}?", "answer": a} for i, a in enumerate(ANSWERS)
-    ]
+    rows = [{"passage": f"Ann has {i} things.", "question": f"Problem {i}?", "answer": a} for i, a in enumerate(ANSWERS)]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
 
