@@ -128,6 +128,10 @@ class GCPOLoopTrainer:
                 p.requires_grad_(True)
         if cfg.gradient_checkpointing:
             model.gradient_checkpointing_enable()
+        if cfg.sampling_kernels == "fused":  # a model it does not implement is refused here, not at step 1
+            from .fused_decode import llama_of
+
+            llama_of(model)
         # the rollouts of a group share their prompt: run it once per chunk (exact; see
         # logprobs.group_logprobs_and_entropy) unless recomputation or the model rules out a cache
         self.share_prompt_fallback = (

@@ -171,3 +171,12 @@ def test_lora_it_does_not_implement_is_refused():
     on_embeddings = peft.get_peft_model(llama(), peft.LoraConfig(r=4, target_modules=["embed_tokens"]))
     with pytest.raises(ValueError, match="plain Embedding at model.embed_tokens"):
         sample(on_embeddings.eval())
+
+
+def test_the_loop_refuses_fused_for_a_model_it_does_not_implement(tmp_path):
+    pytest.importorskip("peft")
+    pytest.importorskip("accelerate")
+    from helpers.loop_setup import make
+
+    with pytest.raises(ValueError, match="not Qwen2ForCausalLM; use sampling_kernels 'onednn'"):
+        make(tmp_path, model="tiny:qwen2", sampling_kernels="fused")
