@@ -192,7 +192,7 @@ def decode(
     ``max_new_tokens`` (the loop stops when every row has emitted an EOS; later tokens of a
     finished row are ``pad_token_id``). ``generators``: one ``torch.Generator`` per prompt
     (sampling), or None (greedy). The steps are ``generate``'s: each prompt runs once without its
-    last token and its keys/values are repeated G times; the last prompt token is the first
+    last token and its keys/values serve its G rows; the last prompt token is the first
     decode step; positions count the prompt's real tokens (``attention_mask.cumsum − 1``); the
     next-token scores are logits / temperature, then top-p (``transformers.TopPLogitsWarper``),
     softmax and ``torch.multinomial`` on the group's generator; greedy takes the argmax.
