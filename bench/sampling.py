@@ -7,7 +7,9 @@ Workload (issue 25, item 5; that of bench/trl_step.py): the packaged SmolLM2-135
 with LoRA r = 8 on q_proj/v_proj, cpu_smoke prompts (NarrativeQA, 96-token passages), G = 8,
 32 new tokens, temperature 0.9, one seed per group. Samplers (``sampling_kernels``): ``exact``
 (transformers ``generate``, one call per group: today's samples), ``onednn`` and ``bf16``
-(``gcpo_train/sampling.py``: the step's groups in one loop on prepacked weights).
+(``gcpo_train/sampling.py``: the step's groups in one loop on prepacked weights), ``fused``
+(``gcpo_train/fused_decode.py``: that loop with a hand-written Llama decode step instead of the
+transformers forward).
 
 The floor is what one decode step cannot beat: reading every weight once. Two measures of it, on
 this machine with the same threads: ``copy`` (a memcpy of the weight bytes, ``Tensor.copy_``)
@@ -34,7 +36,7 @@ import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SAMPLERS = ("exact", "onednn", "bf16")
+SAMPLERS = ("exact", "onednn", "bf16", "fused")
 
 
 def load_workload(n_prompts: int):
@@ -110,7 +112,7 @@ def main() -> None:
     import torch
 
     from gcpo_train.policy import generate_groups
-    from gcpo_train.sampling import PackedLinears, check_kernels
+    from gcpo_train.sampling import check_kernels, make_kernels
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -122,7 +124,7 @@ def main() -> None:
     model, tok, prompts, cfg = load_workload(max(qs))
     load0 = os.getloadavg()
     floor = floors(model)
-    kernels = {s: None if s == "exact" else PackedLinears(s) for s in samplers}
+    kernels = {s: make_kernels(s) for s in samplers}
     G, T = args.group_size, args.max_new_tokens
 
     def sample(name, q):
@@ -141,7 +143,7 @@ def main() -> None:
     for s in samplers:  # warm-up; the packed samplers pack their weights here
         pack_s[s] = clock(sample, s, 1)[0]
         if kernels[s] is not None:
-            packed_mib[s] = sum(p.nbytes for _, p, _ in kernels[s]._packed.values()) / 2**20
+            packed_mib[s] = sum(hit[1].nbytes for hit in kernels[s]._packed.values()) / 2**20  # (key, packed, ...)
     per_step = {(s, q): [] for s in samplers for q in qs}
     same = {}
     for _ in range(args.rounds):

@@ -198,8 +198,11 @@ class TrainConfig:
         "within about 1e-5 of a boundary), 1.3x faster a decode step for one group, 1.7x for two "
         "(2-core AMD EPYC), one packed copy of the weights in memory. 'bf16' = as 'onednn' with "
         "bfloat16 weights and activations (CPUs with bf16 instructions): samples from a bf16 "
-        "rounding of the policy, which the loss scores in the run's dtype (gcpo_train/sampling.py, "
-        "bench/sampling.py).",
+        "rounding of the policy, which the loss scores in the run's dtype. 'fused' = as 'onednn' with a "
+        "hand-written decode step for float32 Llama models (plain or peft LoRA; others are refused): "
+        "q/k/v and gate/up each one packed GEMM, the prompt's keys/values shared by a group, the "
+        "same samples up to float rounding, a faster decode step than 'onednn' "
+        "(gcpo_train/sampling.py, gcpo_train/fused_decode.py, bench/sampling.py).",
         choices=SAMPLING_KERNELS,
     )
     max_new_tokens: int = shared("max_new_tokens")

@@ -44,7 +44,7 @@ def evaluate(
     Returns {"dataset", "split", "n", "metrics": task_metrics(...) + mean_reward, "model"}.
     Predictions go next to the JSON as ``<name>.predictions.parquet``, one row per query with
     its ``score`` (the task's metric on 0-100, ``heldout.per_query_scores``) for pairing.
-    ``kernels``: a ``sampling.PackedLinears`` (default: the config's ``sampling_kernels``, so a
+    ``kernels``: a ``sampling.make_kernels`` object (default: the config's ``sampling_kernels``, so a
     run's base policy and checkpoints decode alike). ``batch_size``: prompts per greedy decode;
     None = 8 with transformers generate (the numbers of earlier runs: a row's rounding depends on
     its batch), ``EVAL_BATCH_PACKED`` with packed kernels (a decode step streams the weights
@@ -82,10 +82,9 @@ def evaluate(
         if tokenizer is None:
             raise ValueError("evaluate(model, ...) needs tokenizer= when given a loaded model")
     if kernels is None and config is not None and getattr(config, "sampling_kernels", "exact") != "exact":
-        from .sampling import PackedLinears, check_kernels  # the run's decoding, for its base policy too
+        from .sampling import make_kernels  # the run's decoding, for its base policy too
 
-        check_kernels(config.sampling_kernels, next(model.parameters()).device)
-        kernels = PackedLinears(config.sampling_kernels)
+        kernels = make_kernels(config.sampling_kernels, next(model.parameters()).device)
     if batch_size is None:
         batch_size = 8 if kernels is None else EVAL_BATCH_PACKED
     dataset = dataset or (config.dataset if config is not None else None)

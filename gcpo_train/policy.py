@@ -141,9 +141,10 @@ def generate_groups(
     Prompts are left-padded and left-truncated to ``max_prompt_tokens``; a group never spans two
     calls, so its rollouts are measured together. top_k is disabled (pure temperature/nucleus).
 
-    ``kernels`` (a ``sampling.PackedLinears``, ``sampling_kernels`` 'onednn' or 'bf16'): all
-    prompts in one ``sampling.decode`` loop on prepacked weights, each group drawn from its own
-    ``torch.Generator(seed)``; the same samples up to float rounding (see ``gcpo_train.sampling``).
+    ``kernels`` (``sampling.make_kernels``: a ``PackedLinears`` for ``sampling_kernels`` 'onednn'
+    or 'bf16', a ``fused_decode.FusedKernels`` for 'fused'): all prompts in one ``sampling.decode``
+    loop on prepacked weights, each group drawn from its own ``torch.Generator(seed)``; the same
+    samples up to float rounding (see ``gcpo_train.sampling``).
     """
     torch = require("torch")
     kwargs = dict(
@@ -243,6 +244,7 @@ def _decode_packed(
             generators=generators,
             temperature=temperature,
             top_p=top_p,
+            step=getattr(kernels, "decode_step", None),
         )
     batch = _token_batch(seqs, att, group_size, eos, tokenizer)
     if grouped:  # groups: each its prompt unpadded, as generate_groups(seeds=...) gives

@@ -55,7 +55,7 @@ from .loss import grpo_loss, masked_var
 from .modulation import GroupModulator
 from .policy import Reference, generate_groups, load_model_and_tokenizer, wrap_lora
 from .run_folder import RunFolder, write_run_info
-from .sampling import PackedLinears, check_kernels
+from .sampling import make_kernels
 from .splits import load_split, query_indices
 from .step_data import BeforeUpdate, StepRollouts, StepTimer, UpdateStats, group_columns, rollouts_frame, summarize_step
 
@@ -113,9 +113,8 @@ class GCPOLoopTrainer:
                 f"processes ({self.accelerator.num_processes}): each process generates whole groups"
             )
         self.out = Path(cfg.output_dir)
-        check_kernels(cfg.sampling_kernels, self.accelerator.device)
         # packed weights kept across steps (sampling.py); None: transformers generate
-        self.kernels = None if cfg.sampling_kernels == "exact" else PackedLinears(cfg.sampling_kernels)
+        self.kernels = make_kernels(cfg.sampling_kernels, self.accelerator.device)
         torch.manual_seed(cfg.seed)  # LoRA initialisation
         if model is None:
             model, tokenizer = load_model_and_tokenizer(cfg.model, cfg.dtype)
@@ -129,6 +128,10 @@ class GCPOLoopTrainer:
                 p.requires_grad_(True)
         if cfg.gradient_checkpointing:
             model.gradient_checkpointing_enable()
+        if cfg.sampling_kernels == "fused":  # a model it does not implement is refused here, not at step 1
+            from .fused_decode import llama_of
+
+            llama_of(model)
         # the rollouts of a group share their prompt: run it once per chunk (exact; see
         # logprobs.group_logprobs_and_entropy) unless recomputation or the model rules out a cache
         self.share_prompt_fallback = (

@@ -159,7 +159,7 @@ def test_growing_cache_writes_in_place_and_grows_past_its_capacity():
 
 def test_check_kernels_refuses_what_cannot_run():
     check_kernels("exact", "cuda")
-    with pytest.raises(ValueError, match="one of exact, onednn, bf16"):
+    with pytest.raises(ValueError, match="one of exact, onednn, bf16, fused"):
         check_kernels("fast")
     with pytest.raises(ValueError, match="for CPU runs"):
         check_kernels("onednn", "cuda")
@@ -182,20 +182,21 @@ def test_config_knob_validated_and_out_of_the_identity_at_its_default(tmp_path):
 
 
 @needs_onednn
-def test_a_training_step_and_its_evaluation_on_packed_kernels(tmp_path):
-    """The loop's step 1 with sampling_kernels 'onednn' samples the rollouts 'exact' samples (tiny
-    model: rounding never reaches a token), and its greedy evaluation decodes alike."""
+@pytest.mark.parametrize("fast", ["onednn", "fused"])
+def test_a_training_step_and_its_evaluation_on_packed_kernels(tmp_path, fast):
+    """The loop's step 1 with sampling_kernels 'onednn' or 'fused' samples the rollouts 'exact'
+    samples (tiny model: rounding never reaches a token), and its greedy evaluation decodes alike."""
     pytest.importorskip("peft")
     pytest.importorskip("accelerate")
     from helpers.loop_setup import make
 
     frames, evals = {}, {}
-    for kernels in ("exact", "onednn"):
+    for kernels in ("exact", fast):
         trainer = make(tmp_path, kernels, steps=1, sampling_kernels=kernels, eval_n=12)
         _, frames[kernels] = trainer.train_step(1)
         evals[kernels] = trainer.evaluate(tag="t")
-    assert frames["exact"]["completion"].tolist() == frames["onednn"]["completion"].tolist()
-    np.testing.assert_allclose(frames["exact"]["logprob"], frames["onednn"]["logprob"], rtol=1e-5, atol=1e-6)
-    assert evals["exact"]["scores"] == evals["onednn"]["scores"]
-    assert (evals["exact"]["sampling_kernels"], evals["onednn"]["sampling_kernels"]) == ("exact", "onednn")
-    assert evals["onednn"]["batch_size"] > evals["exact"]["batch_size"]
+    assert frames["exact"]["completion"].tolist() == frames[fast]["completion"].tolist()
+    np.testing.assert_allclose(frames["exact"]["logprob"], frames[fast]["logprob"], rtol=1e-5, atol=1e-6)
+    assert evals["exact"]["scores"] == evals[fast]["scores"]
+    assert (evals["exact"]["sampling_kernels"], evals[fast]["sampling_kernels"]) == ("exact", fast)
+    assert evals[fast]["batch_size"] > evals["exact"]["batch_size"]

@@ -1,0 +1,182 @@
+"""``sampling_kernels: fused`` (gcpo_train/fused_decode.py): its hand-written Llama decode step
+gives the logits of the transformers model's full forward (no cache), with and without peft LoRA,
+for left-padded prompts of different lengths; greedy and seeded samples equal 'onednn''s and
+'exact''s on the tiny model; what it does not implement is refused, naming 'onednn'."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="PyTorch built without oneDNN")
+
+from gcpo_analysis.tiny_models import tiny_causal_lm, tiny_tokenizer  # noqa: E402
+from gcpo_analysis.tokens import position_ids  # noqa: E402
+from gcpo_train import fused_decode  # noqa: E402
+from gcpo_train.fused_decode import FusedKernels  # noqa: E402
+from gcpo_train.policy import _encode, generate_groups  # noqa: E402
+from gcpo_train.sampling import decode, make_kernels  # noqa: E402
+
+PROMPTS = ["who is the king of the city ?", "what was the war ?", "where is the ship of his father now ?"]
+SEEDS = [5, 6, 7]
+
+
+def _llama(lora: bool, **overrides):
+    """The tests' tiny llama with large weights (a peaked next-token distribution that depends on
+    every position), optionally under peft LoRA as the trainer wraps it, with random B matrices
+    (peft starts B at zero, where an adapter would change nothing)."""
+    tok = tiny_tokenizer()
+    model = tiny_causal_lm("llama", vocab_size=len(tok), initializer_range=0.5, **overrides)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):  # transformers starts biases at zero, where a lost bias would not show
+                p.copy_(0.5 * torch.randn(p.shape, generator=torch.Generator().manual_seed(len(name))))
+    if lora:
+        pytest.importorskip("peft")
+        from gcpo_train.policy import wrap_lora
+
+        model = wrap_lora(model, 4, 8, 0.0)
+        gen = torch.Generator().manual_seed(1)
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if "lora_B" in name:
+                    p.copy_(0.3 * torch.randn(p.shape, generator=gen))
+        model.eval()
+    return model, tok
+
+
+@pytest.fixture(scope="module", params=["plain", "lora", "biases"])
+def policy(request):
+    """The tiny llama; under LoRA; with biases on every projection (concatenated for the fused GEMMs)."""
+    if request.param == "biases":
+        return _llama(False, attention_bias=True, mlp_bias=True)
+    return _llama(request.param == "lora")
+
+
+@pytest.mark.parametrize("one_call_keys", [fused_decode.ONE_CALL_KEYS, 0], ids=["one-call", "split"])
+def test_fused_logits_are_the_full_forwards_at_every_decode_step(policy, one_call_keys, monkeypatch):
+    """Every step's logits of a 12-token decode (left-padded prompts of different lengths, one of a
+    single token: no prompt keys before the decode; G = 2, greedy) against one forward of the final
+    rows without a cache, at the positions they predict; with either attention layout."""
+    monkeypatch.setattr(fused_decode, "ONE_CALL_KEYS", one_call_keys)
+    model, tok = policy
+    ids, att = _encode(tok, [*PROMPTS, "who"], None, None)
+    assert int(att[-1].sum()) == 1
+    kernels, seen = FusedKernels(), []
+
+    def recording(*args):
+        step = kernels.decode_step(*args)
+
+        def logits(tokens, t):
+            seen.append(step(tokens, t))
+            return seen[-1]
+
+        return logits
+
+    with kernels.applied(model):
+        seqs = decode(model, ids, att, 2, max_new_tokens=12, eos_ids=[], pad_token_id=0, step=recording)
+    P, T = ids.shape[1], len(seen)
+    assert T == 12 and seqs.shape == (8, P + T)
+    full_att = torch.cat([att.repeat_interleave(2, dim=0), att.new_ones(8, T)], dim=1)
+    with torch.no_grad():
+        full = model(input_ids=seqs, attention_mask=full_att, position_ids=position_ids(full_att)).logits
+    want = full[:, P - 1 : P - 1 + T].transpose(0, 1)  # (T, rows, V): the logits that predict each new token
+    got = torch.stack(seen)
+    assert want.abs().max() > 1.0  # peaked logits, not a near-uniform model where anything agrees
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5 * float(want.abs().max()))
+
+
+def test_fused_greedy_and_seeded_samples_are_onednns_and_generates(policy):
+    model, tok = policy
+    greedy = {
+        k: generate_groups(model, tok, PROMPTS, 1, max_new_tokens=10, do_sample=False, kernels=make_kernels(k))
+        for k in ("exact", "onednn", "fused")
+    }
+    sampled = {
+        k: generate_groups(
+            model, tok, PROMPTS, 4, max_new_tokens=10, temperature=0.9, seeds=SEEDS, kernels=make_kernels(k)
+        )
+        for k in ("exact", "onednn", "fused")
+    }
+    for runs in (greedy, sampled):
+        assert torch.equal(runs["fused"].input_ids, runs["onednn"].input_ids)
+        assert torch.equal(runs["fused"].input_ids, runs["exact"].input_ids)
+        assert runs["fused"].texts == runs["exact"].texts
+    assert len(set(sampled["fused"].texts)) > 3  # drawn, not one answer repeated
+
+
+def test_packed_weights_are_reused_and_follow_an_optimizer_step():
+    """The base weights are packed once; an in-place change of a weight (a full fine-tuning step)
+    repacks it, and a changed LoRA matrix is read at the next decode."""
+    model, tok = _llama(lora=True)
+    kernels = make_kernels("fused")
+
+    def greedy():
+        return generate_groups(model, tok, PROMPTS, 1, max_new_tokens=8, do_sample=False, kernels=kernels).input_ids
+
+    first = greedy()
+    packed = {name: hit[1] for name, hit in kernels._packed.items()}
+    assert torch.equal(greedy(), first)
+    assert all(kernels._packed[name][1] is p for name, p in packed.items())  # not repacked
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name or "down_proj.base_layer" in name:
+                p.mul_(-2.0)
+    changed = greedy()
+    assert not torch.equal(changed, first)
+    assert kernels._packed["0.down"][1] is not packed["0.down"] and kernels._packed["0.qkv"][1] is packed["0.qkv"]
+    assert torch.equal(changed, generate_groups(model, tok, PROMPTS, 1, max_new_tokens=8, do_sample=False).input_ids)
+
+
+@pytest.mark.parametrize(
+    "build, match",
+    [
+        (lambda: tiny_causal_lm("qwen2"), "implements LlamaForCausalLM, not Qwen2ForCausalLM"),
+        (lambda: tiny_causal_lm("gpt2"), "not GPT2LMHeadModel"),
+        (lambda: tiny_causal_lm("llama", hidden_act="gelu"), "hidden_act 'gelu'"),
+        (lambda: tiny_causal_lm("llama", sliding_window=8), "sliding attention window"),
+        (lambda: tiny_causal_lm("llama").double(), "dtype torch.float64"),
+        (
+            lambda: tiny_causal_lm(
+                "llama", rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0}
+            ),
+            "rope_type 'dynamic'",
+        ),
+    ],
+)
+def test_models_it_does_not_implement_are_refused(build, match):
+    with pytest.raises(ValueError, match=match) as err, FusedKernels().applied(build()):
+        pass
+    assert "use sampling_kernels 'onednn'" in str(err.value)
+
+
+def test_lora_it_does_not_implement_is_refused():
+    peft = pytest.importorskip("peft")
+    from gcpo_train.policy import wrap_lora
+
+    tok = tiny_tokenizer()
+
+    def sample(model):
+        return generate_groups(model, tok, PROMPTS, 1, max_new_tokens=2, kernels=FusedKernels())
+
+    def llama():
+        return tiny_causal_lm("llama", vocab_size=len(tok))
+
+    active_dropout = wrap_lora(llama(), 4, 8, 0.1).train()
+    with pytest.raises(ValueError, match="LoRA dropout 0.1 active"):
+        sample(active_dropout)
+    sample(active_dropout.eval())  # in eval mode the dropout is the identity: nothing to refuse
+    dora = peft.get_peft_model(llama(), peft.LoraConfig(r=4, target_modules=["q_proj"], use_dora=True))
+    with pytest.raises(ValueError, match="LoRA variant"):
+        sample(dora.eval())
+    on_embeddings = peft.get_peft_model(llama(), peft.LoraConfig(r=4, target_modules=["embed_tokens"]))
+    with pytest.raises(ValueError, match="plain Embedding at model.embed_tokens"):
+        sample(on_embeddings.eval())
+
+
+def test_the_loop_refuses_fused_for_a_model_it_does_not_implement(tmp_path):
+    pytest.importorskip("peft")
+    pytest.importorskip("accelerate")
+    from helpers.loop_setup import make
+
+    with pytest.raises(ValueError, match="not Qwen2ForCausalLM; use sampling_kernels 'onednn'"):
+        make(tmp_path, model="tiny:qwen2", sampling_kernels="fused")
