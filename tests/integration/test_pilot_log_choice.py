@@ -42,10 +42,8 @@ def gates(tmp_path_factory):
     data = tmp_path_factory.mktemp("siqa") / "test.jsonl"
     assert AS_QA["main"](["siqa", str(data)]) == 0
     base = pd.read_parquet(PILOTS / "siqa_base.predictions.parquet")
-    return {
-        name: GATE["gate"](str(data), str(PILOTS / f"siqa_{name}.predictions.parquet"), None if name == "base" else base)
-        for name in ("base", "s1_40", "s2_20", "s2_40")
-    }
+    files = {name: str(PILOTS / f"siqa_{name}.predictions.parquet") for name in ("base", "s1_40", "s2_20", "s2_40")}
+    return {name: GATE["gate"](str(data), path, None if name == "base" else base) for name, path in files.items()}
 
 
 def test_pilot_7_is_its_predictions(gates):
@@ -54,7 +52,8 @@ def test_pilot_7_is_its_predictions(gates):
     assert f"F1 {base['F1']:.1f} → {s1['F1']:.1f} (40)" in cells[9]
     assert f"**{_signed(s1['Δ vs base'])} [{s1['CI base'][1:-1].replace('-', '−')}]**" in cells[9]
     assert f"accuracy {base['Acc']:.1f} → {s1['Acc']:.1f}" in cells[9]
-    assert f"vs always the best option position {_signed(s1['Δ vs best constant'])} {s1['CI'].replace('-', '−')}" in cells[10]
+    vs_best = f"{_signed(s1['Δ vs best constant'])} {s1['CI'].replace('-', '−')}"
+    assert f"vs always the best option position {vs_best}" in cells[10]
     shares = dict(part.split(":") for part in s1["copies option"].split())
     assert [shares[k] for k in ("0", "1", "2")] == re.findall(r"(\d+%)", LOG.split("spreads its answers over")[1])[:3]
 
@@ -72,7 +71,8 @@ def test_pilot_8_is_its_predictions(gates):
 
 def test_the_positions_baselines_are_the_logs(gates):
     base = gates["base"]
-    quoted = re.search(r"F1 (\d+\.\d), (\d+\.\d) and (\d+\.\d) for the first, second and third", re.sub(r"\s+", " ", LOG))
+    log = re.sub(r"\s+", " ", LOG)
+    quoted = re.search(r"F1 (\d+\.\d), (\d+\.\d) and (\d+\.\d) for the first, second and third", log)
     assert quoted and [float(x) for x in quoted.groups()] == [round(base[f"F1 always #{k}"], 1) for k in range(3)]
     other = base["copies option"].split("other:")[1]
     assert f"({other} of its held-out answers copy no option)" in re.sub(r"\s+", " ", LOG)
