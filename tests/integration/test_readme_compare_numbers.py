@@ -1,16 +1,21 @@
-"""The README's headline table of the trained comparison (gcpo compare), wherever it is quoted
-(README.md, docs/**/*.md), against the committed figures/train_compare/compare/summary.csv it is
-rounded from: a rerun or resumed comparison that changes the summary, or an edit that drifts,
-fails here."""
+"""The headline tables of the trained comparisons (gcpo compare), wherever they are quoted
+(README.md, docs/**/*.md), against the committed summary.csv each is rounded from: "| arm
+(trained) |" is BoolQ's (figures/train_compare/compare/), "| arm (trained, SIQA) |" SIQA's
+(figures/train_compare/siqa/). A rerun or resumed comparison that changes a summary, or an
+edit that drifts, fails here."""
 
 import re
 from pathlib import Path
 
 import pandas as pd
+import pytest
 from helpers.doc_pages import doc_pages
 
 ROOT = Path(__file__).resolve().parents[2]
-SUMMARY = ROOT / "figures" / "train_compare" / "compare" / "summary.csv"
+SUMMARIES = {
+    "| arm (trained) |": ROOT / "figures" / "train_compare" / "compare" / "summary.csv",
+    "| arm (trained, SIQA) |": ROOT / "figures" / "train_compare" / "siqa" / "summary.csv",
+}
 NUM = r"[+−-]?\d+\.\d+"
 
 
@@ -18,18 +23,19 @@ def _f(text: str) -> float:
     return float(text.replace("−", "-").replace("+", ""))
 
 
-def test_compare_headline_table():
-    summary = pd.read_csv(SUMMARY).set_index("arm")
+@pytest.mark.parametrize("header", sorted(SUMMARIES))
+def test_compare_headline_table(header):
+    summary = pd.read_csv(SUMMARIES[header]).set_index("arm")
     rows = []
     for page, text in doc_pages().items():
         lines = text.splitlines()
         for i, line in enumerate(lines):
-            if line.startswith("| arm (trained) |"):
+            if line.startswith(header):
                 for r in lines[i + 2 :]:
                     if not r.startswith("|"):
                         break
                     rows.append((page, r))
-    assert rows, "no '| arm (trained) |' table in README.md or docs/: the numbers moved out of sight of this test"
+    assert rows, f"no {header!r} table in README.md or docs/: the numbers moved out of sight of this test"
     for page, row in rows:
         cells = [c.strip() for c in row.strip().strip("|").split("|")]
         arm = cells[0].split(" ")[0]

@@ -46,17 +46,26 @@ def _table(text: str, header_start: str) -> dict[str, list[str]]:
 
 
 def test_the_protocol_is_the_frozen_config():
-    lora_r, group, queries, lr, steps = _one(
-        r"LoRA r = (\d+), G = (\d+), (\d+) queries a step, lr (\S+) \(constant\), `loss_aggregation: dapo`, (\d+) steps"
+    """BoolQ's protocol, then SIQA's, each against its frozen config."""
+    found = re.findall(
+        r"LoRA r = (\d+), G = (\d+), (\d+) queries a step, lr (\S+) \(constant\), "
+        r"`loss_aggregation: dapo`, (\d+) steps",
+        re.sub(r"\s+", " ", PAGE),
     )
-    assert (int(lora_r), int(group), int(queries), float(lr), int(steps)) == (
-        CONFIG["lora_r"],
-        CONFIG["group_size"],
-        CONFIG["queries_per_step"],
-        CONFIG["learning_rate"],
-        CONFIG["steps"],
-    )
-    assert CONFIG["lr_schedule"] == "constant" and CONFIG["loss_aggregation"] == "dapo"
+    configs = [CONFIG, yaml.safe_load((ROOT / "configs" / "cpu_compare_siqa.yaml").read_text())]
+    assert len(found) == len(configs)
+    for (lora_r, group, queries, lr, steps), config in zip(found, configs, strict=True):
+        assert (int(lora_r), int(group), int(queries), float(lr), int(steps)) == (
+            config["lora_r"],
+            config["group_size"],
+            config["queries_per_step"],
+            config["learning_rate"],
+            config["steps"],
+        )
+        assert config["lr_schedule"] == "constant" and config["loss_aggregation"] == "dapo"
+    siqa = configs[1]
+    n, tokens = _one(r"(\d+) held-out queries \(greedy, (\d+) new tokens\)")
+    assert (int(n), int(tokens)) == (siqa["compare"]["eval_n"], siqa["eval_max_new_tokens"])
     n, tokens = _one(r"(\d+) held-out queries \(the same for both seeds\), greedy, (\d+) new tokens")
     assert (int(n), int(tokens)) == (CONFIG["eval_n"], CONFIG["eval_max_new_tokens"])
     assert int(_one(r"what GRPO taught in (\d+) steps")[0]) == CONFIG["steps"]
@@ -106,3 +115,31 @@ def test_the_comparisons_reading_is_the_committed_comparison():
     assert [_f(x) for x in delta] == pytest.approx([round(s.delta, 2), round(s.delta_low, 2), round(s.delta_high, 2)])
     seeds, queries = _one(r"(\d+) seeds x (\d+) queries")
     assert (int(seeds), int(queries)) == (len(meta["seeds"]), n)
+
+
+def test_the_siqa_reading_is_the_committed_comparison():
+    """The SIQA reading's numbers and claims against figures/train_compare/siqa (summary.csv and
+    gate.md, which test_pilot_log_choice.py recomputes from the predictions)."""
+    folder = ROOT / "figures" / "train_compare" / "siqa"
+    summary = pd.read_csv(folder / "summary.csv").set_index("arm")
+    gate = [
+        [c.strip() for c in line.strip().strip("|").split("|")]
+        for line in (folder / "gate.md").read_text().splitlines()[2:]
+        if not line.startswith("| base policy")
+    ]
+    ci = [tuple(_f(x) for x in re.findall(NUM, cells[col])[1:3]) for cells in gate for col in (4, 5)]
+    vs_base, vs_best = ci[0::2], ci[1::2]
+    assert len(gate) == 9 and all(lo > 0 for lo, _ in vs_base) and all(lo < 0 < hi for lo, hi in vs_best)
+    assert _one(r"None of the (\w+) arm-seeds beats always answering the best option position")[0] == "nine"
+    for arm, name in (("bot_rd", "BoT\\+RD"), ("se", "Seed-GRPO")):
+        s = summary.loc[arm]
+        d = _one(rf"({NUM}) \[({NUM}), ({NUM})\] for {name}")
+        assert [_f(x) for x in d] == [round(s.delta, 2), round(s.delta_low, 2), round(s.delta_high, 2)], arm
+        assert round(s.p_holm, 1) == 1.0
+        lo, hi = _one(rf"{name}'s ω (?:stayed )?within ({NUM})–({NUM})")
+        assert [_f(lo), _f(hi)] == [round(s.omega_p5, 2), round(s.omega_p95, 2)], arm
+    up = _one(r"GRPO's updates scaled up by (\d+)–(\d+)%")
+    s = summary.loc["bot_rd"]
+    assert [int(x) for x in up] == [round(100 * (round(s.omega_p5, 2) - 1)), round(100 * (round(s.omega_p95, 2) - 1))]
+    n = int(_one(r"beats the base policy on the (\d+) held-out queries")[0])
+    assert n == json.loads((folder / "compare.json").read_text())["eval_n"]
