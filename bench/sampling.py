@@ -9,7 +9,8 @@ with LoRA r = 8 on q_proj/v_proj, cpu_smoke prompts (NarrativeQA, 96-token passa
 (transformers ``generate``, one call per group: today's samples), ``onednn`` and ``bf16``
 (``gcpo_train/sampling.py``: the step's groups in one loop on prepacked weights), ``fused``
 (``gcpo_train/fused_decode.py``: that loop with a hand-written Llama decode step instead of the
-transformers forward).
+transformers forward) and ``fused_bf16`` (that step on bfloat16 weights: the floor stays the fp32
+weights' bytes, the policy's own, as issue 25 sets it).
 
 The floor is what one decode step cannot beat: reading every weight once. Two measures of it, on
 this machine with the same threads: ``copy`` (a memcpy of the weight bytes, ``Tensor.copy_``)
@@ -36,7 +37,7 @@ import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SAMPLERS = ("exact", "onednn", "bf16", "fused")
+SAMPLERS = ("exact", "onednn", "bf16", "fused", "fused_bf16")
 
 
 def load_workload(n_prompts: int):
@@ -100,6 +101,34 @@ def floors(model, repeats: int = 9) -> dict:
     )
 
 
+def policy_gap(model, tok, prompts, reference, kernels, G: int, temperature: float) -> tuple[float, float]:
+    """(mean, largest) total-variation distance between the next-token distributions (softmax of
+    logits / T) of ``kernels``' decode step and the float32 policy's (``fused``'s step, logits
+    within about 1e-5 of the model's), teacher-forced along the ``exact`` sampler's rollouts
+    ``reference`` (their unfinished rows): how far a bf16 sampler's policy is from π_θ."""
+    import torch
+
+    from gcpo_train.fused_decode import FusedKernels
+    from gcpo_train.policy import _encode
+    from gcpo_train.sampling import model_step
+
+    ids, att = _encode(tok, prompts, None, None)
+    positions = (att.long().cumsum(-1) - 1).clamp(min=0)
+    completion, live = reference.completion_ids, reference.completion_mask.bool()
+    T = completion.shape[1]
+    probs = []
+    for k in (kernels, FusedKernels()):
+        with torch.no_grad(), k.applied(model):
+            step = (k.decode_step if isinstance(k, FusedKernels) else model_step)(model, ids, att, positions, G, T)
+            current, out = ids[:, -1:].repeat_interleave(G, dim=0), []
+            for t in range(T):
+                out.append(torch.softmax(step(current, t) / temperature, dim=-1))
+                current = completion[:, t : t + 1]
+        probs.append(torch.stack(out, dim=1))  # (rows, T, V)
+    tv = 0.5 * (probs[0] - probs[1]).abs().sum(-1)[live]
+    return float(tv.mean()), float(tv.max())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--queries", default="1,2", help="groups per step (Q), comma-separated (default 1,2)")
@@ -158,6 +187,11 @@ def main() -> None:
                     n = min(reference.n_completion, batch.n_completion)
                     rows = (reference.completion_ids[:, :n] == batch.completion_ids[:, :n]).all(1)
                     same[(s, q)] = f"{int(rows.sum())}/{len(rows)}"
+    gap = {}  # the bf16 samplers' distance from the float32 policy, on exact's rollouts of the last round
+    if "exact" in samplers:
+        for s in (s for s in samplers if "bf16" in s):
+            q = qs[0]
+            gap[s] = policy_gap(model, tok, prompts[:q], sample("exact", q), kernels[s], G, cfg.temperature)
     load1 = os.getloadavg()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(
@@ -190,6 +224,11 @@ def main() -> None:
     packed = ", ".join(
         f"{s} {packed_mib[s]:.0f} MiB (packed in {pack_s[s]:.1f} s with its first call)" for s in packed_mib
     )
+    for s, (mean_tv, max_tv) in gap.items():
+        print(
+            f"\n{s}: its next-token distribution against the float32 policy's, teacher-forced along exact's "
+            f"{qs[0] * G} rollouts: total variation {mean_tv:.4f} on average, {max_tv:.4f} at most"
+        )
     print(f"\npeak RSS {peak:.0f} MiB (all samplers in this process); packed weights kept: {packed or 'none'}")
 
 

@@ -201,7 +201,9 @@ class TrainConfig:
         "rounding of the policy, which the loss scores in the run's dtype. 'fused' = as 'onednn' with a "
         "hand-written decode step for float32 Llama models (plain or peft LoRA; others are refused): "
         "q/k/v and gate/up each one packed GEMM, the prompt's keys/values shared by a group, the "
-        "same samples up to float rounding, a faster decode step than 'onednn' "
+        "same samples up to float rounding, a faster decode step than 'onednn'. 'fused_bf16' = "
+        "'fused' with bfloat16 base weights and linear-layer inputs (CPUs with bf16 instructions): "
+        "the fastest, samples from a bf16 rounding of the policy as with 'bf16' "
         "(gcpo_train/sampling.py, gcpo_train/fused_decode.py, bench/sampling.py).",
         choices=SAMPLING_KERNELS,
     )

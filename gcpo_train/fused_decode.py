@@ -32,7 +32,11 @@ The numbers differ from ``onednn``'s by float rounding only: q/k/v (and gate/up)
 the prefill on packed weights too, the attention's summation order, the LoRA scaling folded
 into B. Logits agree with the transformers model's full forward to about 1e-5 relative
 (tests/train/test_fused_decode.py); a sampled token differs only when a draw lands that close to
-a boundary of the sampling distribution. Anything but a float32 ``LlamaForCausalLM`` (optionally
+a boundary of the sampling distribution. ``fused_bf16`` (``FusedKernels(bf16=True)``) packs the
+base weights in bfloat16 and rounds each linear layer's input to it (oneDNN accumulates in fp32
+and returns bf16, read back as fp32); LoRA, norms, RoPE, attention and the logits' softmax stay
+fp32. Its logits equal a full forward with every base linear layer so rounded up to summation
+order (tests), and are a bf16 rounding away from the policy's. Anything but a float32 ``LlamaForCausalLM`` (optionally
 under peft LoRA) with the position-only RoPE types is refused, naming 'onednn'.
 """
 
@@ -131,10 +135,10 @@ class FusedKernels:
     Packed weights are kept across calls (one packed copy of the base weights) and repacked
     only when a weight tensor changes, as ``sampling.PackedLinears`` does."""
 
-    kernels = "fused"
-
-    def __init__(self, rows_hint: int = 16):
+    def __init__(self, rows_hint: int = 16, bf16: bool = False):
         self.rows_hint = rows_hint
+        self.bf16 = bf16
+        self.kernels = "fused_bf16" if bf16 else "fused"
         self._packed: dict[str, tuple] = {}  # key -> (the weights' (data_ptr, _version), packed weight)
 
     @contextlib.contextmanager
@@ -156,16 +160,24 @@ class FusedKernels:
         hit = self._packed.get(key)
         if hit is None or hit[0] != version:
             w = torch.cat([m.weight.detach() for m in bases])
+            w = w.to(torch.bfloat16) if self.bf16 else w
             hit = self._packed[key] = (version, torch.ops.mkldnn._reorder_linear_weight(w, self.rows_hint))
         packed, bias = hit[1], None
         if any(m.bias is not None for m in bases):  # read at each decode, as the adapters are
             bias = torch.cat(
                 [m.bias.detach() if m.bias is not None else m.weight.new_zeros(m.out_features) for m in bases]
-            )
-        linear = torch.ops.mkldnn._linear_pointwise
+            ).to(packed.dtype)
+        pointwise = torch.ops.mkldnn._linear_pointwise
+        if self.bf16:  # bf16 in and out of oneDNN (fp32 accumulation inside), fp32 around it
+
+            def linear(x, packed, bias, *args):
+                return pointwise(x.to(torch.bfloat16), packed, bias, *args).float()
+
+        else:
+            linear = pointwise
         if not any(terms):
             return lambda x: linear(x, packed, bias, "none", [], "")
-        a_t, b_t = _stacked_lora(bases, terms)
+        a_t, b_t = _stacked_lora(bases, terms)  # the adapters stay float32
         return lambda x: torch.addmm(linear(x, packed, bias, "none", [], ""), torch.mm(x, a_t), b_t)
 
     def decode_step(self, model, input_ids, attention_mask, positions, group_size: int, max_new_tokens: int):

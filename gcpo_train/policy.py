@@ -142,7 +142,7 @@ def generate_groups(
     calls, so its rollouts are measured together. top_k is disabled (pure temperature/nucleus).
 
     ``kernels`` (``sampling.make_kernels``: a ``PackedLinears`` for ``sampling_kernels`` 'onednn'
-    or 'bf16', a ``fused_decode.FusedKernels`` for 'fused'): all prompts in one ``sampling.decode``
+    or 'bf16', a ``fused_decode.FusedKernels`` for 'fused' or 'fused_bf16'): all prompts in one ``sampling.decode``
     loop on prepacked weights, each group drawn from its own ``torch.Generator(seed)``; the same
     samples up to float rounding (see ``gcpo_train.sampling``).
     """

@@ -128,7 +128,7 @@ class GCPOLoopTrainer:
                 p.requires_grad_(True)
         if cfg.gradient_checkpointing:
             model.gradient_checkpointing_enable()
-        if cfg.sampling_kernels == "fused":  # a model it does not implement is refused here, not at step 1
+        if cfg.sampling_kernels.startswith("fused"):  # a model it does not implement is refused here, not at step 1
             from .fused_decode import llama_of
 
             llama_of(model)

@@ -8,14 +8,20 @@ against the base policy (the gate as the issue writes it) and against the best c
 
     python scripts/choice_gate.py runs/siqa/test.jsonl base.predictions.parquet trained.predictions.parquet
     python scripts/choice_gate.py runs/siqa/test.jsonl --compare figures/train_compare/siqa
+    python scripts/choice_gate.py runs/siqa/test.jsonl --curve RUN/log.jsonl base.predictions.parquet \
+        s1_40.predictions.parquet s1_80.predictions.parquet ... [--figure figures/.../curve]
 
 ``--compare`` prints one markdown row per arm and seed of a ``gcpo compare`` folder (the last
-evaluated step of each run, against the folder's base policy).
+evaluated step of each run, against the folder's base policy). ``--curve`` prints one row per
+evaluated step of one run (the step is the number before ``.predictions.parquet`` in each
+file's name) with the run's training reward and KL from its log, and ``--figure STEM`` draws
+held-out F1 against step beside the base policy and the best option position.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 import sys
 
 import pandas as pd
@@ -93,24 +99,103 @@ def _cells(row: dict) -> str:
 
 def compare_table(data: str, folder: str) -> str:
     """The gate of every arm-seed of a ``gcpo compare`` folder (its last evaluated step, against
-    the folder's base policy), as a markdown table."""
+    the folder's base policy: ``base/all_seeds``, or the seed's own ``base/seed_N`` where the
+    comparison evaluated the base once per seed, as it does for tiny test models), as a markdown
+    table."""
     from pathlib import Path
 
     root = Path(folder)
-    base_path = root / "base" / "all_seeds.predictions.parquet"
-    base = pd.read_parquet(base_path)
+    shared = root / "base" / "all_seeds.predictions.parquet"
+
+    def base_of(seed: str) -> Path:
+        path = shared if shared.exists() else root / "base" / f"seed_{seed}.predictions.parquet"
+        if not path.exists():
+            raise SystemExit(f"{folder}: no base-policy predictions ({shared.name} or {path.name} under base/)")
+        return path
+
     lines = [
         "| arm | seed | F1 | accuracy | Δ vs base [95% CI] | Δ vs best option position [95% CI] "
         "| copies option 1 / 2 / 3 / none |",
         "|---|---|---|---|---|---|---|",
     ]
+    bases = set()
     for run in sorted(root.glob("runs/*/seed_*")):
         evals = sorted(run.glob("eval/step_*.predictions.parquet"))
         if evals:
-            row = gate(data, str(evals[-1]), base)
-            lines.append(f"| {run.parent.name} | {run.name.split('_')[1]} | {_cells(row)} |")
-    lines.append(f"| base policy | | {_cells(gate(data, str(base_path), None))} |")
+            seed = run.name.split("_")[1]
+            bases.add((seed, base_of(seed)))
+            row = gate(data, str(evals[-1]), pd.read_parquet(base_of(seed)))
+            lines.append(f"| {run.parent.name} | {seed} | {_cells(row)} |")
+    for seed, path in sorted(bases) if not shared.exists() else [("", shared)]:
+        seed_cell = f" {seed} " if seed else " "  # the shared base's row keeps the committed table's spacing
+        lines.append(f"| base policy |{seed_cell}| {_cells(gate(data, str(path), None))} |")
     return "\n".join(lines)
+
+
+def _step_of(path: str) -> int:
+    found = re.search(r"(\d+)\.predictions\.parquet$", str(path))
+    if found is None:
+        raise SystemExit(f"{path}: no step in the name (want ..._<step>.predictions.parquet)")
+    return int(found.group(1))
+
+
+def curve_rows(data: str, log: str, base_path: str, paths: list[str]) -> list[dict]:
+    """The gate of one run at each evaluated step (sorted by step), with the run's training
+    reward averaged over the steps since the previous evaluated one and the KL of the step."""
+    from gcpo_train.runlog import read_log
+
+    by_step = {r["step"]: r for r in read_log(log)}
+    base = pd.read_parquet(base_path)
+    rows, previous = [], 0
+    for step, path in sorted((_step_of(p), p) for p in paths):
+        missing = [k for k in range(previous + 1, step + 1) if k not in by_step]
+        if missing:
+            raise SystemExit(f"{log}: step(s) {', '.join(map(str, missing[:5]))} not logged (needed for {path})")
+        window = [by_step[k]["reward_mean"] for k in range(previous + 1, step + 1)]
+        rows.append({"step": step, "reward": sum(window) / len(window), "kl": by_step[step]["kl"]})
+        rows[-1].update(gate(data, path, base))
+        previous = step
+    return rows
+
+
+def curve_table(data: str, log: str, base_path: str, paths: list[str]) -> str:
+    """``curve_rows`` as a markdown table, the base policy first (step 0)."""
+    lines = [
+        "| step | training reward since the previous row (0–2) | KL | F1 | accuracy | Δ vs base [95% CI] "
+        "| Δ vs best option position [95% CI] | copies option 1 / 2 / 3 / none |",
+        "|---:|---:|---:|---|---|---|---|---|",
+        f"| 0 (base) | | | {_cells(gate(data, base_path, None))} |",
+    ]
+    for row in curve_rows(data, log, base_path, paths):
+        lines.append(f"| {row['step']} | {row['reward']:.2f} | {row['kl']:.2f} | {_cells(row)} |")
+    return "\n".join(lines)
+
+
+def curve_figure(data: str, log: str, base_path: str, paths: list[str], stem: str) -> list:
+    """Held-out F1 against step, with each step's 95% CI (the paired CI of its Δ vs the base
+    policy, shifted to the F1 scale), the base policy's F1 and the best option position's."""
+    from gcpo_analysis.plots import plt, save_figure
+
+    rows = curve_rows(data, log, base_path, paths)
+    base = gate(data, base_path, None)
+    best = max(v for k, v in base.items() if k.startswith("F1 always #"))
+    steps = [0] + [r["step"] for r in rows]
+    f1 = [base["F1"]] + [r["F1"] for r in rows]
+    lows, highs = [base["F1"]], [base["F1"]]
+    for r in rows:
+        lo, hi = (float(x) for x in r["CI base"].strip("[]").split(","))
+        lows.append(base["F1"] + lo)
+        highs.append(base["F1"] + hi)
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    ax.fill_between(steps, lows, highs, alpha=0.2, label="95% CI (paired with the base policy)")
+    ax.plot(steps, f1, marker="o", label="trained policy (greedy)")
+    ax.axhline(best, color="C3", linestyle="--", label="always the best option position")
+    ax.axhline(base["F1"], color="grey", linestyle=":", label="base policy")
+    ax.set(xlabel="training step", ylabel="held-out token-F1")
+    ax.legend(fontsize=8, loc="lower right")
+    paths_out = save_figure(fig, stem)
+    plt.close(fig)
+    return paths_out
 
 
 if __name__ == "__main__":
@@ -118,6 +203,16 @@ if __name__ == "__main__":
         raise SystemExit(__doc__)
     if sys.argv[2] == "--compare":
         print(compare_table(sys.argv[1], sys.argv[3]))
+        raise SystemExit(0)
+    if sys.argv[2] == "--curve":
+        args, stem = sys.argv[3:], None
+        if "--figure" in args:
+            k = args.index("--figure")
+            stem, args = args[k + 1], args[:k] + args[k + 2 :]
+        log, base_path, *paths = args
+        print(curve_table(sys.argv[1], log, base_path, paths))
+        if stem:
+            print("wrote", *curve_figure(sys.argv[1], log, base_path, paths, stem))
         raise SystemExit(0)
     data, first, *rest = sys.argv[1:]
     base = pd.read_parquet(first)

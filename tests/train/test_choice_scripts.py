@@ -61,3 +61,81 @@ def test_the_gate_by_hand(tmp_path):
     assert row["Δ vs best constant"] == pytest.approx(0.0) and row["Δ vs base"] == pytest.approx(75.0)
     first = GATE["gate"](str(data), str(base), None)
     assert first["copies option"] == "other:100%" and "Δ vs base" not in first
+
+
+def test_the_curve_by_hand(tmp_path):
+    """--curve: each evaluated step's gate with the training reward averaged since the previous
+    evaluated step and that step's KL (worked by hand); a log missing a step is refused; the
+    figure is written."""
+    recs = [
+        {"question": "q0\nOptions:\n- red apple\n- blue car", "passage": "p", "answer": ["red apple"]},
+        {"question": "q1\nOptions:\n- red apple\n- blue car", "passage": "p", "answer": ["blue car"]},
+    ]
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    from gcpo_analysis.data import load_queries
+
+    ids = list(load_queries("narrativeqa", path=str(data), split="test")["query_id"])
+    refs = [r["answer"] for r in recs]
+
+    def preds(name, answers, scores):
+        path = tmp_path / f"{name}.predictions.parquet"
+        pd.DataFrame({"query_id": ids, "answer": answers, "score": scores, "references": refs}).to_parquet(path)
+        return str(path)
+
+    base = preds("base", ["hm", "hm"], [0.0, 0.0])
+    later = preds("run_4", ["red apple", "blue car"], [100.0, 100.0])
+    early = preds("run_2", ["red apple", "red apple"], [100.0, 0.0])
+    log = tmp_path / "log.jsonl"
+    rewards = [0.0, 1.0, 2.0, 1.0]
+    log.write_text(
+        "".join(json.dumps({"step": k + 1, "reward_mean": r, "kl": k / 10}) + "\n" for k, r in enumerate(rewards))
+    )
+    rows = GATE["curve_rows"](str(data), str(log), base, [later, early])
+    assert [r["step"] for r in rows] == [2, 4]
+    assert [r["reward"] for r in rows] == [pytest.approx(0.5), pytest.approx(1.5)]  # steps 1-2, then 3-4
+    assert [r["kl"] for r in rows] == [pytest.approx(0.1), pytest.approx(0.3)]
+    assert [r["F1"] for r in rows] == [pytest.approx(50.0), pytest.approx(100.0)]
+    assert rows[1]["Δ vs base"] == pytest.approx(100.0) and rows[1]["Δ vs best constant"] == pytest.approx(50.0)
+    table = GATE["curve_table"](str(data), str(log), base, [early, later]).splitlines()
+    assert table[2].startswith("| 0 (base) | | | 0.0 |") and table[3].startswith("| 2 | 0.50 | 0.10 | 50.0 |")
+    written = GATE["curve_figure"](str(data), str(log), base, [early, later], str(tmp_path / "curve"))
+    assert all(p.stat().st_size > 0 for p in written)
+    log.write_text(json.dumps({"step": 1, "reward_mean": 0.0, "kl": 0.0}) + "\n")
+    with pytest.raises(SystemExit, match=r"step\(s\) 2 not logged"):
+        GATE["curve_rows"](str(data), str(log), base, [early])
+
+
+def test_compare_table_reads_a_per_seed_base(tmp_path):
+    """--compare on a folder whose base policy was evaluated once per seed (tiny models): each
+    run is paired with its own seed's base, one base row per seed; a folder without any base is
+    refused by name."""
+    recs = [
+        {"question": "q0\nOptions:\n- red apple\n- blue car", "passage": "p", "answer": ["red apple"]},
+        {"question": "q1\nOptions:\n- red apple\n- blue car", "passage": "p", "answer": ["blue car"]},
+    ]
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    from gcpo_analysis.data import load_queries
+
+    ids = list(load_queries("narrativeqa", path=str(data), split="test")["query_id"])
+    refs = [r["answer"] for r in recs]
+
+    def preds(path, scores):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        frame = {"query_id": ids, "answer": ["red apple", "x"], "score": scores, "references": refs}
+        pd.DataFrame(frame).to_parquet(path)
+
+    folder = tmp_path / "cmp"
+    preds(folder / "base" / "seed_0.predictions.parquet", [0.0, 0.0])
+    preds(folder / "base" / "seed_1.predictions.parquet", [100.0, 0.0])
+    for seed in (0, 1):
+        preds(folder / "runs" / "none" / f"seed_{seed}" / "eval" / "step_000002.predictions.parquet", [100.0, 0.0])
+    table = GATE["compare_table"](str(data), str(folder)).splitlines()
+    assert table[2].startswith("| none | 0 | 50.0 | 50.0 | +50.0 ")  # against seed 0's base (F1 0)
+    assert table[3].startswith("| none | 1 | 50.0 | 50.0 | +0.0 ")  # against seed 1's (F1 50)
+    assert [line.split("|")[1:3] for line in table[4:]] == [[" base policy ", " 0 "], [" base policy ", " 1 "]]
+    for path in (folder / "base").iterdir():
+        path.unlink()
+    with pytest.raises(SystemExit, match="no base-policy predictions"):
+        GATE["compare_table"](str(data), str(folder))

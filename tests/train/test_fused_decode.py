@@ -1,7 +1,11 @@
 """``sampling_kernels: fused`` (gcpo_train/fused_decode.py): its hand-written Llama decode step
 gives the logits of the transformers model's full forward (no cache), with and without peft LoRA,
 for left-padded prompts of different lengths; greedy and seeded samples equal 'onednn''s and
-'exact''s on the tiny model; what it does not implement is refused, naming 'onednn'."""
+'exact''s on the tiny model; what it does not implement is refused, naming 'onednn'.
+``fused_bf16``: the same step with the base weights and the linear layers' inputs in bfloat16,
+checked against the full forward with every base linear layer rounded the same way."""
+
+import contextlib
 
 import pytest
 
@@ -59,9 +63,17 @@ def test_fused_logits_are_the_full_forwards_at_every_decode_step(policy, one_cal
     rows without a cache, at the positions they predict; with either attention layout."""
     monkeypatch.setattr(fused_decode, "ONE_CALL_KEYS", one_call_keys)
     model, tok = policy
+    got, want = _decode_logits(model, tok, FusedKernels())
+    assert want.abs().max() > 1.0  # peaked logits, not a near-uniform model where anything agrees
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5 * float(want.abs().max()))
+
+
+def _decode_logits(model, tok, kernels, reference=None):
+    """(the logits ``kernels``' step gave at each of 12 decode steps (T, rows, V), a full forward's
+    logits at the same positions, run under ``reference`` (a context manager) if given)."""
     ids, att = _encode(tok, [*PROMPTS, "who"], None, None)
     assert int(att[-1].sum()) == 1
-    kernels, seen = FusedKernels(), []
+    seen = []
 
     def recording(*args):
         step = kernels.decode_step(*args)
@@ -77,12 +89,67 @@ def test_fused_logits_are_the_full_forwards_at_every_decode_step(policy, one_cal
     P, T = ids.shape[1], len(seen)
     assert T == 12 and seqs.shape == (8, P + T)
     full_att = torch.cat([att.repeat_interleave(2, dim=0), att.new_ones(8, T)], dim=1)
-    with torch.no_grad():
+    with torch.no_grad(), reference if reference is not None else contextlib.nullcontext():
         full = model(input_ids=seqs, attention_mask=full_att, position_ids=position_ids(full_att)).logits
-    want = full[:, P - 1 : P - 1 + T].transpose(0, 1)  # (T, rows, V): the logits that predict each new token
-    got = torch.stack(seen)
-    assert want.abs().max() > 1.0  # peaked logits, not a near-uniform model where anything agrees
-    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5 * float(want.abs().max()))
+    return torch.stack(seen), full[:, P - 1 : P - 1 + T].transpose(0, 1)  # the logits that predict each new token
+
+
+needs_bf16 = pytest.mark.skipif(not torch.ops.mkldnn._is_mkldnn_bf16_supported(), reason="no oneDNN bf16 on this CPU")
+
+
+@contextlib.contextmanager
+def _bf16_base_linears(model):
+    """Every base ``nn.Linear`` (not LoRA's A and B) computed as fused_bf16 does: weight, bias and
+    input rounded to bfloat16, the product in float32, rounded to bfloat16 (oneDNN's output)."""
+    saved = []
+    for name, m in model.named_modules():
+        if type(m) is torch.nn.Linear and "lora_" not in name:
+
+            def forward(x, m=m):
+                b = None if m.bias is None else m.bias.bfloat16().float()
+                y = torch.nn.functional.linear(x.bfloat16().float(), m.weight.bfloat16().float(), b)
+                return y.bfloat16().float()
+
+            m.forward = forward
+            saved.append(m)
+    try:
+        yield
+    finally:
+        for m in saved:
+            del m.forward
+
+
+@needs_bf16
+def test_fused_bf16_logits_are_the_bf16_rounded_forwards(policy):
+    """fused_bf16 against an independent rounding of the same model (the full forward, every base
+    linear layer's weight and input rounded to bf16, fp32 products): equal up to fp32 summation
+    order and the last bf16 rounding of an output; and visibly not the float32 logits."""
+    model, tok = policy
+    got, want = _decode_logits(model, tok, FusedKernels(bf16=True), _bf16_base_linears(model))
+    _, fp32 = _decode_logits(model, tok, FusedKernels())
+    scale = float(want.abs().max())
+    torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2 * scale)
+    off_bf16, off_fp32 = (got - want).abs().mean(), (got - fp32).abs().mean()
+    assert off_fp32 > 1e-4 * scale  # rounded to bf16, not the fp32 step
+    assert off_bf16 < 0.5 * off_fp32  # and closer to the bf16 rounding than to fp32
+
+
+@needs_bf16
+def test_fused_bf16_samples_mostly_match_fused_and_the_knob_is_accepted():
+    """Seeded samples from the bf16 rounding of the policy: valid, drawn, and the same as float32's
+    on most rows of the tiny model (a token differs where the rounding moves a draw across a
+    boundary); the name is a sampling_kernels choice."""
+    model, tok = _llama(lora=True)
+    runs = {
+        k: generate_groups(
+            model, tok, PROMPTS, 4, max_new_tokens=10, temperature=0.9, seeds=SEEDS, kernels=make_kernels(k)
+        )
+        for k in ("fused", "fused_bf16")
+    }
+    same = sum(a == b for a, b in zip(runs["fused"].texts, runs["fused_bf16"].texts))
+    assert same >= len(runs["fused"].texts) // 2
+    assert len(set(runs["fused_bf16"].texts)) > 3
+    assert make_kernels("fused_bf16").kernels == "fused_bf16"
 
 
 def test_fused_greedy_and_seeded_samples_are_onednns_and_generates(policy):

@@ -159,7 +159,7 @@ def test_growing_cache_writes_in_place_and_grows_past_its_capacity():
 
 def test_check_kernels_refuses_what_cannot_run():
     check_kernels("exact", "cuda")
-    with pytest.raises(ValueError, match="one of exact, onednn, bf16, fused"):
+    with pytest.raises(ValueError, match="one of exact, onednn, bf16, fused, fused_bf16"):
         check_kernels("fast")
     with pytest.raises(ValueError, match="for CPU runs"):
         check_kernels("onednn", "cuda")
@@ -182,11 +182,14 @@ def test_config_knob_validated_and_out_of_the_identity_at_its_default(tmp_path):
 
 
 @needs_onednn
-@pytest.mark.parametrize("fast", ["onednn", "fused"])
+@pytest.mark.parametrize("fast", ["onednn", "fused", "fused_bf16"])
 def test_a_training_step_and_its_evaluation_on_packed_kernels(tmp_path, fast):
-    """The loop's step 1 with sampling_kernels 'onednn' or 'fused' samples the rollouts 'exact'
-    samples (tiny model: rounding never reaches a token), and its greedy evaluation decodes alike."""
+    """The loop's step 1 with sampling_kernels 'onednn', 'fused' or 'fused_bf16' samples the
+    rollouts 'exact' samples (tiny model: rounding, even bf16's, never reaches a token; the loss
+    scores them in float32 whichever sampler drew them), and its greedy evaluation decodes alike."""
     pytest.importorskip("peft")
+    if fast == "fused_bf16" and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        pytest.skip("no oneDNN bf16 on this CPU")
     pytest.importorskip("accelerate")
     from helpers.loop_setup import make
 
