@@ -9,13 +9,15 @@ against the base policy (the gate as the issue writes it) and against the best c
     python scripts/choice_gate.py runs/siqa/test.jsonl base.predictions.parquet trained.predictions.parquet
     python scripts/choice_gate.py runs/siqa/test.jsonl --compare figures/train_compare/siqa
     python scripts/choice_gate.py runs/siqa/test.jsonl --curve RUN/log.jsonl base.predictions.parquet \
-        s1_40.predictions.parquet s1_80.predictions.parquet ... [--figure figures/.../curve]
+        s1_40.predictions.parquet s1_80.predictions.parquet ... [--figure STEM] [--versus OTHER_40... ...]
 
 ``--compare`` prints one markdown row per arm and seed of a ``gcpo compare`` folder (the last
 evaluated step of each run, against the folder's base policy). ``--curve`` prints one row per
 evaluated step of one run (the step is the number before ``.predictions.parquet`` in each
-file's name) with the run's training reward and KL from its log, and ``--figure STEM`` draws
-held-out F1 against step beside the base policy and the best option position.
+file's name) with the run's training reward and KL from its log (and ω's range from the
+rollouts beside it), ``--versus`` (last) adds Δ against another run's predictions at the same
+steps, and ``--figure STEM`` draws held-out F1 against step beside the base policy and the best
+option position.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import functools
 import re
 import sys
+from pathlib import Path
 
 import pandas as pd
 
@@ -139,12 +142,32 @@ def _step_of(path: str) -> int:
     return int(found.group(1))
 
 
-def curve_rows(data: str, log: str, base_path: str, paths: list[str]) -> list[dict]:
+def _omega_range(rollouts: Path, steps: range) -> str:
+    """ω's 5th–95th percentile over the groups of ``steps`` (``compare_report.omega_per_group``:
+    1.000–1.000 for GRPO), from the run's rollouts folder."""
+    import numpy as np
+
+    from gcpo_train.compare_report import omega_per_group
+
+    files = [rollouts / f"step_{k:06d}.parquet" for k in steps]
+    if not all(f.exists() for f in files):
+        raise SystemExit(f"{rollouts}: the rollouts of steps {steps.start}-{steps.stop - 1} are not all there")
+    columns = ["step", "query_id", "reward", "advantage"]
+    w = np.concatenate([omega_per_group(pd.read_parquet(f, columns=columns)) for f in files])
+    return "—" if not w.size else f"{np.quantile(w, 0.05):.2f}–{np.quantile(w, 0.95):.2f}"
+
+
+def curve_rows(data: str, log: str, base_path: str, paths: list[str], versus: list[str] = ()) -> list[dict]:
     """The gate of one run at each evaluated step (sorted by step), with the run's training
-    reward averaged over the steps since the previous evaluated one and the KL of the step."""
+    reward averaged over the steps since the previous evaluated one, the KL of the step, ω's
+    range over those steps (when the log's folder has its rollouts), and, for the steps that
+    ``versus`` (another run's predictions files) also evaluated, Δ against that run, paired by
+    query."""
     from gcpo_train.runlog import read_log
 
     by_step = {r["step"]: r for r in read_log(log)}
+    rollouts = Path(log).parent / "rollouts"
+    other = {_step_of(p): p for p in versus}
     base = pd.read_parquet(base_path)
     rows, previous = [], 0
     for step, path in sorted((_step_of(p), p) for p in paths):
@@ -152,50 +175,70 @@ def curve_rows(data: str, log: str, base_path: str, paths: list[str]) -> list[di
         if missing:
             raise SystemExit(f"{log}: step(s) {', '.join(map(str, missing[:5]))} not logged (needed for {path})")
         window = [by_step[k]["reward_mean"] for k in range(previous + 1, step + 1)]
-        rows.append({"step": step, "reward": sum(window) / len(window), "kl": by_step[step]["kl"]})
-        rows[-1].update(gate(data, path, base))
+        row = {"step": step, "reward": sum(window) / len(window), "kl": by_step[step]["kl"]}
+        if rollouts.is_dir():
+            row["omega"] = _omega_range(rollouts, range(previous + 1, step + 1))
+        row.update(gate(data, path, base))
+        if step in other:
+            d = paired_gain(pd.read_parquet(other[step]), pd.read_parquet(path))
+            row["versus"] = f"{_signed(d['diff'])} [{d['ci_low']:+.1f}, {d['ci_high']:+.1f}]".replace("-", "−")
+        rows.append(row)
         previous = step
     return rows
 
 
-def curve_table(data: str, log: str, base_path: str, paths: list[str]) -> str:
-    """``curve_rows`` as a markdown table, the base policy first (step 0)."""
+def curve_table(data: str, log: str, base_path: str, paths: list[str], versus: list[str] = ()) -> str:
+    """``curve_rows`` as a markdown table, the base policy first (step 0); the ω and "Δ vs the
+    other run" columns appear when there is something to put in them."""
+    rows = curve_rows(data, log, base_path, paths, versus)
+    extra = [c for c in ("omega", "versus") if any(c in r for r in rows)]
+    names = {"omega": "ω p5–p95 since the previous row", "versus": "Δ vs the other run [95% CI]"}
     lines = [
         "| step | training reward since the previous row (0–2) | KL | F1 | accuracy | Δ vs base [95% CI] "
-        "| Δ vs best option position [95% CI] | copies option 1 / 2 / 3 / none |",
-        "|---:|---:|---:|---|---|---|---|---|",
-        f"| 0 (base) | | | {_cells(gate(data, base_path, None))} |",
+        "| Δ vs best option position [95% CI] | copies option 1 / 2 / 3 / none |"
+        + "".join(f" {names[c]} |" for c in extra),
+        "|---:|---:|---:|---|---|---|---|---|" + "---|" * len(extra),
+        f"| 0 (base) | | | {_cells(gate(data, base_path, None))} |" + " |" * len(extra),
     ]
-    for row in curve_rows(data, log, base_path, paths):
-        lines.append(f"| {row['step']} | {row['reward']:.2f} | {row['kl']:.2f} | {_cells(row)} |")
+    for row in rows:
+        cells = "".join(f" {row.get(c, '')} |" for c in extra)
+        lines.append(f"| {row['step']} | {row['reward']:.2f} | {row['kl']:.2f} | {_cells(row)} |{cells}")
     return "\n".join(lines)
 
 
-def curve_figure(data: str, log: str, base_path: str, paths: list[str], stem: str) -> list:
-    """Held-out F1 against step, with each step's 95% CI (the paired CI of its Δ vs the base
-    policy, shifted to the F1 scale), the base policy's F1 and the best option position's."""
+def _run_name(path: str) -> str:
+    return re.sub(r"_?\d+\.predictions\.parquet$", "", Path(path).name)
+
+
+def curve_figure(data: str, base_path: str, runs: list[list[str]], stem: str) -> list:
+    """Held-out F1 against step for each run (a list of its predictions files, named by the
+    files' common prefix), each step with its 95% CI (the paired CI of its Δ vs the base policy,
+    shifted to the F1 scale), beside the base policy's F1 and the best option position's."""
     from gcpo_analysis.plots import plt, save_figure
 
-    rows = curve_rows(data, log, base_path, paths)
+    base_frame = pd.read_parquet(base_path)
     base = gate(data, base_path, None)
     best = max(v for k, v in base.items() if k.startswith("F1 always #"))
-    steps = [0] + [r["step"] for r in rows]
-    f1 = [base["F1"]] + [r["F1"] for r in rows]
-    lows, highs = [base["F1"]], [base["F1"]]
-    for r in rows:
-        lo, hi = (float(x) for x in r["CI base"].strip("[]").split(","))
-        lows.append(base["F1"] + lo)
-        highs.append(base["F1"] + hi)
     fig, ax = plt.subplots(figsize=(6, 3.6))
-    ax.fill_between(steps, lows, highs, alpha=0.2, label="95% CI (paired with the base policy)")
-    ax.plot(steps, f1, marker="o", label="trained policy (greedy)")
+    for k, paths in enumerate(runs):
+        rows = sorted((_step_of(p), gate(data, p, base_frame)) for p in paths)
+        steps, f1 = [0] + [s for s, _ in rows], [base["F1"]] + [r["F1"] for _, r in rows]
+        bounds = [(0.0, 0.0)] + [tuple(float(x) for x in r["CI base"].strip("[]").split(",")) for _, r in rows]
+        ax.fill_between(
+            steps,
+            [base["F1"] + lo for lo, _ in bounds],
+            [base["F1"] + hi for _, hi in bounds],
+            color=f"C{k}",
+            alpha=0.15,
+        )
+        ax.plot(steps, f1, marker="o", color=f"C{k}", label=f"{_run_name(paths[0])} (95% CI paired with the base)")
     ax.axhline(best, color="C3", linestyle="--", label="always the best option position")
     ax.axhline(base["F1"], color="grey", linestyle=":", label="base policy")
-    ax.set(xlabel="training step", ylabel="held-out token-F1")
-    ax.legend(fontsize=8, loc="lower right")
-    paths_out = save_figure(fig, stem)
+    ax.set(xlabel="training step", ylabel="held-out token-F1 (greedy)")
+    ax.legend(fontsize=7, loc="lower right")
+    written = save_figure(fig, stem)
     plt.close(fig)
-    return paths_out
+    return written
 
 
 if __name__ == "__main__":
@@ -209,10 +252,14 @@ if __name__ == "__main__":
         if "--figure" in args:
             k = args.index("--figure")
             stem, args = args[k + 1], args[:k] + args[k + 2 :]
+        versus: list[str] = []
+        if "--versus" in args:
+            k = args.index("--versus")
+            args, versus = args[:k], args[k + 1 :]
         log, base_path, *paths = args
-        print(curve_table(sys.argv[1], log, base_path, paths))
+        print(curve_table(sys.argv[1], log, base_path, paths, versus))
         if stem:
-            print("wrote", *curve_figure(sys.argv[1], log, base_path, paths, stem))
+            print("wrote", *curve_figure(sys.argv[1], base_path, [paths, versus] if versus else [paths], stem))
         raise SystemExit(0)
     data, first, *rest = sys.argv[1:]
     base = pd.read_parquet(first)

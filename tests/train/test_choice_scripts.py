@@ -99,7 +99,21 @@ def test_the_curve_by_hand(tmp_path):
     assert rows[1]["Δ vs base"] == pytest.approx(100.0) and rows[1]["Δ vs best constant"] == pytest.approx(50.0)
     table = GATE["curve_table"](str(data), str(log), base, [early, later]).splitlines()
     assert table[2].startswith("| 0 (base) | | | 0.0 |") and table[3].startswith("| 2 | 0.50 | 0.10 | 50.0 |")
-    written = GATE["curve_figure"](str(data), str(log), base, [early, later], str(tmp_path / "curve"))
+    # another run, evaluated at step 4 only: Δ there, paired by query; ω from the rollouts beside the log
+    other = preds("other_4", ["x", "blue car"], [0.0, 100.0])
+    (tmp_path / "rollouts").mkdir()
+    for k in range(1, 5):  # one group a step, rewards 0, 2: A = ∓1; the modulator doubled (then halved) them
+        scale = 2.0 if k <= 2 else 0.5
+        frame = {"step": k, "query_id": "q", "reward": [0.0, 2.0], "advantage": [-scale, scale]}
+        pd.DataFrame(frame).to_parquet(tmp_path / "rollouts" / f"step_{k:06d}.parquet")
+    rows = GATE["curve_rows"](str(data), str(log), base, [later, early], [other])
+    assert [r["omega"] for r in rows] == ["2.00–2.00", "0.50–0.50"]
+    assert "versus" not in rows[0] and rows[1]["versus"] == "+50.0 [+0.0, +100.0]"
+    table = GATE["curve_table"](str(data), str(log), base, [early, later], [other]).splitlines()
+    assert table[0].endswith("| ω p5–p95 since the previous row | Δ vs the other run [95% CI] |")
+    assert table[4].endswith("| 0.50–0.50 | +50.0 [+0.0, +100.0] |")
+    written = GATE["curve_figure"](str(data), base, [[early, later], [other]], str(tmp_path / "curve"))
+    assert GATE["_run_name"](other) == "other"
     assert all(p.stat().st_size > 0 for p in written)
     log.write_text(json.dumps({"step": 1, "reward_mean": 0.0, "kl": 0.0}) + "\n")
     with pytest.raises(SystemExit, match=r"step\(s\) 2 not logged"):

@@ -203,3 +203,14 @@ def test_a_training_step_and_its_evaluation_on_packed_kernels(tmp_path, fast):
     assert evals["exact"]["scores"] == evals[fast]["scores"]
     assert (evals["exact"]["sampling_kernels"], evals[fast]["sampling_kernels"]) == ("exact", fast)
     assert evals[fast]["batch_size"] > evals["exact"]["batch_size"]
+
+
+def test_multinomials_one_draw_is_an_exponential_race():
+    """What docs/developer/benchmarks.md says of the draw the samplers keep: torch.multinomial's
+    one-sample draw is argmax(p / q) with q ~ Exp(1) drawn per vocabulary entry from the same
+    generator, so the exponential samples are its cost, and no cheaper draw gives its tokens."""
+    p = torch.softmax(3 * torch.randn(8, 5000, generator=torch.Generator().manual_seed(0)), dim=-1)
+    for seed in range(5):
+        drawn = torch.multinomial(p, 1, generator=torch.Generator().manual_seed(seed)).squeeze(1)
+        q = torch.empty_like(p).exponential_(generator=torch.Generator().manual_seed(seed))
+        assert torch.equal(drawn, (p / q).argmax(-1))
