@@ -2,9 +2,11 @@
 issue 25's pilot log). For each ``gcpo eval`` predictions file: token-F1 and accuracy (F1 > 0.5,
 the qa_f1 task's), which option the answers copy (exactly, after SQuAD normalisation), the F1
 of "always the k-th option" for each k (a policy that learned the format but reads nothing),
-and two paired differences with 95% bootstrap CIs over queries (``heldout.paired_gain``):
-against the base policy (the gate as the issue writes it) and against the best constant option
-(the gate a policy that reads must also pass).
+and three differences with 95% bootstrap CIs over queries: against the base policy (the gate as
+the issue writes it) and against the best constant option (the bar a policy that reads must
+clear), paired (``heldout.paired_gain``); and against a policy that copies each option as often
+as this one does but at random (``choice_dependence``: whether which option it copies depends
+on the query at all, whatever its position preferences).
 
     python scripts/choice_gate.py runs/siqa/test.jsonl base.predictions.parquet trained.predictions.parquet
     python scripts/choice_gate.py runs/siqa/test.jsonl --compare figures/train_compare/siqa
@@ -27,6 +29,7 @@ import re
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from gcpo_analysis.data import load_queries
@@ -55,6 +58,41 @@ def _questions(data: str) -> pd.Series:
     return load_queries("narrativeqa", path=data, split="test").set_index("query_id")["question"]
 
 
+def choice_dependence(option_f1: np.ndarray, picked: np.ndarray, n_resamples: int = 10_000) -> dict:
+    """Whether WHICH option a policy copies depends on the query: its score minus that of a policy
+    that copies option k as often as it does (p̂_k) but independently of the query (and answers
+    as it does where it copies none),
+
+        Δ = Σ_k mean(1[picks k] · F1_k) − p̂_k · mean(F1_k) = Σ_k cov(1[picks k], F1_k),
+
+    0 in expectation for a policy that reads nothing, however skewed its positions. option_f1
+    (n, K): each query's F1 of option k; picked (n, K): 1 where the answer copies option k. 95%
+    percentile bootstrap CI over queries, p̂ re-estimated in each resample (scipy.stats.bootstrap,
+    paired). Hand-written: no library scores a choice against its own position marginal."""
+    from scipy.stats import bootstrap
+
+    def dependence(f1, on, axis=-1):  # (K, [resamples,] n) -> ([resamples]): Σ_k of the covariance over queries
+        return ((on * f1).mean(axis) - on.mean(axis) * f1.mean(axis)).sum(0)
+
+    f1, on = option_f1.T.astype(float), picked.T.astype(float)
+    d = float(dependence(f1, on))
+    if (on == on[:, :1]).all() or (f1 == f1[:, :1]).all():  # one pick (or none) everywhere: Δ = 0 in every resample
+        return {"Δ vs own positions": d, "CI own": f"[{d:+.1f}, {d:+.1f}]"}
+    res = bootstrap(
+        (f1, on),
+        dependence,
+        paired=True,
+        vectorized=True,
+        axis=-1,
+        confidence_level=0.95,
+        n_resamples=n_resamples,
+        method="percentile",
+        random_state=np.random.default_rng(0),
+    )
+    low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
+    return {"Δ vs own positions": d, "CI own": f"[{low:+.1f}, {high:+.1f}]"}
+
+
 def gate(data: str, path: str, base: pd.DataFrame | None) -> dict:
     preds = pd.read_parquet(path)
     questions = _questions(data)
@@ -79,6 +117,10 @@ def gate(data: str, path: str, base: pd.DataFrame | None) -> dict:
         "copies option": " ".join(f"{k}:{v:.0%}" for k, v in picks.sort_index().items()),
         **{f"F1 always #{k}": float(c["score"].mean()) for k, c in constants.items()},
     }
+    picked = [chosen(a, o) for a, o in zip(preds["answer"], options, strict=True)]
+    on_k = np.array([[p == str(k) for k in range(width)] for p in picked], dtype=float)
+    option_f1 = np.column_stack([c["score"].to_numpy(float) for c in constants.values()])
+    row.update(choice_dependence(option_f1, on_k))
     vs_best = paired_gain(constants[best], preds)
     row.update({"Δ vs best constant": vs_best["diff"], "CI": f"[{vs_best['ci_low']:+.1f}, {vs_best['ci_high']:+.1f}]"})
     if base is not None:
@@ -97,7 +139,8 @@ def _cells(row: dict) -> str:
     copies = " / ".join(shares.get(k, "0%") for k in ("0", "1", "2", "other"))
     vs_base = f"{_signed(row['Δ vs base'])} {row['CI base'].replace('-', '−')}" if "Δ vs base" in row else ""
     vs_best = f"{_signed(row['Δ vs best constant'])} {row['CI'].replace('-', '−')}"
-    return f"{row['F1']:.1f} | {row['Acc']:.1f} | {vs_base} | {vs_best} | {copies}"
+    vs_own = f"{_signed(row['Δ vs own positions'])} {row['CI own'].replace('-', '−')}"
+    return f"{row['F1']:.1f} | {row['Acc']:.1f} | {vs_base} | {vs_best} | {vs_own} | {copies}"
 
 
 def compare_table(data: str, folder: str) -> str:
@@ -118,8 +161,8 @@ def compare_table(data: str, folder: str) -> str:
 
     lines = [
         "| arm | seed | F1 | accuracy | Δ vs base [95% CI] | Δ vs best option position [95% CI] "
-        "| copies option 1 / 2 / 3 / none |",
-        "|---|---|---|---|---|---|---|",
+        "| Δ vs its own positions at random [95% CI] | copies option 1 / 2 / 3 / none |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     bases = set()
     for run in sorted(root.glob("runs/*/seed_*")):
@@ -195,9 +238,9 @@ def curve_table(data: str, log: str, base_path: str, paths: list[str], versus: l
     names = {"omega": "ω p5–p95 since the previous row", "versus": "Δ vs the other run [95% CI]"}
     lines = [
         "| step | training reward since the previous row (0–2) | KL | F1 | accuracy | Δ vs base [95% CI] "
-        "| Δ vs best option position [95% CI] | copies option 1 / 2 / 3 / none |"
-        + "".join(f" {names[c]} |" for c in extra),
-        "|---:|---:|---:|---|---|---|---|---|" + "---|" * len(extra),
+        "| Δ vs best option position [95% CI] | Δ vs its own positions at random [95% CI] "
+        "| copies option 1 / 2 / 3 / none |" + "".join(f" {names[c]} |" for c in extra),
+        "|---:|---:|---:|---|---|---|---|---|---|" + "---|" * len(extra),
         f"| 0 (base) | | | {_cells(gate(data, base_path, None))} |" + " |" * len(extra),
     ]
     for row in rows:
@@ -259,7 +302,8 @@ if __name__ == "__main__":
         log, base_path, *paths = args
         print(curve_table(sys.argv[1], log, base_path, paths, versus))
         if stem:
-            print("wrote", *curve_figure(sys.argv[1], base_path, [paths, versus] if versus else [paths], stem))
+            written = curve_figure(sys.argv[1], base_path, [paths, versus] if versus else [paths], stem)
+            print("wrote", *written, file=sys.stderr)
         raise SystemExit(0)
     data, first, *rest = sys.argv[1:]
     base = pd.read_parquet(first)

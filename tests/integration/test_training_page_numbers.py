@@ -143,3 +143,12 @@ def test_the_siqa_reading_is_the_committed_comparison():
     assert [int(x) for x in up] == [round(100 * (round(s.omega_p5, 2) - 1)), round(100 * (round(s.omega_p95, 2) - 1))]
     n = int(_one(r"beats the base policy on the (\d+) held-out queries")[0])
     assert n == json.loads((folder / "compare.json").read_text())["eval_n"]
+    own = [tuple(_f(x) for x in re.findall(NUM, cells[6])[:3]) for cells in gate]
+    assert _one(r"every one of the (\w+) copies the right option")[0] == "nine" and all(d > 0 for d, _, _ in own)
+    lo, hi = _one(rf"\(Δ from ({NUM}) to\s+({NUM})\s+F1 points")
+    assert [_f(lo), _f(hi)] == [min(d for d, _, _ in own), max(d for d, _, _ in own)]
+    clear = _one(r"the CI clear of 0 in (\w+) of the nine")[0]
+    assert clear == ["none", "one", "two", "three", "four", "five", "six"][sum(low > 0 for _, low, _ in own)]
+    base = next(line for line in (folder / "gate.md").read_text().splitlines() if line.startswith("| base policy"))
+    quoted = _one(rf"the base policy ({NUM}) \[({NUM}), ({NUM})\]\)")
+    assert [_f(x) for x in quoted] == [_f(x) for x in re.findall(NUM, base.split("|")[7])[:3]]

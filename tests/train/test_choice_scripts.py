@@ -59,6 +59,9 @@ def test_the_gate_by_hand(tmp_path):
     assert row["F1"] == pytest.approx(75.0) and row["Acc"] == pytest.approx(75.0)
     assert row["copies option"] == "0:50% 1:50%"
     assert row["Δ vs best constant"] == pytest.approx(0.0) and row["Δ vs base"] == pytest.approx(75.0)
+    # each option copied half the time; at random that scores .5·mean F1(option 1) + .5·mean F1(option 2)
+    # = .5·25 + .5·75 = 50 against its 75: Δ = +25
+    assert row["Δ vs own positions"] == pytest.approx(25.0)
     first = GATE["gate"](str(data), str(base), None)
     assert first["copies option"] == "other:100%" and "Δ vs base" not in first
 
@@ -153,3 +156,28 @@ def test_compare_table_reads_a_per_seed_base(tmp_path):
         path.unlink()
     with pytest.raises(SystemExit, match="no base-policy predictions"):
         GATE["compare_table"](str(data), str(folder))
+
+
+def test_choice_dependence_against_a_naive_bootstrap():
+    """choice_dependence's Δ = Σ_k cov(1[picks k], F1_k) and its CI against a loop that resamples
+    queries and recomputes the position shares; 0 for a policy whose picks ignore the query (one
+    position always), and large for one that always picks the best option."""
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    f1 = rng.uniform(0, 100, (60, 3))
+    on = np.eye(3)[rng.integers(0, 3, 60)]
+
+    def naive(f1, on):
+        return sum(np.mean(on[:, k] * f1[:, k]) - on[:, k].mean() * f1[:, k].mean() for k in range(3))
+
+    got = GATE["choice_dependence"](f1, on)
+    assert got["Δ vs own positions"] == pytest.approx(naive(f1, on))
+    draws = [naive(f1[i], on[i]) for i in rng.integers(0, 60, (4000, 60))]
+    low, high = (float(x) for x in got["CI own"].strip("[]").split(","))
+    assert low == pytest.approx(np.percentile(draws, 2.5), abs=0.6)
+    assert high == pytest.approx(np.percentile(draws, 97.5), abs=0.6)
+    constant = GATE["choice_dependence"](f1, np.eye(3)[np.zeros(60, int)])
+    assert constant == {"Δ vs own positions": pytest.approx(0.0), "CI own": "[+0.0, +0.0]"}
+    best = GATE["choice_dependence"](f1, np.eye(3)[f1.argmax(1)])
+    assert best["Δ vs own positions"] > 10 and float(best["CI own"].strip("[]").split(",")[0]) > 0
