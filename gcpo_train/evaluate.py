@@ -40,7 +40,9 @@ def evaluate(
     ('packaged', hub name, path), or a loaded model (then ``tokenizer`` is required).
     ``config``: a TrainConfig whose data, split and decoding to use; given with a model name
     (e.g. 'packaged', the base policy), the run's own held-out queries are evaluated as they are
-    for its checkpoints, so the two pair by query. A checkpoint brings its own config.
+    for its checkpoints, so the two pair by query. A checkpoint brings its own config, used
+    where ``config`` is None; a given ``config`` names the data, split and decoding to evaluate
+    the checkpoint on (e.g. its run's held-out queries from a file with the passages removed).
     Returns {"dataset", "split", "n", "metrics": task_metrics(...) + mean_reward, "model"}.
     Predictions go next to the JSON as ``<name>.predictions.parquet``, one row per query with
     its ``score`` (the task's metric on 0-100, ``heldout.per_query_scores``) for pairing.
@@ -72,7 +74,8 @@ def evaluate(
     if isinstance(checkpoint_or_model, (str, Path)) and (Path(checkpoint_or_model) / "trainable.pt").exists():
         from .checkpoint import load_trained
 
-        model, tokenizer, config = load_trained(checkpoint_or_model, device)
+        model, tokenizer, saved = load_trained(checkpoint_or_model, device)
+        config = saved if config is None else config  # a --config given with a checkpoint is what to evaluate
     elif isinstance(checkpoint_or_model, (str, Path)):
         model, tokenizer = load_model_and_tokenizer(str(checkpoint_or_model), config.dtype if config else "float32")
         if device:

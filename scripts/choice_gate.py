@@ -13,6 +13,7 @@ on the query at all, whatever its position preferences).
     python scripts/choice_gate.py runs/siqa/test.jsonl --curve RUN/log.jsonl base.predictions.parquet \
         s1_40.predictions.parquet s1_80.predictions.parquet ... [--figure STEM] [--versus OTHER_40... ...]
 
+``--table BASE PRED...`` prints one markdown row per predictions file (against BASE).
 ``--compare`` prints one markdown row per arm and seed of a ``gcpo compare`` folder (the last
 evaluated step of each run, against the folder's base policy). ``--curve`` prints one row per
 evaluated step of one run (the step is the number before ``.predictions.parquet`` in each
@@ -249,6 +250,20 @@ def curve_table(data: str, log: str, base_path: str, paths: list[str], versus: l
     return "\n".join(lines)
 
 
+def files_table(data: str, base_path: str, paths: list[str]) -> str:
+    """The gate of each predictions file against the base policy's (``base_path``), one markdown
+    row each, named by the file."""
+    base = pd.read_parquet(base_path)
+    lines = [
+        "| predictions | F1 | accuracy | Δ vs base [95% CI] | Δ vs best option position [95% CI] "
+        "| Δ vs its own positions at random [95% CI] | copies option 1 / 2 / 3 / none |",
+        "|---|---|---|---|---|---|---|",
+        f"| {Path(base_path).name} (base) | {_cells(gate(data, base_path, None))} |",
+    ]
+    lines += [f"| {Path(p).name} | {_cells(gate(data, p, base))} |" for p in paths]
+    return "\n".join(lines)
+
+
 def _run_name(path: str) -> str:
     return re.sub(r"_?\d+\.predictions\.parquet$", "", Path(path).name)
 
@@ -289,6 +304,9 @@ if __name__ == "__main__":
         raise SystemExit(__doc__)
     if sys.argv[2] == "--compare":
         print(compare_table(sys.argv[1], sys.argv[3]))
+        raise SystemExit(0)
+    if sys.argv[2] == "--table":
+        print(files_table(sys.argv[1], sys.argv[3], sys.argv[4:]))
         raise SystemExit(0)
     if sys.argv[2] == "--curve":
         args, stem = sys.argv[3:], None

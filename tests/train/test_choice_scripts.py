@@ -62,6 +62,9 @@ def test_the_gate_by_hand(tmp_path):
     # each option copied half the time; at random that scores .5·mean F1(option 1) + .5·mean F1(option 2)
     # = .5·25 + .5·75 = 50 against its 75: Δ = +25
     assert row["Δ vs own positions"] == pytest.approx(25.0)
+    table = GATE["files_table"](str(data), str(base), [str(trained)]).splitlines()
+    assert table[2].startswith("| base.parquet (base) | 0.0 | 0.0 |  |")
+    assert table[3].startswith("| trained.parquet | 75.0 | 75.0 | +75.0 ") and "| +25.0 [" in table[3]
     first = GATE["gate"](str(data), str(base), None)
     assert first["copies option"] == "other:100%" and "Δ vs base" not in first
 

@@ -82,6 +82,36 @@ def test_the_loop_and_the_evaluation_use_the_config_s_template(tmp_path):
     assert evaluated == ["math_one_shot", "math_one_shot"]
 
 
+def test_a_checkpoint_is_evaluated_under_the_config_given_with_it(tmp_path):
+    """evaluate(checkpoint) uses the checkpoint's own config, and a config given with it instead
+    (gcpo eval CHECKPOINT --config C): C's template here; before, C was ignored without a word."""
+    pytest.importorskip("peft")
+    from helpers.embedders import HashEmbedder
+    from helpers.loop_setup import loop_config, queries, word_reward
+
+    import gcpo_analysis.prompts as prompts
+    from gcpo_train.evaluate import evaluate
+    from gcpo_train.trainer import GCPOLoopTrainer
+
+    config = TrainConfig(**loop_config(tmp_path, steps=1, checkpoint_every=1))
+    GCPOLoopTrainer(config, queries=queries(), reward_fn=word_reward, embedder=HashEmbedder()).train()
+    checkpoint = tmp_path / "run" / "checkpoints" / "step_000001"
+    other = TrainConfig(**loop_config(tmp_path, "other", steps=1, prompt="math_one_shot"))
+    evaluated, original = [], prompts.build_prompt
+
+    def spy(row, tokenizer, max_context_tokens=None, template=None):
+        evaluated.append(template)
+        return original(row, tokenizer, max_context_tokens=max_context_tokens, template=template)
+
+    prompts.build_prompt = spy
+    try:
+        evaluate(str(checkpoint), "narrativeqa", queries=queries(2), progress=False)
+        evaluate(str(checkpoint), "narrativeqa", queries=queries(2), config=other, progress=False)
+    finally:
+        prompts.build_prompt = original
+    assert evaluated == [None, None, "math_one_shot", "math_one_shot"]
+
+
 def test_the_trl_dataset_uses_the_config_s_template():
     pytest.importorskip("datasets")
     from helpers.loop_setup import queries
