@@ -59,6 +59,10 @@ def _questions(data: str) -> pd.Series:
     return load_queries("narrativeqa", path=data, split="test").set_index("query_id")["question"]
 
 
+def _ci(low: float, high: float) -> str:
+    return f"[{float(low):+.1f}, {float(high):+.1f}]"
+
+
 def choice_dependence(option_f1: np.ndarray, picked: np.ndarray, n_resamples: int = 10_000) -> dict:
     """Whether WHICH option a policy copies depends on the query: its score minus that of a policy
     that copies option k as often as it does (p̂_k) but independently of the query (and answers
@@ -78,7 +82,7 @@ def choice_dependence(option_f1: np.ndarray, picked: np.ndarray, n_resamples: in
     f1, on = option_f1.T.astype(float), picked.T.astype(float)
     d = float(dependence(f1, on))
     if (on == on[:, :1]).all() or (f1 == f1[:, :1]).all():  # one pick (or none) everywhere: Δ = 0 in every resample
-        return {"Δ vs own positions": d, "CI own": f"[{d:+.1f}, {d:+.1f}]"}
+        return {"Δ vs own positions": d, "CI own": _ci(d, d)}
     res = bootstrap(
         (f1, on),
         dependence,
@@ -90,8 +94,7 @@ def choice_dependence(option_f1: np.ndarray, picked: np.ndarray, n_resamples: in
         method="percentile",
         random_state=np.random.default_rng(0),
     )
-    low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
-    return {"Δ vs own positions": d, "CI own": f"[{low:+.1f}, {high:+.1f}]"}
+    return {"Δ vs own positions": d, "CI own": _ci(res.confidence_interval.low, res.confidence_interval.high)}
 
 
 def gate(data: str, path: str, base: pd.DataFrame | None) -> dict:
@@ -107,9 +110,8 @@ def gate(data: str, path: str, base: pd.DataFrame | None) -> dict:
         for k in range(width)
     }
     best = max(constants, key=lambda k: constants[k]["score"].mean())
-    picks = pd.Series([chosen(a, o) for a, o in zip(preds["answer"], options, strict=True)]).value_counts(
-        normalize=True
-    )
+    picked = [chosen(a, o) for a, o in zip(preds["answer"], options, strict=True)]
+    picks = pd.Series(picked).value_counts(normalize=True)
     row = {
         "file": path,
         "n": len(preds),
@@ -118,15 +120,14 @@ def gate(data: str, path: str, base: pd.DataFrame | None) -> dict:
         "copies option": " ".join(f"{k}:{v:.0%}" for k, v in picks.sort_index().items()),
         **{f"F1 always #{k}": float(c["score"].mean()) for k, c in constants.items()},
     }
-    picked = [chosen(a, o) for a, o in zip(preds["answer"], options, strict=True)]
     on_k = np.array([[p == str(k) for k in range(width)] for p in picked], dtype=float)
     option_f1 = np.column_stack([c["score"].to_numpy(float) for c in constants.values()])
     row.update(choice_dependence(option_f1, on_k))
     vs_best = paired_gain(constants[best], preds)
-    row.update({"Δ vs best constant": vs_best["diff"], "CI": f"[{vs_best['ci_low']:+.1f}, {vs_best['ci_high']:+.1f}]"})
+    row.update({"Δ vs best constant": vs_best["diff"], "CI": _ci(vs_best["ci_low"], vs_best["ci_high"])})
     if base is not None:
         vs_base = paired_gain(base, preds)
-        row.update({"Δ vs base": vs_base["diff"], "CI base": f"[{vs_base['ci_low']:+.1f}, {vs_base['ci_high']:+.1f}]"})
+        row.update({"Δ vs base": vs_base["diff"], "CI base": _ci(vs_base["ci_low"], vs_base["ci_high"])})
     return row
 
 
@@ -149,8 +150,6 @@ def compare_table(data: str, folder: str) -> str:
     the folder's base policy: ``base/all_seeds``, or the seed's own ``base/seed_N`` where the
     comparison evaluated the base once per seed, as it does for tiny test models), as a markdown
     table."""
-    from pathlib import Path
-
     root = Path(folder)
     shared = root / "base" / "all_seeds.predictions.parquet"
 
@@ -170,8 +169,9 @@ def compare_table(data: str, folder: str) -> str:
         evals = sorted(run.glob("eval/step_*.predictions.parquet"))
         if evals:
             seed = run.name.split("_")[1]
-            bases.add((seed, base_of(seed)))
-            row = gate(data, str(evals[-1]), pd.read_parquet(base_of(seed)))
+            base_path = base_of(seed)
+            bases.add((seed, base_path))
+            row = gate(data, str(evals[-1]), pd.read_parquet(base_path))
             lines.append(f"| {run.parent.name} | {seed} | {_cells(row)} |")
     for seed, path in sorted(bases) if not shared.exists() else [("", shared)]:
         seed_cell = f" {seed} " if seed else " "  # the shared base's row keeps the committed table's spacing
@@ -189,8 +189,6 @@ def _step_of(path: str) -> int:
 def _omega_range(rollouts: Path, steps: range) -> str:
     """ω's 5th–95th percentile over the groups of ``steps`` (``compare_report.omega_per_group``:
     1.000–1.000 for GRPO), from the run's rollouts folder."""
-    import numpy as np
-
     from gcpo_train.compare_report import omega_per_group
 
     files = [rollouts / f"step_{k:06d}.parquet" for k in steps]
@@ -225,7 +223,7 @@ def curve_rows(data: str, log: str, base_path: str, paths: list[str], versus: li
         row.update(gate(data, path, base))
         if step in other:
             d = paired_gain(pd.read_parquet(other[step]), pd.read_parquet(path))
-            row["versus"] = f"{_signed(d['diff'])} [{d['ci_low']:+.1f}, {d['ci_high']:+.1f}]".replace("-", "−")
+            row["versus"] = f"{_signed(d['diff'])} {_ci(d['ci_low'], d['ci_high'])}".replace("-", "−")
         rows.append(row)
         previous = step
     return rows
