@@ -108,12 +108,13 @@ def policy_gap(model, tok, prompts, reference, kernels, G: int, temperature: flo
     ``reference`` (their unfinished rows): how far a bf16 sampler's policy is from π_θ."""
     import torch
 
+    from gcpo_analysis.tokens import position_ids
     from gcpo_train.fused_decode import FusedKernels
     from gcpo_train.policy import _encode
     from gcpo_train.sampling import model_step
 
     ids, att = _encode(tok, prompts, None, None)
-    positions = (att.long().cumsum(-1) - 1).clamp(min=0)
+    positions = position_ids(att)
     completion, live = reference.completion_ids, reference.completion_mask.bool()
     T = completion.shape[1]
     probs = []

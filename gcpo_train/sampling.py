@@ -40,6 +40,7 @@ import functools
 from typing import Any
 
 from gcpo_analysis.models import require
+from gcpo_analysis.tokens import position_ids
 
 from .logprobs import cache_argument, output_cache, run_prompt_once
 
@@ -220,7 +221,7 @@ def decode(
             warpers.append(TemperatureLogitsWarper(temperature))
         if top_p < 1.0:
             warpers.append(TopPLogitsWarper(top_p))
-    positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+    positions = position_ids(attention_mask)
     eos = torch.tensor(eos_ids, dtype=input_ids.dtype, device=input_ids.device)
     rows = Q * G
     tokens = input_ids.new_full((rows, max_new_tokens), pad_token_id)
