@@ -31,25 +31,42 @@ def test_malformed_records_are_refused_by_line(options, answer, match):
         AS_QA["as_qa"]({"question": "q", "options": options, "answer": answer}, "f line 7")
 
 
-def test_the_gate_by_hand(tmp_path):
-    recs = [
-        {"question": "q0\nOptions:\n- red apple\n- blue car", "passage": "p", "answer": ["red apple"]},
-        {"question": "q1\nOptions:\n- red apple\n- blue car", "passage": "p", "answer": ["blue car"]},
-        {"question": "q2\nOptions:\n- green tree\n- old house", "passage": "p", "answer": ["old house"]},
-        {"question": "q3\nOptions:\n- green tree\n- old house", "passage": "p", "answer": ["old house"]},
-    ]
-    data = tmp_path / "d.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in recs))
+APPLES = [
+    {"question": "q0\nOptions:\n- red apple\n- blue car", "passage": "p", "answer": ["red apple"]},
+    {"question": "q1\nOptions:\n- red apple\n- blue car", "passage": "p", "answer": ["blue car"]},
+]
+
+
+def _choice_data(tmp_path, recs):
+    """(the records as a QA data file, a writer of predictions files for its queries:
+    preds(path, answers, scores) -> str(path))."""
     from gcpo_analysis.data import load_queries
 
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in recs))
     ids = list(load_queries("narrativeqa", path=str(data), split="test")["query_id"])
     refs = [r["answer"] for r in recs]
 
+    def preds(path, answers, scores):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pd.DataFrame({"query_id": ids, "answer": answers, "score": scores, "references": refs}).to_parquet(path)
+        return str(path)
+
+    return str(data), preds
+
+
+def test_the_gate_by_hand(tmp_path):
+    data, write = _choice_data(
+        tmp_path,
+        [
+            *APPLES,
+            {"question": "q2\nOptions:\n- green tree\n- old house", "passage": "p", "answer": ["old house"]},
+            {"question": "q3\nOptions:\n- green tree\n- old house", "passage": "p", "answer": ["old house"]},
+        ],
+    )
+
     def preds(name, answers, scores):
-        path = tmp_path / f"{name}.parquet"
-        frame = {"query_id": ids, "answer": answers, "score": scores, "references": refs}
-        pd.DataFrame(frame).to_parquet(path)
-        return path
+        return write(tmp_path / f"{name}.parquet", answers, scores)
 
     base = preds("base", ["I think so", "no", "a tree", "no idea"], [0.0, 0.0, 0.0, 0.0])
     trained = preds("trained", ["Red apple.", "blue car", "old house", "green tree"], [100.0, 100.0, 100.0, 0.0])
@@ -73,21 +90,10 @@ def test_the_curve_by_hand(tmp_path):
     """--curve: each evaluated step's gate with the training reward averaged since the previous
     evaluated step and that step's KL (worked by hand); a log missing a step is refused; the
     figure is written."""
-    recs = [
-        {"question": "q0\nOptions:\n- red apple\n- blue car", "passage": "p", "answer": ["red apple"]},
-        {"question": "q1\nOptions:\n- red apple\n- blue car", "passage": "p", "answer": ["blue car"]},
-    ]
-    data = tmp_path / "d.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in recs))
-    from gcpo_analysis.data import load_queries
-
-    ids = list(load_queries("narrativeqa", path=str(data), split="test")["query_id"])
-    refs = [r["answer"] for r in recs]
+    data, write = _choice_data(tmp_path, APPLES)
 
     def preds(name, answers, scores):
-        path = tmp_path / f"{name}.predictions.parquet"
-        pd.DataFrame({"query_id": ids, "answer": answers, "score": scores, "references": refs}).to_parquet(path)
-        return str(path)
+        return write(tmp_path / f"{name}.predictions.parquet", answers, scores)
 
     base = preds("base", ["hm", "hm"], [0.0, 0.0])
     later = preds("run_4", ["red apple", "blue car"], [100.0, 100.0])
@@ -130,21 +136,10 @@ def test_compare_table_reads_a_per_seed_base(tmp_path):
     """--compare on a folder whose base policy was evaluated once per seed (tiny models): each
     run is paired with its own seed's base, one base row per seed; a folder without any base is
     refused by name."""
-    recs = [
-        {"question": "q0\nOptions:\n- red apple\n- blue car", "passage": "p", "answer": ["red apple"]},
-        {"question": "q1\nOptions:\n- red apple\n- blue car", "passage": "p", "answer": ["blue car"]},
-    ]
-    data = tmp_path / "d.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in recs))
-    from gcpo_analysis.data import load_queries
-
-    ids = list(load_queries("narrativeqa", path=str(data), split="test")["query_id"])
-    refs = [r["answer"] for r in recs]
+    data, write = _choice_data(tmp_path, APPLES)
 
     def preds(path, scores):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        frame = {"query_id": ids, "answer": ["red apple", "x"], "score": scores, "references": refs}
-        pd.DataFrame(frame).to_parquet(path)
+        write(path, ["red apple", "x"], scores)
 
     folder = tmp_path / "cmp"
     preds(folder / "base" / "seed_0.predictions.parquet", [0.0, 0.0])
