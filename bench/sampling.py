@@ -175,7 +175,7 @@ def main() -> None:
         if kernels[s] is not None:
             packed_mib[s] = sum(hit[1].nbytes for hit in kernels[s]._packed.values()) / 2**20  # (key, packed, ...)
     per_step = {(s, q): [] for s in samplers for q in qs}
-    same = {}
+    same, exact = {}, {}  # exact: its rollouts of each Q (the same seeds every round)
     for _ in range(args.rounds):
         for q in qs:
             reference = None
@@ -183,16 +183,15 @@ def main() -> None:
                 wall, cpu, batch = clock(sample, s, q)
                 per_step[(s, q)].append((wall / batch.n_completion, cpu / batch.n_completion))
                 if s == "exact":
-                    reference = batch
+                    reference = exact[q] = batch
                 elif reference is not None and (s, q) not in same:
                     n = min(reference.n_completion, batch.n_completion)
                     rows = (reference.completion_ids[:, :n] == batch.completion_ids[:, :n]).all(1)
                     same[(s, q)] = f"{int(rows.sum())}/{len(rows)}"
-    gap = {}  # the bf16 samplers' distance from the float32 policy, on exact's rollouts of the last round
-    if "exact" in samplers:
+    gap = {}  # the bf16 samplers' distance from the float32 policy, along exact's rollouts of the first Q
+    if exact:
         for s in (s for s in samplers if "bf16" in s):
-            q = qs[0]
-            gap[s] = policy_gap(model, tok, prompts[:q], sample("exact", q), kernels[s], G, cfg.temperature)
+            gap[s] = policy_gap(model, tok, prompts[: qs[0]], exact[qs[0]], kernels[s], G, cfg.temperature)
     load1 = os.getloadavg()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(
