@@ -185,13 +185,24 @@ class Comparison:
         finally:
             lock.release()
 
+    def listed(self) -> tuple[list[str], list[int]]:
+        """The arms and seeds of the whole comparison: those its compare.json lists (asked for by
+        every run of this folder so far), then any of this call's that it does not. A run that
+        adds a seed trains only that seed but reports on all of them."""
+        path = self.out / "compare.json"
+        old = json.loads(path.read_text()) if path.exists() else {}
+        arms = list(dict.fromkeys([*old.get("modulators", []), *self.modulators]))
+        seeds = list(dict.fromkeys([*(int(s) for s in old.get("seeds", [])), *self.seeds]))
+        return arms, seeds
+
     def report(self) -> dict:
-        """results.parquet, summary.md/csv and figures/ from the evaluations finished so far."""
+        """results.parquet, summary.md/csv and figures/ from the evaluations finished so far, over
+        every arm and seed of the comparison (``listed``)."""
         from .compare_report import write_report
 
         results = self.results()
         write_frame(results, self.out / "results.parquet")
-        return write_report(self.out, results, self.modulators, REFERENCE_ARM)
+        return write_report(self.out, results, self.listed()[0], REFERENCE_ARM)
 
     def evaluate_base(self, seed: int, progress: bool = True) -> Path:
         """The base policy's held-out scores (step 0), greedy, as every checkpoint is evaluated."""
@@ -251,15 +262,17 @@ class Comparison:
 
     # ------------------------------------------------------------------ results
     def results(self) -> pd.DataFrame:
-        """Long form (arm, seed, step, query_id, score) of every finished evaluation; the base
-        policy is arm 'base' at step 0 of each seed."""
+        """Long form (arm, seed, step, query_id, score) of every finished evaluation of the
+        comparison's arms and seeds (``listed``); the base policy is arm 'base' at step 0 of each
+        seed."""
         parts = []
-        for seed in self.seeds:
+        arms, seeds = self.listed()
+        for seed in seeds:
             cfg = run_config(self.base, REFERENCE_ARM, seed, self.out, self.eval_every, self.eval_n, self.split_seed)
             base = self.out / "base" / f"{_base_key(cfg, seed)}.predictions.parquet"
             if base.exists():
                 parts.append(_scores(base, "base", seed, 0))
-            for arm in self.modulators:
+            for arm in arms:
                 folder = self.out / "runs" / arm / f"seed_{seed}"
                 for path in sorted((folder / "eval").glob("step_*.predictions.parquet")):
                     parts.append(_scores(path, arm, seed, int(path.name[5:11])))

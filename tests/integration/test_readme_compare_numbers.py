@@ -1,7 +1,8 @@
 """The headline tables of the trained comparisons (gcpo compare), wherever they are quoted
 (README.md, docs/**/*.md), against the committed summary.csv each is rounded from: "| arm
 (trained) |" is BoolQ's (figures/train_compare/compare/), "| arm (trained, SIQA) |" SIQA's
-(figures/train_compare/siqa/). A rerun or resumed comparison that changes a summary, or an
+(figures/train_compare/siqa/), "| arm (trained, NarrativeQA spans) |" the reading task's
+(figures/train_compare/nqa_spans/). A rerun or resumed comparison that changes a summary, or an
 edit that drifts, fails here."""
 
 import re
@@ -15,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SUMMARIES = {
     "| arm (trained) |": ROOT / "figures" / "train_compare" / "compare" / "summary.csv",
     "| arm (trained, SIQA) |": ROOT / "figures" / "train_compare" / "siqa" / "summary.csv",
+    "| arm (trained, NarrativeQA spans) |": ROOT / "figures" / "train_compare" / "nqa_spans" / "summary.csv",
 }
 NUM = r"[+−-]?\d+\.\d+"
 

