@@ -135,6 +135,13 @@ def _gate_rows() -> dict[str, dict[str, str]]:
     return _cells((CMP / "gate.md").read_text())
 
 
+def _join(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+WORDS = {2: "two", 3: "three", 4: "four"}
+
+
 def _signed(x: float, digits: int = 1) -> str:
     return f"{x:+.{digits}f}".replace("-", "−")
 
@@ -150,10 +157,8 @@ def test_the_pages_reading_quotes_the_comparison():
     for r in grpo:
         low = float(r["Δ vs base"].split("[")[1].split(",")[0].replace("−", "-"))
         assert low > 0
-    quoted = " and ".join(f"{r['Δ vs base']} in seed {s}" for s, r in zip(seeds, grpo, strict=True))
-    assert (
-        f"GRPO by {quoted}, so the learning gate passes in {len(seeds)} seeds".replace(" 2 seeds", " two seeds") in page
-    )
+    quoted = _join([f"{r['Δ vs base']} in seed {s}" for s, r in zip(seeds, grpo, strict=True)])
+    assert f"GRPO by {quoted}, so the learning gate passes in {WORDS[len(seeds)]} seeds" in page
     chance = sorted(float(r["Δ vs random span"].split()[0].replace("−", "-")) for k, r in rows.items() if k != "base")
     base_chance = rows["base"]["Δ vs random span"].split()[0]
     assert f"(from {_signed(chance[0])} to {_signed(chance[-1])}, against the base policy's {base_chance})" in page
@@ -164,14 +169,14 @@ def test_the_pages_reading_quotes_the_comparison():
     assert f"`bot_rd` − `none` = {delta} over {len(seeds)} seeds" in page
     res = pd.read_parquet(CMP / "results.parquet")
     per_seed = res[res.step == 60].groupby(["arm", "seed"])["score"].mean().unstack(0)
-    gaps = " and ".join(f"{_signed(per_seed.loc[s, 'bot_rd'] - per_seed.loc[s, 'none'])} in seed {s}" for s in seeds)
+    gaps = _join([f"{_signed(per_seed.loc[s, 'bot_rd'] - per_seed.loc[s, 'none'])} in seed {s}" for s in seeds])
     assert f"query: {gaps}." in page
     none_mean = summary.loc["none", "heldout_mean"]
     assert (
-        f"about 10% ({_signed(0.1 * none_mean)} F1 on GRPO's {none_mean:.2f}) and a loss of {-g.delta_low:.1f}" in page
+        f"about 10% ({_signed(0.1 * none_mean)} F1 on GRPO's {none_mean:.2f}) and a loss of {-g.delta_low:.2f}" in page
     )
     assert g.delta_low < 0 < g.delta_high and "**not distinguishable from 0**" in page
-    f1s = " and ".join(r["F1"] for r in grpo)
+    f1s = _join([r["F1"] for r in grpo])
     assert f"(GRPO: {f1s})" in page
     assert f"stayed within {g.omega_p5:.2f}–{g.omega_p95:.2f}" in page
     assert f"GRPO's, scaled up by {round(100 * (g.omega_p5 - 1))}–{round(100 * (g.omega_p95 - 1))}%" in page
