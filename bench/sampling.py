@@ -7,8 +7,8 @@ Workload (issue 25, item 5; that of bench/trl_step.py): the packaged SmolLM2-135
 with LoRA r = 8 on q_proj/v_proj, cpu_smoke prompts (NarrativeQA, 96-token passages), G = 8,
 32 new tokens, temperature 0.9, one seed per group. Samplers (``sampling_kernels``): ``exact``
 (transformers ``generate``, one call per group: today's samples), ``onednn`` and ``bf16``
-(``gcpo_train/sampling.py``: the step's groups in one loop on prepacked weights), ``fused``
-(``gcpo_train/fused_decode.py``: that loop with a hand-written Llama decode step instead of the
+(``gcpo_train/sampling/kernels.py``: the step's groups in one loop on prepacked weights), ``fused``
+(``gcpo_train/sampling/fused.py``: that loop with a hand-written Llama decode step instead of the
 transformers forward) and ``fused_bf16`` (that step on bfloat16 weights: the floor stays the fp32
 weights' bytes, the policy's own, as issue 25 sets it).
 
@@ -44,8 +44,8 @@ def load_workload(n_prompts: int):
     """The policy (LoRA-wrapped, eval mode), its tokenizer and ``n_prompts`` cpu_smoke prompts."""
     from gcpo_analysis.prompts import build_prompt
     from gcpo_train.config import load_config
-    from gcpo_train.policy import load_model_and_tokenizer, wrap_lora
-    from gcpo_train.splits import load_split
+    from gcpo_train.evaluation.splits import load_split
+    from gcpo_train.model.policy import load_model_and_tokenizer, wrap_lora
 
     cfg = load_config(ROOT / "configs" / "cpu_smoke.yaml", dict(output_dir=str(ROOT / "runs" / "bench_sampling")))
     model, tok = load_model_and_tokenizer("packaged", "float32")
@@ -109,9 +109,9 @@ def policy_gap(model, tok, prompts, reference, kernels, G: int, temperature: flo
     import torch
 
     from gcpo_analysis.tokens import position_ids
-    from gcpo_train.fused_decode import FusedKernels
-    from gcpo_train.policy import _encode
-    from gcpo_train.sampling import model_step
+    from gcpo_train.sampling.fused import FusedKernels
+    from gcpo_train.sampling.generate import _encode
+    from gcpo_train.sampling.kernels import model_step
 
     ids, att = _encode(tok, prompts, None, None)
     positions = position_ids(att)
@@ -141,8 +141,8 @@ def main() -> None:
     args = ap.parse_args()
     import torch
 
-    from gcpo_train.policy import generate_groups
-    from gcpo_train.sampling import check_kernels, make_kernels
+    from gcpo_train.sampling.generate import generate_groups
+    from gcpo_train.sampling.kernels import check_kernels, make_kernels
 
     if args.threads:
         torch.set_num_threads(args.threads)

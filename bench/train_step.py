@@ -58,7 +58,7 @@ VARIANTS = {
 def _time_steps(config_path: str, name: str, variant: str, steps: int, overrides: dict) -> tuple[float, list]:
     """(load seconds, log rows) of a fresh trainer's first ``steps`` steps."""
     from gcpo_train.config import load_config
-    from gcpo_train.trainer import GCPOLoopTrainer
+    from gcpo_train.loop.trainer import GCPOLoopTrainer
 
     with tempfile.TemporaryDirectory() as out:
         cfg = load_config(
@@ -83,7 +83,7 @@ def _time_steps(config_path: str, name: str, variant: str, steps: int, overrides
 def _interleaved(config_path: str, name: str, variants, steps: int, overrides: dict) -> dict:
     """{variant: (load seconds, log rows)} with the variants' trainers stepped in turn."""
     from gcpo_train.config import load_config
-    from gcpo_train.trainer import GCPOLoopTrainer
+    from gcpo_train.loop.trainer import GCPOLoopTrainer
 
     trainers, loads, logs = {}, {}, {v: [] for v in variants}
     with tempfile.TemporaryDirectory() as out:

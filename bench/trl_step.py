@@ -96,7 +96,7 @@ def time_trl(cfg, gcpo: bool, share_prompt: bool = True) -> list[dict]:
     """Per step: total, generation (``_generate_single_turn``), generate-and-score, GCPO weights."""
     from transformers import TrainerCallback
 
-    from gcpo_train.trl_backend import build_trl_trainer
+    from gcpo_train.trl.backend import build_trl_trainer
 
     extra = {} if not gcpo else {"share_prompt": share_prompt}
     trainer = build_trl_trainer(cfg, plain_trl=not gcpo, logging_steps=1, save_strategy="no", **extra)
@@ -159,7 +159,7 @@ def time_trl(cfg, gcpo: bool, share_prompt: bool = True) -> list[dict]:
 
 
 def time_gcpo(cfg) -> list[dict]:
-    from gcpo_train.trainer import GCPOLoopTrainer
+    from gcpo_train.loop.trainer import GCPOLoopTrainer
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -208,7 +208,7 @@ def time_passes(prompts: str, share: bool, out_dir: str) -> dict:
     import torch
     from trl.trainer.utils import use_adapter
 
-    from gcpo_train.trl_backend import build_trl_trainer
+    from gcpo_train.trl.backend import build_trl_trainer
 
     torch.set_num_threads(1)
     trainer = build_trl_trainer(

@@ -1,7 +1,7 @@
 """Every knob declared once, with its range, default and help; one validator for all of them.
 
 A knob is a settings field: ``TrainConfig`` (gcpo_train/config.py), ``GCPOConfig``
-(gcpo_train/trl.py), ``StudyConfig`` (study/config.py), ``ModulationSettings``
+(gcpo_train/trl/__init__.py), ``StudyConfig`` (study/config.py), ``ModulationSettings``
 (gcpo_train/modulation.py) and the flags of ``gcpo score``. A knob that more than one of them has
 is declared here, in ``SHARED``, and each dataclass takes its field from it
 (``nli_threshold: float = shared("nli_threshold")``); a knob of one config only is declared in

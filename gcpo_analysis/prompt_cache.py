@@ -4,7 +4,7 @@ for the G continuations (docs/conventions.md, "Shared prompts").
 ``run_prompt_once`` is the prompt's forward; ``shared_prompt_logits`` runs the completions on its
 cache and returns the logits that predict them, the same numbers as G full-row forwards up to
 float rounding, gradients included (the backward of the repeat sums the rollouts' gradients into
-the prompt). Used by generation, by the trainers' log-prob passes (``gcpo_train.logprobs``) and by
+the prompt). Used by generation, by the trainers' log-prob passes (``gcpo_train.model.logprobs``) and by
 ``gradvar.group_gradient_gram``. ``on_shared(shared, repeated)`` hands a caller the prompt's
 outputs that the rollouts read, before and after their repeat, so that each rollout's own gradient
 on them can be taken (``gradvar.hooks.GramCapture.prompt_backward``).

@@ -1,7 +1,7 @@
 """Token bookkeeping shared by the study and the trainer: position ids and completion masks.
 
 One definition each, so that the study's log-probabilities (``gradvar``, ``study.collect``) and
-the trainer's (``gcpo_train.logprobs``, ``gcpo_train.policy``) score the same tokens at the same
+the trainer's (``gcpo_train.model.logprobs``, ``gcpo_train.model.policy``) score the same tokens at the same
 positions (docs/conventions.md, "Position ids and completion masks"). torch is imported by the
 caller: these functions only use the methods of the tensors they are given.
 """

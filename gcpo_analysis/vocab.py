@@ -47,7 +47,7 @@ R_MIN, R_MAX = 0.0, 2.0
 EPS = 1e-6  # eps in A_i = (r_i - mean r)/(std r + eps)
 
 # --- One default per knob -------------------------------------------------------------------
-# Every setting that TrainConfig, GCPOConfig (gcpo_train/trl.py), StudyConfig and `gcpo score`
+# Every setting that TrainConfig, GCPOConfig (gcpo_train/trl/__init__.py), StudyConfig and `gcpo score`
 # (score_groups) share takes its default from here. tests/analysis/test_vocab.py holds them to it.
 
 JUDGE = "embedding"

@@ -19,12 +19,11 @@ from pathlib import Path
 from gcpo_analysis.datasets import dataset_names
 from gcpo_analysis.knobs import SPLITS, cli_help
 from gcpo_analysis.vocab import field_kinds
-
-from .config import DTYPES, TrainConfig, load_config
+from gcpo_train.config import DTYPES, TrainConfig, load_config
 
 
 def _yaml_value(text: str):
-    from .config import safe_yaml
+    from gcpo_train.config import safe_yaml
 
     return safe_yaml(text, "a flag value")
 
@@ -136,11 +135,11 @@ def config_from_args(args) -> TrainConfig:
 
 
 def run_train(args) -> int:
-    from .trainer import GCPOLoopTrainer
+    from gcpo_train.loop.trainer import GCPOLoopTrainer
 
     cfg = config_from_args(args)
     if cfg.backend == "trl":  # the same config through TRL's GRPOTrainer (gcpo_train.trl)
-        from .trl_backend import run
+        from gcpo_train.trl.backend import run
 
         rows = run(cfg, flags=[k[4:] for k in vars(args) if k.startswith("cfg_")])  # the flags given
         if rows:
@@ -155,14 +154,14 @@ def run_train(args) -> int:
 
 
 def run_eval(args) -> int:
-    from .evaluate import evaluate
+    from gcpo_train.evaluation.evaluate import evaluate
 
     for flag, value in (("--n", args.n), ("--max_new_tokens", args.max_new_tokens), ("--batch_size", args.batch_size)):
         if value is not None and value < 1:
             raise ValueError(f"{flag} must be >= 1, got {value}")
     checkpoint = args.checkpoint
     if (Path(checkpoint) / "checkpoints").is_dir():  # a run folder, as gcpo export takes it
-        from .checkpoint import latest_checkpoint
+        from gcpo_train.runfiles.checkpoint import latest_checkpoint
 
         checkpoint = latest_checkpoint(checkpoint)
         if checkpoint is None:
@@ -188,8 +187,7 @@ def run_eval(args) -> int:
         import pandas as pd
 
         from gcpo_analysis.frames import read_table
-
-        from .heldout import paired_gain
+        from gcpo_train.evaluation.heldout import paired_gain
 
         this = pd.DataFrame({"query_id": res["query_ids"], "score": res["scores"]})
         gain = paired_gain(read_table(args.paired_with, "predictions"), this)
@@ -198,7 +196,7 @@ def run_eval(args) -> int:
 
 
 def run_export(args) -> int:
-    from .export import export_checkpoint
+    from gcpo_train.runfiles.export import export_checkpoint
 
     res = export_checkpoint(
         args.checkpoint, args.output, dtype=args.dtype, overwrite=args.overwrite, check=not args.no_check

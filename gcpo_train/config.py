@@ -21,12 +21,12 @@ from gcpo_analysis.datasets import math_datasets
 from gcpo_analysis.errors import did_you_mean
 from gcpo_analysis.knobs import check_knobs, knob, shared
 from gcpo_analysis.vocab import PACKAGED_POLICY, PAPER_POLICY, full_completion
-
-from .loss import LOSS_AGGREGATIONS
-from .sampling import SAMPLING_KERNELS
+from gcpo_train.sampling.kernels import SAMPLING_KERNELS
 
 BACKENDS = ("gcpo", "trl", "hf", "vllm")
 DTYPES = ("float32", "bfloat16", "float16")
+# How token losses sum to the step's loss: gcpo_train.loop.loss implements each (declared here, below the loop)
+LOSS_AGGREGATIONS = ("sequence", "token", "dapo", "dr_grpo")
 
 # Fields that do not change what is trained: a resumed run may differ in these. share_prompt
 # changes only float rounding (the same model, data and formula).
@@ -165,7 +165,7 @@ class TrainConfig:
     num_iterations: int = knob(1, "μ: optimizer updates per generation batch (GRPO Algorithm 1).", ge=1)
     loss_aggregation: str = knob(
         "dapo",
-        "How token losses sum to the step's loss (gcpo_train.loss; TRL's loss_type of the same form): "
+        "How token losses sum to the step's loss (gcpo_train.loop.loss; TRL's loss_type of the same form): "
         "'dapo' (default; TRL's default too) and 'token' (TRL 'bnpo') = sum over the step's tokens / "
         "their count, every token weighing the same; 'sequence' (TRL 'grpo', the GRPO paper's) = "
         "mean per rollout, then over rollouts, whose 1/|o_i| lets long wrong answers off lightly "
@@ -204,7 +204,7 @@ class TrainConfig:
         "same samples up to float rounding, a faster decode step than 'onednn'. 'fused_bf16' = "
         "'fused' with bfloat16 base weights and linear-layer inputs (CPUs with bf16 instructions): "
         "the fastest, samples from a bf16 rounding of the policy as with 'bf16' "
-        "(gcpo_train/sampling.py, gcpo_train/fused_decode.py, bench/sampling.py).",
+        "(gcpo_train/sampling/kernels.py, gcpo_train/sampling/fused.py, bench/sampling.py).",
         choices=SAMPLING_KERNELS,
     )
     max_new_tokens: int = shared("max_new_tokens")
@@ -250,7 +250,7 @@ class TrainConfig:
         ``use_lora: 'no'``, ``group_size: 2.5`` are refused), then the rules between fields."""
         check_knobs(self)
         self.modulator_params = check_modulator_params(self.modulator_params)
-        from .reporting import check_report_to
+        from gcpo_train.reporting import check_report_to
 
         self.report_to = check_report_to(self.report_to) + (["tensorboard"] if self.tensorboard else [])
         self.report_to = check_report_to(self.report_to)  # once each, also when validate runs again
@@ -280,7 +280,7 @@ class TrainConfig:
 
     def modulation_settings(self):
         """What the modulator reads (``gcpo_train.modulation.ModulationSettings``), from this config."""
-        from .modulation import ModulationSettings
+        from gcpo_train.modulation import ModulationSettings
 
         return ModulationSettings.from_config(self)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .runlog import read_log
+from gcpo_train.runfiles.runlog import read_log
 
 MAX_POINTS = 2000  # per curve: a 300k-step log would otherwise take a minute and a 200 MB SVG
 

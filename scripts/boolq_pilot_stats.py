@@ -14,7 +14,7 @@ import sys
 import pandas as pd
 
 from gcpo_analysis.rewards import normalize_answer, token_f1
-from gcpo_train.heldout import paired_gain
+from gcpo_train.evaluation.heldout import paired_gain
 
 
 def stats(path: str) -> dict:

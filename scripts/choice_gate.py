@@ -35,7 +35,7 @@ import pandas as pd
 
 from gcpo_analysis.data import load_queries
 from gcpo_analysis.rewards import normalize_answer, token_f1
-from gcpo_train.heldout import paired_gain
+from gcpo_train.evaluation.heldout import paired_gain
 
 
 def options_of(question: str) -> list[str]:
@@ -189,7 +189,7 @@ def _step_of(path: str) -> int:
 def _omega_range(rollouts: Path, steps: range) -> str:
     """ω's 5th–95th percentile over the groups of ``steps`` (``compare_report.omega_per_group``:
     1.000–1.000 for GRPO), from the run's rollouts folder."""
-    from gcpo_train.compare_report import omega_per_group
+    from gcpo_train.compare.report import omega_per_group
 
     files = [rollouts / f"step_{k:06d}.parquet" for k in steps]
     if not all(f.exists() for f in files):
@@ -205,7 +205,7 @@ def curve_rows(data: str, log: str, base_path: str, paths: list[str], versus: li
     range over those steps (when the log's folder has its rollouts), and, for the steps that
     ``versus`` (another run's predictions files) also evaluated, Δ against that run, paired by
     query."""
-    from gcpo_train.runlog import read_log
+    from gcpo_train.runfiles.runlog import read_log
 
     by_step = {r["step"]: r for r in read_log(log)}
     rollouts = Path(log).parent / "rollouts"

@@ -13,7 +13,7 @@ query), and the **reading gain**, the mean over queries of (this policy with −
 with − without): how much more the passage is worth to it than to the base policy. Shorter
 answers alone raise the passage effect too (a short right span scores more than a sentence
 holding it), so the reading gain is read beside Δ vs random span, not alone. 95% CIs: scipy's
-percentile bootstrap over queries (``gcpo_train.heldout.paired_gain``).
+percentile bootstrap over queries (``gcpo_train.evaluation.heldout.paired_gain``).
 
     python scripts/span_gate.py runs/nqa_spans BASE.predictions.parquet[,BASE_NOPASSAGE.predictions.parquet] \
         TRAINED.predictions.parquet[,TRAINED_NOPASSAGE.predictions.parquet] ...
@@ -31,7 +31,7 @@ import pandas as pd
 
 from gcpo_analysis.data import load_queries
 from gcpo_analysis.rewards import normalize_answer, token_f1
-from gcpo_train.heldout import paired_gain
+from gcpo_train.evaluation.heldout import paired_gain
 
 
 def _ci(result: dict) -> str:

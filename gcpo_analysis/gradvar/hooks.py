@@ -16,7 +16,7 @@ last, whose B is the summed gradient minus the others' (the backward is linear i
 cotangent), and hands each use its stacked (G, ...) B with its one input, a factor shared by
 every sample (``rules.Term``): the per-sample terms a forward of G prompt copies would give, at
 one prompt forward. The samples must read the prompt only through ``shared`` (a transformers
-cache's keys/values and the last logits, as ``gcpo_train.logprobs`` runs it): a path that
+cache's keys/values and the last logits, as ``gcpo_train.model.logprobs`` runs it): a path that
 bypassed them would land, unseen, on the last sample.
 
 Hand-written because Opacus / private-transformers compute per-sample gradient *norms*, the

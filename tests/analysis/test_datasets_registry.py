@@ -142,7 +142,7 @@ def test_a_toy_dataset_reaches_the_configs_the_clis_and_the_loaders(toy_dataset,
     assert "Say a." in build_messages(df.iloc[0], tokenizer=None)[0]["content"]
 
     from gcpo_train.config import TrainConfig
-    from gcpo_train.splits import load_split
+    from gcpo_train.evaluation.splits import load_split
 
     cfg = TrainConfig(dataset=toy_dataset, data_path=str(path), split_from_single=True, train_frac=0.5)
     assert not cfg.task_is_math

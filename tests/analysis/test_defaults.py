@@ -187,7 +187,7 @@ def test_load_policy_and_describe_policy_accept_the_alias(packaged_sentinel, nam
 
 def test_the_trainer_and_eval_loader_accept_the_alias(packaged_sentinel):
     pytest.importorskip("torch")
-    from gcpo_train.policy import load_model_and_tokenizer
+    from gcpo_train.model.policy import load_model_and_tokenizer
 
     with pytest.raises(_ReachedThePackagedPolicy):
         load_model_and_tokenizer("packaged")  # gcpo train --model packaged, gcpo eval packaged

@@ -221,7 +221,7 @@ def test_check_value_reads_yaml_1_1_scientific_notation_but_not_other_strings():
 def test_a_flag_backend_trl_ignores_is_refused_and_a_config_value_warned(tmp_path, capsys):
     pytest.importorskip("trl")
     from gcpo_train.config import TrainConfig
-    from gcpo_train.trl_backend import TRL_IGNORES, refuse_unsupported
+    from gcpo_train.trl.backend import TRL_IGNORES, refuse_unsupported
 
     err = _train_error(tmp_path, capsys, "--backend", "trl", "--micro_batch_size", "4")
     assert "--backend trl does not read --micro_batch_size" in err

@@ -165,7 +165,7 @@ def test_a_failed_reanalysis_leaves_no_claimed_folder(tmp_path, capsys):
 
 
 def test_export_overwrite_refuses_a_file_the_export_did_not_write(tmp_path):
-    from gcpo_train.export import PROVENANCE, check_output
+    from gcpo_train.runfiles.export import PROVENANCE, check_output
 
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()

@@ -31,7 +31,7 @@ def _naive_positions(mask):
     return torch.tensor(out)
 
 
-def _clamped(am):  # gcpo_train/loss.py before: (Σ m − 1) clamped at 0
+def _clamped(am):  # gcpo_train/loop/loss.py before: (Σ m − 1) clamped at 0
     return (am.long().cumsum(-1) - 1).clamp(min=0)
 
 
@@ -148,7 +148,7 @@ def _collect_rule(gen, eos):  # gcpo_analysis/study/collect.py before
     return torch.arange(N)[None] < first[:, None]
 
 
-def _policy_rule(ids, eos_ids):  # gcpo_train/policy.py completion_mask_from_ids before
+def _policy_rule(ids, eos_ids):  # gcpo_train/model/policy.py completion_mask_from_ids before
     is_eos = torch.zeros_like(ids, dtype=torch.bool)
     for e in eos_ids:
         is_eos |= ids == e

@@ -12,7 +12,7 @@ from pathlib import Path
 warnings.filterwarnings("ignore")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gcpo_train.trainer import GCPOLoopTrainer  # noqa: E402
+from gcpo_train.loop.trainer import GCPOLoopTrainer  # noqa: E402
 from helpers.loop_setup import make  # noqa: E402
 
 check_folder = GCPOLoopTrainer._prepare_output

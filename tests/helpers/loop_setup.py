@@ -1,6 +1,6 @@
 """A tiny run of gcpo's own loop (GCPOLoopTrainer), shared by the training, export, study and
 hostile tests and by the 2-process script gcpo_two_process.py (no network); the TRL
-counterpart is trl_setup.py. It imports gcpo_train.trainer: importers skip first when
+counterpart is trl_setup.py. It imports gcpo_train.loop.trainer: importers skip first when
 torch/peft/accelerate are missing (``pytest.importorskip``)."""
 
 import json
@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from gcpo_train.config import TrainConfig
-from gcpo_train.trainer import GCPOLoopTrainer
+from gcpo_train.loop.trainer import GCPOLoopTrainer
 from helpers.embedders import HashEmbedder
 from helpers.launch import REPO, accelerate_two_processes
 
@@ -97,7 +97,7 @@ class Exploit:
 def comparison(cfg: TrainConfig, folder: Path, arms, seeds):
     """A ``Comparison`` of ``cfg`` on the six test queries, evaluated every step on four held-out
     queries (the same queries with ids prefixed 'h'), word reward, hash embedder."""
-    from gcpo_train.compare import Comparison
+    from gcpo_train.compare.run import Comparison
 
     held = queries().assign(query_id=lambda d: "h" + d["query_id"])
     return Comparison(

@@ -18,20 +18,20 @@ WRITES = re.compile(
 ALLOWED = {
     # a checkpoint / an exported model is written into a temporary folder that os.replace moves
     # into place as a whole (the folder is the atomic unit)
-    ("gcpo_train/checkpoint.py", "os.replace(tmp, final)"),
-    ("gcpo_train/checkpoint.py", '(tmp / "rng.json").write_text('),
-    ("gcpo_train/checkpoint.py", '(tmp / "config.json").write_text('),
-    ("gcpo_train/checkpoint.py", '(tmp / "state.json").write_text('),
-    ("gcpo_train/export.py", "(tmp / PROVENANCE).write_text("),
-    ("gcpo_train/export.py", "os.replace(tmp, out)"),
-    ("gcpo_train/export.py", "os.replace(out, old / out.name)"),
+    ("gcpo_train/runfiles/checkpoint.py", "os.replace(tmp, final)"),
+    ("gcpo_train/runfiles/checkpoint.py", '(tmp / "rng.json").write_text('),
+    ("gcpo_train/runfiles/checkpoint.py", '(tmp / "config.json").write_text('),
+    ("gcpo_train/runfiles/checkpoint.py", '(tmp / "state.json").write_text('),
+    ("gcpo_train/runfiles/export.py", "(tmp / PROVENANCE).write_text("),
+    ("gcpo_train/runfiles/export.py", "os.replace(tmp, out)"),
+    ("gcpo_train/runfiles/export.py", "os.replace(out, old / out.name)"),
     # run_folder moves existing files aside and back (resume / overwrite); nothing is written
-    ("gcpo_train/run_folder.py", "os.replace(p, aside / p.name)"),
-    ("gcpo_train/run_folder.py", "os.replace(p, self.out / p.name)"),
+    ("gcpo_train/runfiles/run_folder.py", "os.replace(p, aside / p.name)"),
+    ("gcpo_train/runfiles/run_folder.py", "os.replace(p, self.out / p.name)"),
     # the training log is appended one JSON line per step (a partial last line is dropped on read:
     # runlog.read_log); rewriting it atomically each step would be quadratic
-    ("gcpo_train/trainer.py", 'with open(self.out / "log.jsonl", "a"'),
-    ("gcpo_train/compare_trl.py", 'with open(out / "log.jsonl", "a"'),  # the same log, from TRL's logs
+    ("gcpo_train/loop/trainer.py", 'with open(self.out / "log.jsonl", "a"'),
+    ("gcpo_train/compare/trl_arm.py", 'with open(out / "log.jsonl", "a"'),  # the same log, from TRL's logs
 }
 
 

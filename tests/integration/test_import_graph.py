@@ -218,7 +218,7 @@ def _cycle(graph):
 
 def test_the_graph_is_complete_enough_to_mean_something():
     g = _graph()
-    assert "gcpo_train.trainer" in g and "gcpo_train.splits" in g["gcpo_train.trainer"]
+    assert "gcpo_train.loop.trainer" in g and "gcpo_train.evaluation.splits" in g["gcpo_train.loop.trainer"]
     assert "gcpo_analysis.stats.rank" in g["gcpo_analysis.stats.decomposition"]
     # function-level and relative imports count: study.run imports collect inside a function
     assert "gcpo_analysis.study.collect" in g["gcpo_analysis.study.run"]

@@ -91,7 +91,7 @@ def test_gcpo_score_warns_and_records_the_warning(tmp_path):
 # ---------------------------------------------------------------------- the forward pass
 def test_logprobs_of_gives_the_sampler_to_the_loss_and_the_policy_to_the_frame():
     torch = pytest.importorskip("torch")
-    from gcpo_train.logprobs import _logprobs_of
+    from gcpo_train.model.logprobs import _logprobs_of
 
     z = torch.tensor([[[2.0, 0.0, -1.0], [0.5, 0.5, 3.0]]])  # (B=1, T=2, V=3)
     y = torch.tensor([[0, 1]])
@@ -124,7 +124,7 @@ def _trainer(tmp_path, **kw):
     pytest.importorskip("peft")
     pytest.importorskip("accelerate")
     from gcpo_train.config import TrainConfig
-    from gcpo_train.trainer import GCPOLoopTrainer
+    from gcpo_train.loop.trainer import GCPOLoopTrainer
 
     queries = pd.DataFrame(
         {

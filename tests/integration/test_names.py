@@ -22,13 +22,13 @@ def _defined(kind):
 def test_no_class_of_ours_is_named_as_trl_names_its_trainer():
     classes = dict(_defined(ast.ClassDef))
     assert "GRPOTrainer" not in classes
-    assert classes["GCPOLoopTrainer"] == "gcpo_train/trainer.py"
+    assert classes["GCPOLoopTrainer"] == "gcpo_train/loop/trainer.py"
 
 
 def test_the_old_trainer_name_is_gone():
     pytest.importorskip("torch")
     import gcpo_train
-    from gcpo_train import trainer
+    from gcpo_train.loop import trainer
 
     with pytest.raises(AttributeError):
         trainer.GRPOTrainer  # noqa: B018
@@ -39,7 +39,7 @@ def test_the_old_trainer_name_is_gone():
 
 def test_the_reward_phase_is_named_reward():
     pytest.importorskip("torch")
-    from gcpo_train.trainer import GCPOLoopTrainer
+    from gcpo_train.loop.trainer import GCPOLoopTrainer
 
     assert hasattr(GCPOLoopTrainer, "_reward") and not hasattr(GCPOLoopTrainer, "_score")
 
@@ -53,5 +53,5 @@ def test_rollout_containers_have_distinct_names():
 
 def test_one_group_weights():
     assert [f for n, f in _defined((ast.FunctionDef, ast.AsyncFunctionDef)) if n == "group_weights"] == [
-        "gcpo_train/trl.py"
+        "gcpo_train/trl/__init__.py"
     ]

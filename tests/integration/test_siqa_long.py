@@ -78,7 +78,7 @@ def test_the_training_pages_reading_is_the_tables():
     passage's own effect is the paired Δ of GRPO's step 240 with and without it."""
     import pandas as pd
 
-    from gcpo_train.heldout import paired_gain
+    from gcpo_train.evaluation.heldout import paired_gain
 
     page = _flat((ROOT / "docs" / "results" / "training.md").read_text().split("### 240 steps")[1])
     reading = page.split("**Reading.**")[1]

@@ -65,7 +65,7 @@ def test_shared_prompt_logits_under_the_other_cache_name(family):
 
 
 def test_a_model_without_a_cache_argument_is_said_not_silent(caplog):
-    from gcpo_train import trl_shared_prompt as sp
+    from gcpo_train.trl import shared_prompt as sp
 
     class NoCache(torch.nn.Module):
         def forward(self, input_ids, attention_mask=None):
@@ -85,7 +85,7 @@ def test_a_model_without_a_cache_argument_is_said_not_silent(caplog):
 
     noter = types.SimpleNamespace(model=NoCache(), _metrics={"train": {"gcpo/shared_prompt": []}})
     noter.model.train()
-    with caplog.at_level(logging.INFO, logger="gcpo_train.trl_shared_prompt"):
+    with caplog.at_level(logging.INFO, logger="gcpo_train.trl.shared_prompt"):
         sp.SharedPromptMixin._gcpo_note_fallback(noter, reason)
         sp.SharedPromptMixin._gcpo_note_fallback(noter, reason)
     warned = [r for r in caplog.records if r.levelno == logging.WARNING]

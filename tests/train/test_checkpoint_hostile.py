@@ -18,7 +18,7 @@ def _trained_run(tmp_path, steps=2, **kw):
 def test_a_crafted_optimizer_pt_is_refused_and_never_runs(tmp_path):
     from helpers.loop_setup import Exploit, make
 
-    from gcpo_train.checkpoint import UnreadableCheckpoint
+    from gcpo_train.runfiles.checkpoint import UnreadableCheckpoint
 
     torch, run = _trained_run(tmp_path, steps=1)
     marker = tmp_path / "code-ran"
@@ -67,7 +67,7 @@ def test_a_rerun_over_a_run_folder_needs_overwrite(tmp_path):
 
 
 def test_a_partial_last_log_line_is_dropped_with_a_warning(tmp_path):
-    from gcpo_train.runlog import read_log
+    from gcpo_train.runfiles.runlog import read_log
 
     log = tmp_path / "log.jsonl"
     log.write_text('{"step": 1}\n{"step": 2}\n{"step": 3, "lo')

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gcpo_train.compare_report import omega_per_group, paired_seed_query_bootstrap, summary_table
+from gcpo_train.compare.report import omega_per_group, paired_seed_query_bootstrap, summary_table
 
 
 def test_two_level_bootstrap_matches_a_loop():
@@ -77,7 +77,7 @@ def _comparison(tmp_path, seeds=(0, 1), arms=("none", "bot_rd"), **kw):
 
 @pytest.mark.slow
 def test_compare_end_to_end_crn_and_resume(tmp_path, monkeypatch):
-    from gcpo_train import trainer as trainer_module
+    from gcpo_train.loop import trainer as trainer_module
 
     cmp = _comparison(tmp_path)
     # a kill during the second arm of seed 0: the first arm is finished, the second is not

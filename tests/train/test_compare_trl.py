@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gcpo_train.compare import Comparison
+from gcpo_train.compare.run import Comparison
 from gcpo_train.config import TrainConfig
 
 
@@ -39,7 +39,7 @@ def _write(tmp_path, text):
 
 
 def test_compare_mapping_gives_the_flags_defaults_and_refuses_unknown_keys(tmp_path):
-    from gcpo_train.compare import COMPARE_DEFAULTS, load_compare_config
+    from gcpo_train.compare.run import COMPARE_DEFAULTS, load_compare_config
 
     cfg, settings = load_compare_config(
         _write(tmp_path, "backend: trl\nsteps: 3\ncompare:\n  modulators: [none, rd]\n  seeds: '4,5'\n"), {"steps": 7}
@@ -71,7 +71,7 @@ def test_cli_backend_flag_reaches_the_arms_refusal(tmp_path, capsys):
 
 
 def test_omega_of_a_trl_rollouts_frame_is_its_weight_column_tied_groups_left_out():
-    from gcpo_train.compare_report import omega_per_group
+    from gcpo_train.compare.report import omega_per_group
 
     frame = pd.DataFrame(
         {
@@ -85,7 +85,7 @@ def test_omega_of_a_trl_rollouts_frame_is_its_weight_column_tied_groups_left_out
 
 
 def test_resume_picks_the_newest_complete_trl_checkpoint(tmp_path):
-    from gcpo_train.compare_trl import _latest_checkpoint
+    from gcpo_train.compare.trl_arm import _latest_checkpoint
 
     assert _latest_checkpoint(tmp_path / "absent") == (None, None)
     for step in (2, 9, 10, 11):

@@ -75,7 +75,7 @@ def test_cli_unknown_flag_names_close_match(capsys):
 
 def test_vllm_backend_is_refused_not_faked():
     pytest.importorskip("torch")
-    from gcpo_train.trainer import GCPOLoopTrainer
+    from gcpo_train.loop.trainer import GCPOLoopTrainer
 
     with pytest.raises(NotImplementedError, match="vllm"):
         GCPOLoopTrainer(TrainConfig(backend="vllm", model="tiny:llama"))
@@ -180,7 +180,7 @@ def test_compare_configs_are_generated_load_and_hold_the_paper_protocol():
 
     import yaml
 
-    from gcpo_train.compare import Comparison, load_compare_config
+    from gcpo_train.compare.run import Comparison, load_compare_config
 
     root = Path(__file__).resolve().parents[2] / "configs"
     mod = runpy.run_path(str(root / "make_configs.py"))

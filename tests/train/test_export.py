@@ -15,8 +15,8 @@ import transformers  # noqa: E402
 from helpers.loop_setup import Exploit, make  # noqa: E402
 
 from gcpo_analysis.cli import main  # noqa: E402
-from gcpo_train.checkpoint import UnreadableCheckpoint, load_trained  # noqa: E402
-from gcpo_train.export import PROVENANCE, export_checkpoint  # noqa: E402
+from gcpo_train.runfiles.checkpoint import UnreadableCheckpoint, load_trained  # noqa: E402
+from gcpo_train.runfiles.export import PROVENANCE, export_checkpoint  # noqa: E402
 
 TOL = 1e-5
 

@@ -1,4 +1,4 @@
-"""``sampling_kernels: fused`` (gcpo_train/fused_decode.py): its hand-written Llama decode step
+"""``sampling_kernels: fused`` (gcpo_train/sampling/fused.py): its hand-written Llama decode step
 gives the logits of the transformers model's full forward (no cache), with and without peft LoRA,
 for left-padded prompts of different lengths; greedy and seeded samples equal 'onednn''s and
 'exact''s on the tiny model; what it does not implement is refused, naming 'onednn'.
@@ -15,10 +15,10 @@ pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason
 
 from gcpo_analysis.tiny_models import tiny_causal_lm, tiny_tokenizer  # noqa: E402
 from gcpo_analysis.tokens import position_ids  # noqa: E402
-from gcpo_train import fused_decode  # noqa: E402
-from gcpo_train.fused_decode import FusedKernels  # noqa: E402
-from gcpo_train.policy import _encode, generate_groups  # noqa: E402
-from gcpo_train.sampling import decode, make_kernels  # noqa: E402
+from gcpo_train.sampling import fused  # noqa: E402
+from gcpo_train.sampling.fused import FusedKernels  # noqa: E402
+from gcpo_train.sampling.generate import _encode, generate_groups  # noqa: E402
+from gcpo_train.sampling.kernels import decode, make_kernels  # noqa: E402
 
 PROMPTS = ["who is the king of the city ?", "what was the war ?", "where is the ship of his father now ?"]
 SEEDS = [5, 6, 7]
@@ -36,7 +36,7 @@ def _llama(lora: bool, **overrides):
                 p.copy_(0.5 * torch.randn(p.shape, generator=torch.Generator().manual_seed(len(name))))
     if lora:
         pytest.importorskip("peft")
-        from gcpo_train.policy import wrap_lora
+        from gcpo_train.model.policy import wrap_lora
 
         model = wrap_lora(model, 4, 8, 0.0)
         gen = torch.Generator().manual_seed(1)
@@ -56,12 +56,12 @@ def policy(request):
     return _llama(request.param == "lora")
 
 
-@pytest.mark.parametrize("one_call_keys", [fused_decode.ONE_CALL_KEYS, 0], ids=["one-call", "split"])
+@pytest.mark.parametrize("one_call_keys", [fused.ONE_CALL_KEYS, 0], ids=["one-call", "split"])
 def test_fused_logits_are_the_full_forwards_at_every_decode_step(policy, one_call_keys, monkeypatch):
     """Every step's logits of a 12-token decode (left-padded prompts of different lengths, one of a
     single token: no prompt keys before the decode; G = 2, greedy) against one forward of the final
     rows without a cache, at the positions they predict; with either attention layout."""
-    monkeypatch.setattr(fused_decode, "ONE_CALL_KEYS", one_call_keys)
+    monkeypatch.setattr(fused, "ONE_CALL_KEYS", one_call_keys)
     model, tok = policy
     got, want = _decode_logits(model, tok, FusedKernels())
     assert want.abs().max() > 1.0  # peaked logits, not a near-uniform model where anything agrees
@@ -218,7 +218,7 @@ def test_models_it_does_not_implement_are_refused(build, match):
 
 def test_lora_it_does_not_implement_is_refused():
     peft = pytest.importorskip("peft")
-    from gcpo_train.policy import wrap_lora
+    from gcpo_train.model.policy import wrap_lora
 
     tok = tiny_tokenizer()
 

@@ -18,9 +18,9 @@ from helpers.loop_setup import launch_two_processes, loop_config, queries, word_
 from gcpo_analysis.gradvar import gradient_variance  # noqa: E402
 from gcpo_analysis.tiny_models import tiny_causal_lm, tiny_tokenizer  # noqa: E402
 from gcpo_train.config import TrainConfig  # noqa: E402
-from gcpo_train.logprobs import token_logprobs_and_entropy  # noqa: E402
-from gcpo_train.loss import grpo_loss  # noqa: E402
-from gcpo_train.trainer import GCPOLoopTrainer  # noqa: E402
+from gcpo_train.loop.loss import grpo_loss  # noqa: E402
+from gcpo_train.loop.trainer import GCPOLoopTrainer  # noqa: E402
+from gcpo_train.model.logprobs import token_logprobs_and_entropy  # noqa: E402
 
 
 def make(tmp_path, family="llama", float64=True, name="run", **kw):
@@ -329,7 +329,7 @@ def test_full_mode_gives_the_study_v(tmp_path, monkeypatch):
 
 def test_variance_rounding_and_nan():
     """Equal h_i: V = 0 up to float32 rounding is 0; a non-PSD K (a bug) warns and gives NaN."""
-    from gcpo_train.gradvar_tracking import _variance
+    from gcpo_train.loop.gradvar_tracking import _variance
 
     K = np.full((4, 4), 2.0)
     assert _variance(K, 0) == 0.0

@@ -1,4 +1,4 @@
-"""gcpo_train.heldout: per-query scores against task_metrics, the paired bootstrap against a
+"""gcpo_train.evaluation.heldout: per-query scores against task_metrics, the paired bootstrap against a
 direct numpy bootstrap, and the refusals."""
 
 import numpy as np
@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from gcpo_analysis.rewards import task_metrics
-from gcpo_train.heldout import METRIC_NAME, paired_gain, per_query_scores
+from gcpo_train.evaluation.heldout import METRIC_NAME, paired_gain, per_query_scores
 
 
 @pytest.mark.parametrize(

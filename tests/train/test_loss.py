@@ -1,11 +1,11 @@
-"""gcpo_train.loss against hand-derived gradients and naive loops."""
+"""gcpo_train.loop.loss against hand-derived gradients and naive loops."""
 
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from gcpo_train.loss import grpo_loss, k3_kl, masked_var  # noqa: E402
+from gcpo_train.loop.loss import grpo_loss, k3_kl, masked_var  # noqa: E402
 
 
 def _categorical(seed=0, V=5, N=6):

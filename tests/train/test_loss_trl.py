@@ -1,4 +1,4 @@
-"""gcpo_train.loss's aggregations against TRL 1.16's own loss (GRPOTrainer._compute_loss) on the
+"""gcpo_train.loop.loss's aggregations against TRL 1.16's own loss (GRPOTrainer._compute_loss) on the
 same batch: its value and its gradient with respect to the token log-probabilities.
 
 TRL's loss is a method of its trainer; it is called here unbound, on a stand-in holding only
@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
 from trl.trainer.grpo_trainer import GRPOTrainer  # noqa: E402
 
-from gcpo_train.loss import LOSS_AGGREGATIONS, TRL_LOSS_TYPE, grpo_loss  # noqa: E402
+from gcpo_train.loop.loss import LOSS_AGGREGATIONS, TRL_LOSS_TYPE, grpo_loss  # noqa: E402
 
 
 class _OneProcess:
@@ -178,7 +178,7 @@ def test_token_is_bnpo_of_the_whole_step_not_of_each_micro_batch():
 @pytest.mark.parametrize("aggregation", LOSS_AGGREGATIONS)
 def test_trl_backend_trains_the_same_form(aggregation, tmp_path):
     from gcpo_train.config import TrainConfig
-    from gcpo_train.trl_backend import gcpo_config_from
+    from gcpo_train.trl.backend import gcpo_config_from
 
     cfg = TrainConfig(
         model="tiny:llama", loss_aggregation=aggregation, output_dir=str(tmp_path), device="cpu", judge="lexical"

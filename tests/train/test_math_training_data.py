@@ -8,7 +8,7 @@ import pytest
 
 from gcpo_analysis.prompts import PROMPT_TEMPLATES, build_prompt
 from gcpo_train.config import TrainConfig
-from gcpo_train.splits import load_split
+from gcpo_train.evaluation.splits import load_split
 
 ONE_SHOT_MARK = "Tom has 3 apples"  # text of math_one_shot's worked example, in no other template
 ANSWERS = ["3 apples", "25 pears", "7", "1.5 kg", "10 cars", "0 dogs", "11 cats", "4 birds", "-2 degrees", "9"]
@@ -48,8 +48,8 @@ def test_the_loop_and_the_evaluation_use_the_config_s_template(tmp_path):
     from helpers.embedders import HashEmbedder
     from helpers.loop_setup import loop_config, queries, word_reward
 
-    from gcpo_train.evaluate import evaluate
-    from gcpo_train.trainer import GCPOLoopTrainer
+    from gcpo_train.evaluation.evaluate import evaluate
+    from gcpo_train.loop.trainer import GCPOLoopTrainer
 
     seen = []
 
@@ -90,8 +90,8 @@ def test_a_checkpoint_is_evaluated_under_the_config_given_with_it(tmp_path):
     from helpers.loop_setup import loop_config, queries, word_reward
 
     import gcpo_analysis.prompts as prompts
-    from gcpo_train.evaluate import evaluate
-    from gcpo_train.trainer import GCPOLoopTrainer
+    from gcpo_train.evaluation.evaluate import evaluate
+    from gcpo_train.loop.trainer import GCPOLoopTrainer
 
     config = TrainConfig(**loop_config(tmp_path, steps=1, checkpoint_every=1))
     GCPOLoopTrainer(config, queries=queries(), reward_fn=word_reward, embedder=HashEmbedder()).train()
@@ -117,7 +117,7 @@ def test_the_trl_dataset_uses_the_config_s_template():
     from helpers.loop_setup import queries
 
     from gcpo_analysis.tiny_models import tiny_tokenizer
-    from gcpo_train.trl_backend import prompts_dataset
+    from gcpo_train.trl.backend import prompts_dataset
 
     cfg = TrainConfig(dataset="narrativeqa", prompt="math_one_shot", max_context_tokens=16)
     rows = prompts_dataset(cfg, tiny_tokenizer(), queries=queries(3))

@@ -1,4 +1,4 @@
-"""The per-step query draw (gcpo_train.splits.query_indices): an endless stream of per-epoch
+"""The per-step query draw (gcpo_train.evaluation.splits.query_indices): an endless stream of per-epoch
 permutations read in steps of queries_per_step. A step that crosses an epoch boundary used to be
 able to draw one query twice (query_indices(5, 0, 4, 2) was [1, 1]), which killed a run at that
 step's end (duplicate (query_id, rollout_id)) or merged two groups into one of 2G."""
@@ -6,7 +6,7 @@ step's end (duplicate (query_id, rollout_id)) or merged two groups into one of 2
 import numpy as np
 import pytest
 
-from gcpo_train.splits import query_indices
+from gcpo_train.evaluation.splits import query_indices
 
 
 def _raw(n, seed, start, count):

@@ -111,7 +111,7 @@ def test_export_into_its_own_checkpoint_is_refused(tmp_path, capsys):
 def test_a_failed_start_leaves_the_folder_as_found(tmp_path):
     from helpers.loop_setup import queries, word_reward
 
-    from gcpo_train.trainer import GCPOLoopTrainer
+    from gcpo_train.loop.trainer import GCPOLoopTrainer
 
     def broken_prompt(row, tok, max_context_tokens, template=None):
         raise RuntimeError("prompt template bug")
@@ -235,7 +235,7 @@ def test_a_second_run_in_a_busy_folder_is_refused_naming_the_pid(tmp_path):
 
 
 def test_trl_backend_follows_the_run_folder_rules(tmp_path):
-    from gcpo_train.trl_backend import gcpo_config_from, run
+    from gcpo_train.trl.backend import gcpo_config_from, run
 
     pytest.importorskip("trl")
     folder = _run(tmp_path, steps=1)
@@ -260,7 +260,7 @@ def test_trl_backend_follows_the_run_folder_rules(tmp_path):
 
 # ----------------------------------------------------------------------------- 5. numbers refused
 def test_a_diverged_run_stops_naming_the_step_and_keeps_the_last_finite_checkpoint(tmp_path):
-    from gcpo_train.checkpoint import DivergedRun, latest_checkpoint, safe_load
+    from gcpo_train.runfiles.checkpoint import DivergedRun, latest_checkpoint, safe_load
 
     tr = make(tmp_path, "run", steps=8, checkpoint_every=1, learning_rate=1e6, max_grad_norm=0.0, beta=0.0)
     with pytest.raises(DivergedRun, match=r"step \d+: the update made"):
@@ -334,7 +334,7 @@ def test_eval_n_below_one_is_refused(tmp_path, capsys):
 def test_disk_full_during_a_checkpoint_is_one_line_and_leaves_no_tmp(tmp_path, monkeypatch, capsys):
     import errno
 
-    import gcpo_train.checkpoint as ckpt
+    import gcpo_train.runfiles.checkpoint as ckpt
 
     real = torch.save
 

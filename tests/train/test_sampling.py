@@ -1,4 +1,4 @@
-"""The fast CPU sampler (gcpo_train/sampling.py, ``sampling_kernels``) against transformers'
+"""The fast CPU sampler (gcpo_train/sampling/kernels.py, ``sampling_kernels``) against transformers'
 generate (``exact``, the default): its decode loop draws what generate draws for the same seeds;
 the packed kernels change only float rounding; a group's samples depend on its seed, not on the
 prompts beside it; packed weights follow the weights they pack; the knob is validated."""
@@ -12,8 +12,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from gcpo_analysis.tiny_models import tiny_causal_lm, tiny_tokenizer  # noqa: E402
-from gcpo_train.policy import generate_groups  # noqa: E402
-from gcpo_train.sampling import PackedLinears, check_kernels, grow_cache, growing_kv_layer  # noqa: E402
+from gcpo_train.sampling.generate import generate_groups  # noqa: E402
+from gcpo_train.sampling.kernels import PackedLinears, check_kernels, grow_cache, growing_kv_layer  # noqa: E402
 
 PROMPTS = ["who is the king of the city ?", "what was the war ?", "where is the ship of his father now ?"]
 SEEDS = [5, 6, 7]

@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from gcpo_analysis.tiny_models import tiny_causal_lm  # noqa: E402
-from gcpo_train.logprobs import group_logprobs_and_entropy, token_logprobs_and_entropy  # noqa: E402
+from gcpo_train.model.logprobs import group_logprobs_and_entropy, token_logprobs_and_entropy  # noqa: E402
 
 FAMILIES = ["llama", "llama-tied", "qwen2", "gpt2"]
 
@@ -54,7 +54,7 @@ def test_shared_prompt_logprobs_and_gradients_equal_the_full_forward(family, T):
 @pytest.mark.parametrize("family", FAMILIES)
 def test_shared_prefill_samples_what_plain_generate_samples(family):
     from gcpo_analysis.tiny_models import tiny_tokenizer
-    from gcpo_train.policy import _generate
+    from gcpo_train.sampling.generate import _generate
 
     tok = tiny_tokenizer()
     model = tiny_causal_lm(family, vocab_size=len(tok))

@@ -18,7 +18,7 @@ from gcpo_analysis.cli import build_parser  # noqa: E402
 from gcpo_analysis.measures.judges import make_judge  # noqa: E402
 from gcpo_train.cli import config_from_args  # noqa: E402
 from gcpo_train.trl import GCPOConfig, modulation_settings  # noqa: E402
-from gcpo_train.trl_backend import build_trl_trainer, gcpo_config_from  # noqa: E402
+from gcpo_train.trl.backend import build_trl_trainer, gcpo_config_from  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 G = 4

@@ -1,4 +1,4 @@
-"""GCPOTrainer's shared-prompt log-probs (gcpo_train.trl_shared_prompt) against TRL's own pass:
+"""GCPOTrainer's shared-prompt log-probs (gcpo_train.trl.shared_prompt) against TRL's own pass:
 the same per-token log-probs and entropies at every call (training, old-policy, reference), and
 the same loss, grad norm and trained weights over 2 steps, on tiny llama, qwen2 and gpt2, with
 beta > 0, num_iterations = 2, a group split across two chunks and left-padded prompts of
@@ -16,8 +16,8 @@ pytest.importorskip("datasets")
 from helpers.trl_setup import config_kwargs, word_reward  # noqa: E402
 
 from gcpo_analysis.tiny_models import tiny_causal_lm, tiny_tokenizer  # noqa: E402
-from gcpo_train import trl_shared_prompt as sp  # noqa: E402
 from gcpo_train.trl import GCPOConfig, GCPOTrainer  # noqa: E402
+from gcpo_train.trl import shared_prompt as sp  # noqa: E402
 
 # prompts of 5, 11, 3 and 8 tokens: every chunk mixes left-padded prompts of different lengths
 PROMPTS = [
@@ -187,7 +187,7 @@ def test_gradient_checkpointing_falls_back_named_and_counted(tmp_path, caplog):
     tok = tiny_tokenizer()
     tiny_causal_lm("llama", vocab_size=len(tok), seed=0).save_pretrained(path)
     tok.save_pretrained(path)
-    with caplog.at_level("INFO", logger="gcpo_train.trl_shared_prompt"):
+    with caplog.at_level("INFO", logger="gcpo_train.trl.shared_prompt"):
         trainer = _train(str(path), tmp_path / "gc", gradient_checkpointing=True)
     # step 1: old-policy and reference passes shared (TRL turns checkpointing off there), 2 training forwards not
     assert _logged(trainer, "gcpo/shared_prompt") == [0.5, 0.0]

@@ -30,8 +30,7 @@ import numpy as np
 
 from gcpo_analysis.models import require
 from gcpo_analysis.outputs import TMP_SUFFIX, is_temporary
-
-from .config import TrainConfig
+from gcpo_train.config import TrainConfig
 
 T = TypeVar("T")
 
@@ -292,7 +291,7 @@ def load_checkpoint(path: Path, *, model, optimizer, scheduler, config: TrainCon
 
 def load_trained(path, device=None):
     """(model, tokenizer, config) from a checkpoint folder written by the trainer."""
-    from .policy import load_model_and_tokenizer, wrap_lora
+    from gcpo_train.model.policy import load_model_and_tokenizer, wrap_lora
 
     path = Path(path)
     saved = _read_json(path / "config.json", ())

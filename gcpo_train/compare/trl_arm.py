@@ -28,7 +28,7 @@ import json
 import os
 from pathlib import Path
 
-from .config import TrainConfig
+from gcpo_train.config import TrainConfig
 
 CRN = {
     "query_order": "same in every arm of a seed (TRL's RepeatSampler seeded by seed)",
@@ -43,7 +43,7 @@ READ_HERE = ("eval_max_new_tokens", "eval_n")
 
 def check_trl_arms(arms) -> None:
     """Refuse, before anything runs, the arms TRL cannot run (``gcpo_train.trl.trl_refused``)."""
-    from .trl import trl_modulators, trl_refused
+    from gcpo_train.trl import trl_modulators, trl_refused
 
     refused = {arm: why for arm, why in trl_refused().items() if arm in arms}
     if refused:
@@ -70,8 +70,7 @@ class TaskRewards:
 
     def __call__(self, completions, references, task, query_id, **_):
         from gcpo_analysis.rewards import task_reward
-
-        from .trl import completion_text
+        from gcpo_train.trl import completion_text
 
         fn = self.reward_fn or task_reward
         self.query_ids = [str(q) for q in query_id]
@@ -103,8 +102,8 @@ def train_arm(
     an interrupted run, with the held-out evaluations; the last step is always evaluated."""
     import torch
 
-    from .run_folder import RunFolder, write_run_info
-    from .trl_backend import build_trl_trainer
+    from gcpo_train.runfiles.run_folder import RunFolder, write_run_info
+    from gcpo_train.trl.backend import build_trl_trainer
 
     out = Path(cfg.output_dir)
     cfg = dataclasses.replace(cfg, eval_every=0, eval_n=None, resume=False, overwrite=False)  # read here, not by TRL
@@ -138,7 +137,7 @@ def train_arm(
 
 def evaluate_policy(model, tokenizer, cfg: TrainConfig, eval_queries, step: int) -> None:
     """Greedy held-out evaluation of the current policy into ``eval/step_XXXXXX`` (as the gcpo loop)."""
-    from .evaluate import evaluate
+    from gcpo_train.evaluation.evaluate import evaluate
 
     evaluate(
         model,

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 if TYPE_CHECKING:
-    from .policy import TokenBatch
+    from gcpo_train.sampling.generate import TokenBatch
 
 
 @dataclass
@@ -49,7 +49,7 @@ class BeforeUpdate:
     def set_rollout_stats(self, logp, token_entropy, mask) -> None:
         """Per-rollout mean token entropy and sequence log-probability from (B, T) tensors of π_θ
         at temperature 1 (``logprobs.TokenLogprobs.policy_*``; docs/conventions.md, "The frames")."""
-        from .loss import per_rollout_mean
+        from gcpo_train.loop.loss import per_rollout_mean
 
         self.token_entropy = per_rollout_mean(token_entropy, mask).cpu().numpy()
         self.seq_logprob = (logp * mask.to(logp.dtype)).sum(-1).cpu().numpy()

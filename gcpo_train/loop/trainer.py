@@ -47,20 +47,28 @@ import numpy as np
 import pandas as pd
 
 from gcpo_analysis.models import require
-
-from . import checkpoint as ckpt
-from .config import TrainConfig
-from .logprobs import TokenLogprobs, cache_argument, cat_token_logprobs, chunk_logprobs, rollout_chunks
-from .loss import grpo_loss, masked_var
-from .modulation import GroupModulator
-from .policy import Reference, generate_groups, load_model_and_tokenizer, wrap_lora
-from .run_folder import RunFolder, write_run_info
-from .sampling import make_kernels
-from .splits import load_split, query_indices
-from .step_data import BeforeUpdate, StepRollouts, StepTimer, UpdateStats, group_columns, rollouts_frame, summarize_step
+from gcpo_train.config import TrainConfig
+from gcpo_train.evaluation.splits import load_split, query_indices
+from gcpo_train.loop.loss import grpo_loss, masked_var
+from gcpo_train.loop.step_data import (
+    BeforeUpdate,
+    StepRollouts,
+    StepTimer,
+    UpdateStats,
+    group_columns,
+    rollouts_frame,
+    summarize_step,
+)
+from gcpo_train.model.logprobs import TokenLogprobs, cache_argument, cat_token_logprobs, chunk_logprobs, rollout_chunks
+from gcpo_train.model.policy import Reference, load_model_and_tokenizer, wrap_lora
+from gcpo_train.modulation import GroupModulator
+from gcpo_train.runfiles import checkpoint as ckpt
+from gcpo_train.runfiles.run_folder import RunFolder, write_run_info
+from gcpo_train.sampling.generate import generate_groups
+from gcpo_train.sampling.kernels import make_kernels
 
 if TYPE_CHECKING:
-    from .reporting import Reporter
+    from gcpo_train.reporting import Reporter
 
 
 def step_seed(seed: int, step: int, *more: int) -> int:
@@ -103,7 +111,7 @@ class GCPOLoopTrainer:
             )
         if config.backend == "trl":
             raise ValueError(
-                "backend 'trl' runs through gcpo_train.trl_backend (gcpo train --backend trl), not this loop"
+                "backend 'trl' runs through gcpo_train.trl.backend (gcpo train --backend trl), not this loop"
             )
         self.config = cfg = config
         self.accelerator = accelerate.Accelerator(cpu=(cfg.device == "cpu"))
@@ -129,7 +137,7 @@ class GCPOLoopTrainer:
         if cfg.gradient_checkpointing:
             model.gradient_checkpointing_enable()
         if cfg.sampling_kernels.startswith("fused"):  # a model it does not implement is refused here, not at step 1
-            from .fused_decode import llama_of
+            from gcpo_train.sampling.fused import llama_of
 
             llama_of(model)
         # the rollouts of a group share their prompt: run it once per chunk (exact; see
@@ -255,7 +263,7 @@ class GCPOLoopTrainer:
             advantages, infos, cluster_stats = self._modulate(rollouts, before)
         study = None
         if self.config.track_gradvar == "full":  # the study's V at θ_old, its own pass per group
-            from .gradvar_tracking import study_variances
+            from gcpo_train.loop.gradvar_tracking import study_variances
 
             with timer("gradvar_full"):
                 study = study_variances(self.policy, rollouts.batch, rollouts.rewards, self.config.group_size)
@@ -455,7 +463,7 @@ class GCPOLoopTrainer:
     def _gradvar_tracker(self, n_rows: int):
         """Hooks on the trainable layers for one update pass (``gradvar_tracking``); the factor
         num_processes undoes the one the loss is multiplied by before DDP's gradient mean."""
-        from .gradvar_tracking import GradVarTracker
+        from gcpo_train.loop.gradvar_tracking import GradVarTracker
 
         return GradVarTracker(
             self.policy, self.params, self.config.group_size, n_rows, scale=self.accelerator.num_processes
@@ -539,7 +547,7 @@ class GCPOLoopTrainer:
         # every process checks the folder before the main one writes run.json into it
         acc.wait_for_everyone()
         if cfg.report_to and acc.is_main_process:
-            from .reporting import Reporter
+            from gcpo_train.reporting import Reporter
 
             self._reporter = Reporter(cfg.report_to, self.out, cfg.to_dict(), self.out.name)
         if acc.is_main_process:
@@ -594,7 +602,7 @@ class GCPOLoopTrainer:
 
     def evaluate(self, tag: str = "final") -> dict:
         """Greedy evaluation of the current policy on eval_split (``eval/<tag>.json``)."""
-        from .evaluate import evaluate
+        from gcpo_train.evaluation.evaluate import evaluate
 
         queries = (
             self._eval_queries if self._eval_queries is not None else load_split(self.config, self.config.eval_split)

@@ -67,12 +67,12 @@ def evaluate(
     torch = require("torch")
     tqdm = require("tqdm").tqdm
     from gcpo_analysis.rewards import extract_answer, task_metrics, task_reward
-
-    from .policy import generate_groups, load_model_and_tokenizer
+    from gcpo_train.model.policy import load_model_and_tokenizer
+    from gcpo_train.sampling.generate import generate_groups
 
     desc = checkpoint_or_model if isinstance(checkpoint_or_model, (str, Path)) else type(checkpoint_or_model).__name__
     if isinstance(checkpoint_or_model, (str, Path)) and (Path(checkpoint_or_model) / "trainable.pt").exists():
-        from .checkpoint import load_trained
+        from gcpo_train.runfiles.checkpoint import load_trained
 
         model, tokenizer, saved = load_trained(checkpoint_or_model, device)
         config = saved if config is None else config  # a --config given with a checkpoint is what to evaluate
@@ -85,7 +85,7 @@ def evaluate(
         if tokenizer is None:
             raise ValueError("evaluate(model, ...) needs tokenizer= when given a loaded model")
     if kernels is None and config is not None and getattr(config, "sampling_kernels", "exact") != "exact":
-        from .sampling import make_kernels  # the run's decoding, for its base policy too
+        from gcpo_train.sampling.kernels import make_kernels  # the run's decoding, for its base policy too
 
         kernels = make_kernels(config.sampling_kernels, next(model.parameters()).device)
     if batch_size is None:
@@ -102,7 +102,7 @@ def evaluate(
         # the held-out part of the run's own split_queries split, never its training queries
         import dataclasses
 
-        from .splits import load_split
+        from gcpo_train.evaluation.splits import load_split
 
         queries = load_split(dataclasses.replace(config, data_path=data_path or config.data_path), split)
     elif queries is None:
@@ -148,7 +148,7 @@ def evaluate(
         raise ValueError(f"evaluate expects one task per dataset, got {sorted(set(tasks))}")
     preds = [extract_answer(c, task) or "" for c in completions]
     metrics = dict(task_metrics(task, preds, refs))
-    from .heldout import per_query_scores
+    from gcpo_train.evaluation.heldout import per_query_scores
 
     scores = per_query_scores(task, preds, refs)
     rewards = [task_reward(task, c, r) for c, r in zip(completions, refs)]

@@ -27,7 +27,7 @@ Refused at construction, with the reason: ``eg_spo`` (per-rollout gates from tok
 (TRL computes no sequence log-probabilities before the advantages).
 
 Speed (``share_prompt``, on by default): each group's prompt runs once in TRL's log-prob passes
-(``gcpo_train.trl_shared_prompt``); the same numbers as TRL's pass, with named fallbacks.
+(``gcpo_train.trl.shared_prompt``); the same numbers as TRL's pass, with named fallbacks.
 """
 
 from __future__ import annotations
@@ -46,9 +46,8 @@ from trl import GRPOConfig, GRPOTrainer
 from gcpo_analysis.knobs import check_knobs, knob, shared
 from gcpo_analysis.measures.modulators import MODULATORS
 from gcpo_analysis.vocab import R_MIN, TRL_USE_FULL_COMPLETION
-
-from .modulation import ModulationSettings
-from .trl_shared_prompt import SharedPromptMixin
+from gcpo_train.modulation import ModulationSettings
+from gcpo_train.trl.shared_prompt import SharedPromptMixin
 
 
 def trl_modulators() -> tuple[str, ...]:
@@ -124,7 +123,7 @@ class GCPOConfig(GRPOConfig):
         super().__post_init__()
         check_knobs(self, gcpo_config_fields())  # TRL checks its own fields
         check_trl_modulator(self.modulator)
-        from .config import check_modulator_params
+        from gcpo_train.config import check_modulator_params
 
         self.modulator_params = check_modulator_params(self.modulator_params)
 
@@ -182,7 +181,7 @@ class GCPOTrainer(SharedPromptMixin, GRPOTrainer):
         if not isinstance(config, GCPOConfig):
             raise TypeError(f"GCPOTrainer needs args=GCPOConfig(...), got {type(config).__name__}")
         check_trl_modulator(config.modulator)
-        from .modulation import GroupModulator
+        from gcpo_train.modulation import GroupModulator
 
         self.group_modulator = GroupModulator(config.modulation_settings(), embedder=embedder, judge=judge)
         self._gcpo_batch = None

@@ -8,7 +8,7 @@ Layout of the comparison folder ``OUT``::
     OUT/runs/<arm>/seed_<s>/         an ordinary run folder (gcpo train's rules: locked,
                                      resumable, refusals); done.json once trained and evaluated
     OUT/results.parquet              arm, seed, step, query_id, score (long form; step 0 = base)
-    OUT/summary.md / summary.csv / figures/   (gcpo_train.compare_report)
+    OUT/summary.md / summary.csv / figures/   (gcpo_train.compare.report)
 
 - **Two engines.** Every arm runs through gcpo's own loop (backend gcpo) or TRL's GRPOTrainer
   (backend trl, ``compare_trl``: the same folder rules, evaluation and records; arms TRL cannot
@@ -37,8 +37,7 @@ from pathlib import Path
 import pandas as pd
 
 from gcpo_analysis.frames import write_frame, write_text
-
-from .config import TrainConfig
+from gcpo_train.config import TrainConfig
 
 REFERENCE_ARM = "none"
 
@@ -97,7 +96,7 @@ class Comparison:
                 f"gcpo compare runs the gcpo loop (backend gcpo) or TRL (backend trl), not backend {base.backend!r}"
             )
         if base.backend == "trl":
-            from .compare_trl import check_trl_arms
+            from gcpo_train.compare.trl_arm import check_trl_arms
 
             check_trl_arms(self.modulators)
         if eval_every < 0:
@@ -124,7 +123,7 @@ class Comparison:
     def crn(self) -> dict:
         """What the arms of one seed share (compare.json's record; not part of the folder's identity)."""
         if self.base.backend == "trl":
-            from .compare_trl import CRN
+            from gcpo_train.compare.trl_arm import CRN
 
             return CRN
         return {
@@ -157,7 +156,7 @@ class Comparison:
         write_text(path, json.dumps(new, indent=2, default=str) + "\n")
 
     def heldout(self) -> pd.DataFrame:
-        from .splits import load_split
+        from gcpo_train.evaluation.splits import load_split
 
         queries = self.trainer_kwargs.get("eval_queries")
         if queries is None:
@@ -168,7 +167,7 @@ class Comparison:
     # ------------------------------------------------------------------ running
     def run(self, progress: bool = True) -> dict:
         """Train and evaluate what is missing, then write results, summary and figures."""
-        from .run_folder import take_lock
+        from gcpo_train.runfiles.run_folder import take_lock
 
         self.out.mkdir(parents=True, exist_ok=True)
         lock = take_lock(self.out / ".gcpo.lock", self.out / ".gcpo.owner.json", f"comparison folder {self.out}")
@@ -198,7 +197,7 @@ class Comparison:
     def report(self) -> dict:
         """results.parquet, summary.md/csv and figures/ from the evaluations finished so far, over
         every arm and seed of the comparison (``listed``)."""
-        from .compare_report import write_report
+        from gcpo_train.compare.report import write_report
 
         results = self.results()
         write_frame(results, self.out / "results.parquet")
@@ -211,9 +210,8 @@ class Comparison:
         if path.with_name(path.stem + ".predictions.parquet").exists():
             return path
         from gcpo_analysis.models import require
-
-        from .evaluate import evaluate
-        from .policy import load_model_and_tokenizer
+        from gcpo_train.evaluation.evaluate import evaluate
+        from gcpo_train.model.policy import load_model_and_tokenizer
 
         torch = require("torch")
         torch.manual_seed(seed)  # the trainer's draw of a random tiny model
@@ -246,11 +244,11 @@ class Comparison:
             **{k: v for k, v in self.trainer_kwargs.items() if k != "eval_queries"},
         }
         if cfg.backend == "trl":  # the same folder rules, evaluation and records through TRL
-            from .compare_trl import train_arm
+            from gcpo_train.compare.trl_arm import train_arm
 
             train_arm(cfg, eval_every=self.eval_every, **kwargs)
         else:
-            from .trainer import GCPOLoopTrainer
+            from gcpo_train.loop.trainer import GCPOLoopTrainer
 
             trainer = GCPOLoopTrainer(cfg, **kwargs)
             trainer.train()
@@ -304,8 +302,7 @@ def load_compare_config(path, overrides: dict | None = None) -> tuple[TrainConfi
     seeds and evaluation settings, ``COMPARE_DEFAULTS``' keys). Returns (config, settings), the
     settings completed from the defaults; unknown keys are refused, naming them."""
     from gcpo_analysis.errors import did_you_mean
-
-    from .config import _check_keys, load_config, read_config_file
+    from gcpo_train.config import _check_keys, load_config, read_config_file
 
     path = Path(path)
     loaded = read_config_file(path)
@@ -406,7 +403,7 @@ def add_parser(subparsers):
 
 
 def run_cli(args) -> int:
-    from .config import parse_overrides
+    from gcpo_train.config import parse_overrides
 
     overrides = parse_overrides(args.set)
     if args.backend is not None:

@@ -41,8 +41,7 @@ from typing import Any
 
 from gcpo_analysis.models import require
 from gcpo_analysis.tokens import position_ids
-
-from .logprobs import cache_argument, output_cache, run_prompt_once
+from gcpo_train.model.logprobs import cache_argument, output_cache, run_prompt_once
 
 SAMPLING_KERNELS = ("exact", "onednn", "bf16", "fused", "fused_bf16")
 
@@ -70,7 +69,7 @@ def make_kernels(name: str, device=None):
     if name == "exact":
         return None
     if name in ("fused", "fused_bf16"):
-        from .fused_decode import FusedKernels
+        from gcpo_train.sampling.fused import FusedKernels
 
         return FusedKernels(bf16=name == "fused_bf16")
     return PackedLinears(name)

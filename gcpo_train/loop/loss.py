@@ -34,9 +34,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from gcpo_analysis.models import require
+from gcpo_train.config import LOSS_AGGREGATIONS
 
 # TRL 1.16 loss_type of each form: sequence = grpo, token = bnpo, dapo = dapo, dr_grpo = dr_grpo
-LOSS_AGGREGATIONS = ("sequence", "token", "dapo", "dr_grpo")
 TRL_LOSS_TYPE = {"sequence": "grpo", "token": "bnpo", "dapo": "dapo", "dr_grpo": "dr_grpo"}
 
 

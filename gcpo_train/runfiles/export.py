@@ -28,10 +28,9 @@ from pathlib import Path
 from gcpo_analysis import __version__
 from gcpo_analysis.models import require
 from gcpo_analysis.outputs import TMP_SUFFIX
-
-from .checkpoint import load_trained, newest_usable, read_state
-from .config import DTYPES
-from .policy import eos_ids_of
+from gcpo_train.config import DTYPES
+from gcpo_train.model.policy import eos_ids_of
+from gcpo_train.runfiles.checkpoint import load_trained, newest_usable, read_state
 
 PROVENANCE = "gcpo_export.json"
 # Short texts whose logits the export must reproduce; any tokenizer encodes them (unknown words
@@ -213,7 +212,7 @@ def export_checkpoint(
     if dtype is not None and dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
     out = check_output(output, checkpoint, overwrite)
-    from .run_folder import take_lock
+    from gcpo_train.runfiles.run_folder import take_lock
 
     # one export into OUT at a time; the lock and owner files beside OUT are removed afterwards
     lock_path, owner = out.with_name(f".{out.name}.gcpo.lock"), out.with_name(f".{out.name}.gcpo.owner.json")

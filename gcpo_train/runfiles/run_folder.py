@@ -30,8 +30,7 @@ from pathlib import Path
 
 from gcpo_analysis.frames import write_text
 from gcpo_analysis.outputs import is_temporary
-
-from .runlog import read_log
+from gcpo_train.runfiles.runlog import read_log
 
 LOCK_NAME, OWNER_NAME, REPLACED = ".gcpo.lock", ".gcpo.owner.json", ".gcpo-replaced"
 # What gcpo's loop and the TRL backend write at the top of a run folder: name -> the pattern of

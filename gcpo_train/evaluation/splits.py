@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .config import TrainConfig
+from gcpo_train.config import TrainConfig
 
 
 def query_indices(n_queries: int, seed: int, start: int, count: int) -> np.ndarray:

@@ -74,7 +74,7 @@ def hook_matches(cls) -> bool:
 def static_fallback(trainer, base_cls, generation: bool = False) -> str | None:
     """Why the shared-prompt pass (``generation``: the shared prefill) cannot run for this
     trainer at all (None: it can)."""
-    from .logprobs import cache_argument
+    from gcpo_train.model.logprobs import cache_argument
 
     args = trainer.args
     if not getattr(args, "share_prompt", False):
@@ -152,7 +152,7 @@ def shared_prompt_logps(
     prompt of a chunk run once (``logprobs.group_logprobs_and_entropy``). Returns (logps, entropies
     or None), both (B, logits_to_keep) at TRL's temperature, zero where the completion mask is 0
     (as TRL's)."""
-    from .logprobs import group_logprobs_and_entropy
+    from gcpo_train.model.logprobs import group_logprobs_and_entropy
 
     T = logits_to_keep
     batch_size = batch_size or input_ids.size(0)
@@ -206,8 +206,7 @@ def shared_prefill_generate(model, generate):
     random draws are generate's, so the samples are the plain call's up to float rounding."""
     from gcpo_analysis.prompt_cache import CACHE_ARGUMENTS
     from gcpo_analysis.tokens import position_ids
-
-    from .logprobs import cache_argument, output_cache, run_prompt_once
+    from gcpo_train.model.logprobs import cache_argument, output_cache, run_prompt_once
 
     def wrapped(*args, input_ids=None, attention_mask=None, **kwargs):
         plan = (

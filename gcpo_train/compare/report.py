@@ -157,7 +157,7 @@ def plot_report(out: Path, results: pd.DataFrame, arms, weights: dict) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .runlog import read_log
+    from gcpo_train.runfiles.runlog import read_log
 
     figs = out / "figures"
     figs.mkdir(parents=True, exist_ok=True)

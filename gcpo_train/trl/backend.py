@@ -15,7 +15,7 @@ import warnings
 from collections.abc import Iterable
 from typing import Any
 
-from .config import TrainConfig
+from gcpo_train.config import TrainConfig
 
 # TrainConfig field -> the GRPOConfig field of the same meaning under another name (TRL's).
 TRL_NAMES = {
@@ -44,8 +44,8 @@ def gcpo_config_from(cfg: TrainConfig, plain_trl: bool = False, **overrides):
     ``plain_trl``: TRL's GRPOConfig of the same run, without the GCPO fields. The GCPO fields are
     copied by name (both configs declare them from ``gcpo_analysis.knobs``), TRL's fields through
     ``TRL_NAMES`` and the few conversions below."""
-    from .loss import TRL_LOSS_TYPE
-    from .trl import GCPOConfig, gcpo_config_fields
+    from gcpo_train.loop.loss import TRL_LOSS_TYPE
+    from gcpo_train.trl import GCPOConfig, gcpo_config_fields
 
     kwargs: dict[str, Any] = {trl: getattr(cfg, ours) for ours, trl in TRL_NAMES.items()}
     kwargs.update({name: getattr(cfg, name) for name in gcpo_config_fields() if hasattr(cfg, name)})
@@ -78,8 +78,7 @@ def prompts_dataset(cfg: TrainConfig, tokenizer, queries=None):
     from datasets import Dataset
 
     from gcpo_analysis.prompts import build_prompt
-
-    from .splits import load_split
+    from gcpo_train.evaluation.splits import load_split
 
     if queries is None:
         queries = load_split(cfg, cfg.train_split)
@@ -101,8 +100,7 @@ def prompts_dataset(cfg: TrainConfig, tokenizer, queries=None):
 def task_reward_fn(completions, references, task, **_):
     """TRL reward function: gcpo's task reward of each completion (rewards in [0, 2])."""
     from gcpo_analysis.rewards import task_reward
-
-    from .trl import completion_text
+    from gcpo_train.trl import completion_text
 
     return [task_reward(t, completion_text(c), list(refs)) for c, refs, t in zip(completions, references, task)]
 
@@ -155,9 +153,8 @@ def build_trl_trainer(
     the train split and ``reward_funcs`` (a TRL reward function) gcpo's task reward, as
     ``GCPOLoopTrainer``'s keywords do; ``read_elsewhere``: see ``refuse_unsupported``."""
     from gcpo_analysis.models import is_packaged_policy
-
-    from .policy import load_model_and_tokenizer
-    from .trl import GCPOTrainer
+    from gcpo_train.model.policy import load_model_and_tokenizer
+    from gcpo_train.trl import GCPOTrainer
 
     if cfg.backend != "trl":
         raise ValueError(f"build_trl_trainer needs backend: trl, got {cfg.backend!r}")
@@ -208,7 +205,7 @@ def run(cfg: TrainConfig, flags: Iterable[str] = ()) -> list[dict]:
     returns TRL's log history (one dict per logged step)."""
     import os
 
-    from .run_folder import RunFolder
+    from gcpo_train.runfiles.run_folder import RunFolder
 
     refuse_unsupported(cfg, flags)
     is_main = int(os.environ.get("RANK", "0")) == 0  # accelerate launch sets RANK per process

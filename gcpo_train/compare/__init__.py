@@ -1,0 +1,1 @@
+"""``gcpo compare``: arms x seeds trained, evaluated and reported in one folder."""

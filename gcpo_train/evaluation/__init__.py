@@ -1,0 +1,1 @@
+"""Held-out evaluation: splits, decoding a checkpoint's answers, and paired scores."""

@@ -1,0 +1,1 @@
+"""Our own GRPO loop: the trainer, its loss, a step's data, and the gradient-variance tracking."""

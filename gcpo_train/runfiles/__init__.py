@@ -1,0 +1,1 @@
+"""Run folders: locks, checkpoints, the step log and export."""

@@ -1,0 +1,1 @@
+"""Sampling rollouts: the decoding kernels and batched group generation."""
