@@ -91,5 +91,7 @@ def test_training_step_with_and_without_the_shared_prompt(tmp_path):
     for key in row_a:
         assert row_a[key] == pytest.approx(row_b[key], rel=1e-5, abs=1e-7), key
     assert row_a["grad_norm"] > 0
+    # Adam's first step moves a weight by lr·g/(|g| + ε): where |g| is near ε, the float rounding of g
+    # between the two passes moves it by a small fraction of lr (2e-6 seen on an AMD EPYC runner)
     for name in w_a:
-        torch.testing.assert_close(w_a[name], w_b[name], rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(w_a[name], w_b[name], rtol=1e-4, atol=1e-5)

@@ -40,7 +40,8 @@ def test_score_groups_matches_per_group_functions(rollouts):
         a = 0.6 / math.log(G)
         assert row.G == G
         assert row.cd == pytest.approx(D.cosine_dispersion(e), abs=1e-6)
-        assert row.bot == pytest.approx(D.barycentric_transport(e, c), abs=1e-9)
+        # the batched BoT sums the float32 embeddings in another order (1.8e-9 apart on an AMD EPYC runner)
+        assert row.bot == pytest.approx(D.barycentric_transport(e, c), abs=1e-8)
         assert row.rd == pytest.approx(D.reward_dispersion(g["reward"]))
         assert row.w_cd == pytest.approx(max(0, 1 - a * row.cd**2))
         assert row.w_rd == pytest.approx(1 + a * row.rd)
