@@ -159,7 +159,7 @@ def _field_rows(cls, skip: frozenset[str], prefix: str) -> list[str]:
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
             rows += _field_rows(type(value), frozenset(), f"{prefix}{f.name}.")
             continue
-        from gcpo_analysis.knobs import cli_help  # a registry's choices (datasets, modulators) as built
+        from gcpo_analysis.knob import cli_help  # a registry's choices (datasets, modulators) as built
 
         rows.append(f"| `{prefix}{f.name}` | {_type(f)} | {_cell(_default(f))} | {_cell(cli_help(f))} |")
     return rows

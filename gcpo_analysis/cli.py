@@ -12,7 +12,8 @@ import logging
 import sys
 from pathlib import Path
 
-from .knobs import SHARED, Knob, check_flags, check_reward_range
+from .knob import Knob, check_flags
+from .knobs import SHARED, check_reward_range
 from .vocab import full_completion
 
 # the shared knobs that are `gcpo score` flags, with their types
@@ -85,7 +86,7 @@ def _run_score(args) -> int:
     for name in SCORE_KNOBS:
         if getattr(args, name) is None:
             setattr(args, name, SHARED[name].default)
-    check_flags(args, SCORE_KNOBS)
+    check_flags(args, SCORE_KNOBS, SHARED)
     check_reward_range(args.r_min, args.r_max, ("--r-min", "--r-max"))
     out = Path(args.output)
     if out.suffix.lower() not in (".parquet", ".jsonl", ".csv"):

@@ -17,7 +17,8 @@ import sys
 from pathlib import Path
 
 from gcpo_analysis.datasets import dataset_names
-from gcpo_analysis.knobs import SPLITS, cli_help
+from gcpo_analysis.knob import cli_help
+from gcpo_analysis.knobs import SPLITS
 from gcpo_analysis.vocab import field_kinds
 from gcpo_train.config import DTYPES, TrainConfig, load_config
 

@@ -21,6 +21,7 @@ from gcpo_analysis.datasets import math_datasets
 from gcpo_analysis.errors import did_you_mean
 from gcpo_analysis.knobs import check_knobs, knob, shared
 from gcpo_analysis.vocab import PACKAGED_POLICY, PAPER_POLICY, full_completion
+from gcpo_train.modulation import ModulationSettings
 from gcpo_train.sampling.kernels import SAMPLING_KERNELS
 
 BACKENDS = ("gcpo", "trl", "hf", "vllm")
@@ -56,12 +57,14 @@ IDENTITY_OMITTED_AT = {"sampling_kernels": "exact"}
 
 
 @dataclass
-class TrainConfig:
+class TrainConfig(ModulationSettings):
     """Every knob of a GCPO/GRPO training run (paper Section 3, Appendix E/F).
 
-    A field is ``knob(default, help, rules)`` (this config's own) or ``shared(name)`` (declared
-    once in ``gcpo_analysis.knobs.SHARED``, as GCPOConfig and StudyConfig have it too); ``validate``
-    checks every field against its declaration (``check_knobs``), then the rules between fields."""
+    The modulation fields (modulator, alpha_base, r_min, r_max, eps, judge, embedder, ...) are
+    inherited from ``gcpo_train.modulation.ModulationSettings``, their one home. Any other field
+    is ``knob(default, help, rules)`` (this config's own) or ``shared(name)`` (declared once in
+    ``gcpo_analysis.knobs.SHARED``, as StudyConfig has it too); ``validate`` checks every field
+    against its declaration (``check_knobs``), then the rules between fields."""
 
     # --- model ---
     model: str = shared(
@@ -133,22 +136,6 @@ class TrainConfig:
     max_prompt_tokens: int | None = knob(
         1024, "Hard cap on prompt tokens (left-truncated).", ge=1, none="no cap (the whole prompt)"
     )
-    # --- modulator ---
-    modulator: str = shared("modulator")
-    alpha_base: float = shared("alpha_base")
-    r_min: float = shared("r_min")
-    r_max: float = shared("r_max")
-    eps: float = shared("eps")
-    modulator_params: dict | None = shared("modulator_params")
-    r2vpo_lambda: float = shared("r2vpo_lambda")
-    q_hawkeye_alpha: float = shared("q_hawkeye_alpha")
-    eg_spo_alpha: float = shared("eg_spo_alpha")
-    empo_low: float = shared("empo_low")
-    empo_high: float = shared("empo_high")
-    embedder: str | None = shared("embedder")
-    judge: str = shared("judge")
-    nli_threshold: float = shared("nli_threshold")
-    use_full_completion: bool | None = shared("use_full_completion")
     # --- optimisation ---
     steps: int = knob(2000, "Optimizer steps (generation batches).", ge=1)
     queries_per_step: int = knob(8, "Prompts per step (all processes together); each gets G rollouts.", ge=1)
@@ -278,10 +265,8 @@ class TrainConfig:
         """use_full_completion resolved: True for math (Appendix E), False for QA, unless set."""
         return full_completion(self.use_full_completion, self.dataset)
 
-    def modulation_settings(self):
-        """What the modulator reads (``gcpo_train.modulation.ModulationSettings``), from this config."""
-        from gcpo_train.modulation import ModulationSettings
-
+    def modulation_settings(self) -> ModulationSettings:
+        """What the modulator reads: this config's modulation fields, as a ``ModulationSettings``."""
         return ModulationSettings.from_config(self)
 
     def to_dict(self) -> dict:
@@ -329,7 +314,7 @@ def check_modulator_params(params):
     if not isinstance(params, dict):
         raise ValueError(f"modulator_params must be a mapping, got {params!r} ({type(params).__name__})")
     from gcpo_analysis.knobs import SHARED, check_value
-    from gcpo_analysis.measures.modulators import PARAM_KNOBS
+    from gcpo_analysis.measures.params import PARAM_KNOBS
 
     accepted = modulator_param_names()
     for key, value in params.items():

@@ -21,28 +21,43 @@ from typing import Any
 
 import numpy as np
 
-from gcpo_analysis.knobs import check_knobs, shared
+from gcpo_analysis.knobs import MeasurementTools, check_knobs, shared
+from gcpo_analysis.measures.params import PARAM_KNOBS
 
 
-@dataclass(frozen=True)
-class ModulationSettings:
-    """Everything ``GroupModulator`` reads: the modulator, its measurement tools and its knobs,
-    each declared once in ``gcpo_analysis.knobs.SHARED`` and checked by ``check_knobs``."""
+@dataclass
+class GroupWeightSettings(MeasurementTools):
+    """The knobs a group weight reads (``Modulator.weight``, the modulators TRL runs), each field
+    declared here once: ``GCPOConfig`` inherits them beside TRL's ``GRPOConfig``, and
+    ``ModulationSettings`` adds the rest. The measurement tools (embedder, judge, nli_threshold)
+    come from ``gcpo_analysis.knobs.MeasurementTools``. No ``__post_init__``: the inheriting
+    config validates (``check_knobs``)."""
 
     modulator: str = shared("modulator")
-    embedder: str | None = shared("embedder")
-    judge: str = shared("judge")
-    nli_threshold: float = shared("nli_threshold")
     alpha_base: float = shared("alpha_base")
     r_min: float = shared("r_min")
     r_max: float = shared("r_max")
-    eps: float = shared("eps")
     q_hawkeye_alpha: float = shared("q_hawkeye_alpha")
+    modulator_params: dict | None = shared("modulator_params")
+    use_full_completion: bool | None = shared(
+        "use_full_completion",
+        none="auto: the full completion for the math datasets (gcpo_analysis.vocab.full_completion); "
+        "under TRL, whose dataset has no name, the full completion (vocab.TRL_USE_FULL_COMPLETION)",
+    )
+
+
+@dataclass
+class ModulationSettings(GroupWeightSettings):
+    """Everything ``GroupModulator`` reads: the modulator, its measurement tools and its knobs, the
+    one home of the modulation fields. ``TrainConfig`` inherits it (its YAML keys and flags are
+    these field names); each field's range and help is declared once (``gcpo_analysis.knobs.SHARED``,
+    the parameters in ``gcpo_analysis.measures.params``) and checked by ``check_knobs``."""
+
+    eps: float = shared("eps")
     eg_spo_alpha: float = shared("eg_spo_alpha")
     r2vpo_lambda: float = shared("r2vpo_lambda")
     empo_low: float = shared("empo_low")
     empo_high: float = shared("empo_high")
-    modulator_params: dict | None = shared("modulator_params")
 
     def __post_init__(self):
         check_knobs(self)
@@ -61,14 +76,10 @@ class ModulationSettings:
 
 
 def modulator_params(config: Any) -> dict:
-    """Keyword arguments that ``modulate`` forwards to the modulator (names as modulators.py)."""
-    params = dict(
-        q_alpha=config.q_hawkeye_alpha,
-        eg_alpha=config.eg_spo_alpha,
-        r2vpo_lambda=config.r2vpo_lambda,
-        empo_low=config.empo_low,
-        empo_high=config.empo_high,
-    )
+    """Keyword arguments that ``modulate`` forwards to the modulator (names as modulators.py): each
+    declared parameter from its settings field (``PARAM_KNOBS``: q_alpha <- q_hawkeye_alpha), then
+    ``modulator_params`` verbatim over them."""
+    params = {kwarg: getattr(config, name) for kwarg, name in PARAM_KNOBS.items()}
     params.update(config.modulator_params or {})
     return params
 

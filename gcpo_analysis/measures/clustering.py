@@ -21,7 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..knob import check_value
 from ..vocab import NLI_THRESHOLD
+from .params import MEASURE_KNOBS
 
 if TYPE_CHECKING:
     from .judges import Judge
@@ -52,10 +54,8 @@ def _check_group(texts: Sequence[str], where: str = "") -> list[str]:
 
 
 def _check_threshold(threshold: float) -> float:
-    """The entailment threshold checked against its one declaration (``knobs.SHARED``)."""
-    from ..knobs import SHARED, check_value
-
-    return check_value("nli_threshold", threshold, SHARED["nli_threshold"], float)
+    """The entailment threshold checked against its one declaration (``params.MEASURE_KNOBS``)."""
+    return check_value("nli_threshold", threshold, MEASURE_KNOBS["nli_threshold"], float)
 
 
 def greedy_nli_clusters(texts: Sequence[str], judge: Judge, threshold: float = NLI_THRESHOLD) -> np.ndarray:

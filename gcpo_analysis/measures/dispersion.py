@@ -14,7 +14,9 @@ import math
 import numpy as np
 from numpy.typing import ArrayLike
 
+from ..knob import check_value
 from ..vocab import ALPHA_BASE, R_MAX, R_MIN  # noqa: F401 (re-exported: the measures' defaults)
+from .params import MEASURE_KNOBS
 
 _NORM_TOL = 1e-6
 
@@ -77,9 +79,7 @@ def as_rewards(rewards: ArrayLike, r_min: float, r_max: float, *, batch: bool) -
 def check_alpha_base(alpha_base: float) -> float:
     """alpha_base must be a finite number >= 0: a negative one flips the sign of advantages
     (omega_geo > 1, omega_RD < 1), NaN makes every weight NaN."""
-    from ..knobs import SHARED, check_value
-
-    return check_value("alpha_base", alpha_base, SHARED["alpha_base"], float)
+    return check_value("alpha_base", alpha_base, MEASURE_KNOBS["alpha_base"], float)
 
 
 def check_labels(c: np.ndarray, where: str = "") -> np.ndarray:

@@ -30,11 +30,13 @@ from typing import Any
 
 import numpy as np
 
+from ..knob import check_value
 from ..registry import Registry
 from ..vocab import CLUSTERS, EMBEDDINGS
 from .advantages import EPS, gcpo_weight, grpo_advantages
 from .dispersion import ALPHA_BASE, R_MAX, R_MIN, alpha_g, as_rewards, check_alpha_base, rd_weight, reward_dispersion
 from .entropy import entropy_weight, kernel_language_entropy, se_logweights, semantic_entropy
+from .params import MODULATOR_PARAMS
 
 Info = dict[str, float]
 WeightFn = Callable[..., tuple[float, Info]]
@@ -368,23 +370,10 @@ def _checked(
     modulator = MODULATORS.lookup(name)
     as_rewards(group.rewards, r_min, r_max, batch=False)
     check_alpha_base(alpha_base)
-    from ..knobs import SHARED, check_value
-
-    for key, knob in PARAM_KNOBS.items():  # each checked against its one declaration
+    for key, (_field, spec) in MODULATOR_PARAMS.items():  # each checked against its one declaration
         if key in params:
-            check_value(key, params[key], SHARED[knob], float)
+            check_value(key, params[key], spec, float)
     return modulator
-
-
-# a modulator's keyword argument -> the knob that declares it (the configs' name); the configs'
-# modulator_params are checked against these declarations too (gcpo_train/config.py)
-PARAM_KNOBS = {
-    "q_alpha": "q_hawkeye_alpha",
-    "eg_alpha": "eg_spo_alpha",
-    "r2vpo_lambda": "r2vpo_lambda",
-    "empo_low": "empo_low",
-    "empo_high": "empo_high",
-}
 
 
 def modulate(

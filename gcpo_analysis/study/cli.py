@@ -25,7 +25,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from ..knobs import check_given_flags, cli_help
+from ..knob import check_given_flags, cli_help
 from ..outputs import folder_lock
 from ..vocab import field_kinds
 from . import run

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..knobs import check_knobs, knob, shared
+from ..knobs import MeasurementTools, check_knobs, knob, shared
 from ..measures.registry import DEFAULT_MEASURES, MEASURE_REGISTRY
 from ..measures.score import parse_measures
 from ..models import resolve_policy
@@ -17,10 +17,11 @@ def _measures() -> list[str]:
 
 
 @dataclass
-class StudyConfig:
+class StudyConfig(MeasurementTools):
     """Settings of a gap study; every field is a `gcpo study` flag of the same name, declared
-    once (``gcpo_analysis.knobs``: shared with the training configs, or this study's own ``knob``)
-    and checked by ``check_knobs`` when the config is made, before any model loads."""
+    once (``gcpo_analysis.knobs``: the measurement tools inherited from ``MeasurementTools``, a
+    knob shared with the training configs, or this study's own ``knob``) and checked by
+    ``check_knobs`` when the config is made, before any model loads."""
 
     dataset: str = shared("dataset")
     data_path: str | None = shared("data_path")
@@ -33,9 +34,6 @@ class StudyConfig:
     max_new_tokens: int = shared("max_new_tokens", 24)
     prompt: str | None = shared("prompt")
     max_context_tokens: int = shared("max_context_tokens", 64)
-    judge: str = shared("judge")
-    embedder: str | None = shared("embedder")
-    nli_threshold: float = shared("nli_threshold")
     params: str = knob("all", "Parameters of the gradient variance.", choices=("all", "lora"))
     measures: str = knob(
         ",".join(DEFAULT_MEASURES), "Measures to compare (comma-separated names of the measures registry, or 'all')."

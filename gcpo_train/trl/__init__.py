@@ -19,7 +19,7 @@ texts and rewards of the whole generation batch are gathered first (accelerate's
 ``gather_object``; TRL gathers the rewards itself), every process computes the weights of all
 groups from all G rollouts, and multiplies its own slice (TRL's ``process_slice``).
 
-Only modulators whose effect is one weight per group run under TRL (``TRL_MODULATORS``, those
+Only modulators whose effect is one weight per group run under TRL (``trl_modulators()``, those
 with a ``Modulator.weight``): ``none, se, kle, care, cd, bot, rd, cd_rd, bot_rd, q_hawkeye``.
 Refused at construction, with the reason: ``eg_spo`` (per-rollout gates from token entropies),
 ``r2vpo`` (per-rollout variance of the policy ratio against the reference policy) and ``empo``
@@ -46,7 +46,7 @@ from trl import GRPOConfig, GRPOTrainer
 from gcpo_analysis.knobs import check_knobs, knob, shared
 from gcpo_analysis.measures.modulators import MODULATORS
 from gcpo_analysis.vocab import R_MIN, TRL_USE_FULL_COMPLETION
-from gcpo_train.modulation import ModulationSettings
+from gcpo_train.modulation import GroupWeightSettings, ModulationSettings
 from gcpo_train.trl.shared_prompt import SharedPromptMixin
 
 
@@ -58,11 +58,6 @@ def trl_modulators() -> tuple[str, ...]:
 def trl_refused() -> dict[str, str]:
     """The registered modulators TRL cannot run, each with its reason (``Modulator.no_weight``)."""
     return {name: m.no_weight for name, m in MODULATORS.items() if m.weight is None}
-
-
-# at import: none, se, kle, care, q_hawkeye, rd, cd, bot, cd_rd, bot_rd (a later registration is
-# read by trl_modulators())
-TRL_MODULATORS = trl_modulators()
 
 
 def check_trl_modulator(name: str) -> None:
@@ -77,32 +72,16 @@ def check_trl_modulator(name: str) -> None:
 
 
 @dataclass
-class GCPOConfig(GRPOConfig):
-    """``trl.GRPOConfig`` plus the GCPO fields (paper Section 3.4, Appendix E), each declared once
-    in ``gcpo_analysis.knobs`` (as TrainConfig has it) and checked by the same validator,
-    ``check_knobs``. ``HfArgumentParser``/``TrlParser`` read it as they read GRPOConfig."""
+class GCPOConfig(GroupWeightSettings, GRPOConfig):
+    """``trl.GRPOConfig`` plus the GCPO fields (paper Section 3.4, Appendix E). The modulation
+    fields are inherited from ``gcpo_train.modulation.GroupWeightSettings``, their one home (as
+    TrainConfig inherits them): the modulator, the measurement tools, alpha_base, the reward range,
+    q_hawkeye_alpha, modulator_params and use_full_completion; the modulator must be a group-level
+    one (``trl_modulators()``: the others are refused, naming the reason). eps and the per-rollout
+    modulators' knobs are not fields: TRL makes the advantages, and those modulators are refused.
+    Every field is checked by the same validator as TrainConfig's (``check_knobs``).
+    ``HfArgumentParser``/``TrlParser`` read it as they read GRPOConfig."""
 
-    modulator: str = shared(
-        "modulator",
-        help="Advantage modulator from gcpo_analysis.measures.modulators: a group-level one ("
-        + ", ".join(TRL_MODULATORS)
-        + f"); {', '.join(trl_refused())} are refused under TRL.",
-    )
-    alpha_base: float = shared("alpha_base")
-    r_min: float = shared("r_min")
-    r_max: float = shared("r_max")
-    judge: str = shared("judge")
-    embedder: str | None = shared("embedder")
-    nli_threshold: float = shared("nli_threshold")
-    q_hawkeye_alpha: float = shared("q_hawkeye_alpha")
-    use_full_completion: bool = shared(
-        "use_full_completion",
-        TRL_USE_FULL_COMPLETION,  # vocab says why it differs from TrainConfig's auto
-        help="Embed and cluster the full completion (True, the paper's choice for math) or the extracted QA "
-        "answer (False).",
-        none="",  # a TRL dataset has no name, so there is no auto
-    )
-    modulator_params: dict | None = shared("modulator_params")
     share_prompt: bool = shared(
         "share_prompt",
         help="Run each group's prompt once in TRL's log-prob passes (training forward and backward, old-policy"
@@ -122,6 +101,8 @@ class GCPOConfig(GRPOConfig):
     def __post_init__(self):
         super().__post_init__()
         check_knobs(self, gcpo_config_fields())  # TRL checks its own fields
+        if self.use_full_completion is None:  # auto: a TRL dataset has no name (vocab says why)
+            self.use_full_completion = TRL_USE_FULL_COMPLETION
         check_trl_modulator(self.modulator)
         from gcpo_train.config import check_modulator_params
 

@@ -60,7 +60,7 @@ def test_the_judge_has_one_default():
     assert found == dict.fromkeys(found, vocab.JUDGE) and vocab.JUDGE == "embedding"
 
 
-def test_use_full_completion_has_one_default_and_trl_its_written_exception():
+def test_use_full_completion_has_one_default_and_trl_its_written_exception(tmp_path):
     trl = pytest.importorskip("gcpo_train.trl")
     found = {
         "TrainConfig": TrainConfig().use_full_completion,
@@ -69,8 +69,17 @@ def test_use_full_completion_has_one_default_and_trl_its_written_exception():
         "lipschitz_study": _param_default(lipschitz_study, "use_full_completion"),
     }
     assert found == dict.fromkeys(found, vocab.USE_FULL_COMPLETION) and vocab.USE_FULL_COMPLETION is None
-    # GCPOConfig cannot know the dataset: its default is the named exception, with its reason in vocab
-    assert _field_default(trl.GCPOConfig, "use_full_completion") is vocab.TRL_USE_FULL_COMPLETION is True
+    # GCPOConfig cannot know the dataset: its field is the same declaration (auto), and auto resolves
+    # to the named exception, with its reason in vocab
+    assert _field_default(trl.GCPOConfig, "use_full_completion") is vocab.USE_FULL_COMPLETION
+    made = trl.GCPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to=[])
+    assert made.use_full_completion is vocab.TRL_USE_FULL_COMPLETION is True
+    assert (
+        trl.GCPOConfig(
+            output_dir=str(tmp_path), use_cpu=True, report_to=[], use_full_completion=False
+        ).use_full_completion
+        is False
+    )
     assert _param_default(trl.group_weights, "use_full_completion") is vocab.TRL_USE_FULL_COMPLETION
     assert "TRL" in inspect.getsource(vocab) and "differs" in inspect.getsource(vocab)
 

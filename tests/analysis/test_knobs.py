@@ -7,9 +7,10 @@ ignores. Then the layer itself: each shared knob is declared once and every conf
 there, so the configs cannot drift apart.
 """
 
+import ast
 import dataclasses
 import json
-import re
+import typing
 from pathlib import Path
 
 import pytest
@@ -198,15 +199,140 @@ def test_a_shared_knob_has_one_range_in_every_config():
     assert {"TrainConfig", "StudyConfig", "ModulationSettings"} <= seen["nli_threshold"]
 
 
+def _sources(root: Path = ROOT) -> dict[str, ast.Module]:
+    return {
+        str(p.relative_to(root)): ast.parse(p.read_text(), str(p))
+        for pkg in ("gcpo_analysis", "gcpo_train")
+        for p in sorted((root / pkg).rglob("*.py"))
+    }
+
+
+def _is_knob_call(node) -> bool:
+    return isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Knob"
+
+
+def knob_declarations(sources: dict[str, ast.Module]) -> dict[str, list[str]]:
+    """name -> where a ``Knob(...)`` is declared for it: a dict entry ``"name": Knob(...)`` or a
+    parameter's ``("name", Knob(...))`` (``measures.params.MODULATOR_PARAMS``)."""
+    found: dict[str, list[str]] = {}
+    for where, tree in sources.items():
+        for node in ast.walk(tree):
+            pairs = []
+            if isinstance(node, ast.Dict):
+                pairs = list(zip(node.keys, node.values))
+            elif isinstance(node, ast.Tuple) and len(node.elts) == 2:
+                pairs = [(node.elts[0], node.elts[1])]
+            for key, value in pairs:
+                if isinstance(key, ast.Constant) and isinstance(key.value, str) and _is_knob_call(value):
+                    found.setdefault(key.value, []).append(f"{where}:{key.lineno}")
+    return found
+
+
+def field_declarations(sources: dict[str, ast.Module]) -> dict[str, list[str]]:
+    """name -> every class body that declares a field of that name (``name: type = ...``)."""
+    found: dict[str, list[str]] = {}
+    for where, tree in sources.items():
+        for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+            for stmt in cls.body:
+                if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+                    found.setdefault(stmt.target.id, []).append(f"{where}:{cls.name}")
+    return found
+
+
 def test_each_knob_is_declared_once_in_the_source():
-    """`grep` finds a knob's declaration (default, range, help) once: in knobs.SHARED, or in the
-    one config that has it."""
-    sources = [p.read_text() for pkg in ("gcpo_analysis", "gcpo_train") for p in (ROOT / pkg).rglob("*.py")]
+    """A knob's declaration (default, range, help) is written once: in knobs.SHARED or
+    measures.params, or as the one config's own ``knob(...)`` field."""
+    declared = knob_declarations(_sources())
+    fields = {name: [] for name in SHARED}
+    for where, tree in _sources().items():
+        for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+            for stmt in cls.body:
+                if (
+                    isinstance(stmt, ast.AnnAssign)
+                    and getattr(stmt.target, "id", None) in SHARED
+                    and isinstance(stmt.value, ast.Call)
+                    and getattr(stmt.value.func, "id", None) in ("knob", "field")
+                ):
+                    fields[stmt.target.id].append(f"{where}:{cls.name}")
     for name in SHARED:
-        declared = sum(len(re.findall(rf'^\s+"{name}": Knob\(', s, re.M)) for s in sources)
-        assert declared == 1, name
-        inline = sum(len(re.findall(rf"^\s+{name}: [^=]+= (knob|field)\(", s, re.M)) for s in sources)
-        assert inline == 0, f"{name} is declared again outside knobs.SHARED"
+        assert len(declared.get(name, [])) == 1, (name, declared.get(name))
+        assert fields[name] == [], f"{name} is declared again outside knobs.SHARED: {fields[name]}"
+
+
+def _modulation_knobs() -> list[str]:
+    pytest.importorskip("torch")
+    from gcpo_train.modulation import ModulationSettings
+
+    return [f.name for f in dataclasses.fields(ModulationSettings)]
+
+
+def test_a_modulation_knob_is_declared_in_one_place():
+    """Each field of ModulationSettings (the modulator, its tools, its knobs) is declared as a field
+    in one class only; TrainConfig, GCPOConfig and StudyConfig inherit it. So its annotation cannot
+    differ between configs (use_full_completion was ``bool | None`` in one and ``bool`` in another)."""
+    names = _modulation_knobs()
+    assert {"modulator", "judge", "q_hawkeye_alpha", "use_full_completion", "empo_high"} <= set(names)
+    declared = field_declarations(_sources())
+    twice = {name: declared[name] for name in names if len(declared.get(name, [])) != 1}
+    assert twice == {}
+
+
+def test_the_one_place_check_catches_a_knob_declared_twice(tmp_path):
+    """The checker on a made-up tree: a config that re-lists a modulation field is reported."""
+    (tmp_path / "gcpo_analysis").mkdir()
+    (tmp_path / "gcpo_train").mkdir()
+    (tmp_path / "gcpo_train" / "modulation.py").write_text(
+        "class ModulationSettings:\n    judge: str = shared('judge')\n    eps: float = shared('eps')\n"
+    )
+    (tmp_path / "gcpo_train" / "config.py").write_text(
+        "class TrainConfig(ModulationSettings):\n    steps: int = knob(1, 'h')\n    judge: str = shared('judge')\n"
+    )
+    declared = field_declarations(_sources(tmp_path))
+    assert declared["judge"] == ["gcpo_train/config.py:TrainConfig", "gcpo_train/modulation.py:ModulationSettings"]
+    assert declared["eps"] == ["gcpo_train/modulation.py:ModulationSettings"]
+
+
+def test_every_configs_modulation_fields_are_the_settings_own():
+    """TrainConfig has every modulation field, GCPOConfig the group-weight ones, StudyConfig the
+    measurement tools: inherited, so the same Field objects (default, help, range)."""
+    from gcpo_analysis.knobs import MeasurementTools
+
+    names = _modulation_knobs()
+    from gcpo_train.config import TrainConfig
+    from gcpo_train.modulation import GroupWeightSettings, ModulationSettings
+
+    def fields(cls):
+        return {f.name: f for f in dataclasses.fields(cls)}
+
+    assert all(fields(TrainConfig)[n] is fields(ModulationSettings)[n] for n in names)
+    assert all(fields(StudyConfig)[n] is fields(MeasurementTools)[n] for n in fields(MeasurementTools))
+    assert "modulator" not in fields(StudyConfig)
+    try:
+        from gcpo_train.trl import GCPOConfig
+    except ImportError:
+        return
+    group = fields(GroupWeightSettings)
+    assert all(fields(GCPOConfig)[n] is group[n] for n in group)
+    assert {"eps", "eg_spo_alpha", "r2vpo_lambda", "empo_low", "empo_high"}.isdisjoint(fields(GCPOConfig))
+
+
+def test_a_modulator_parameter_is_one_declaration():
+    """Each parameter of measures.params.MODULATOR_PARAMS is a float field of ModulationSettings
+    of its declared name, with its declared Knob, and modulator_params() passes it under the
+    modulator's keyword; nothing else lists the pairs."""
+    pytest.importorskip("torch")
+    from gcpo_analysis.measures.params import MODULATOR_PARAMS, PARAM_KNOBS
+    from gcpo_train.modulation import ModulationSettings, modulator_params
+
+    specs = knobs_of(ModulationSettings)
+    hints = typing.get_type_hints(ModulationSettings)
+    for name, spec in MODULATOR_PARAMS.values():
+        assert specs[name] == spec and hints[name] is float, name
+    values = {name: 0.1 * (k + 1) for k, (name, _) in enumerate(MODULATOR_PARAMS.values())}
+    settings = ModulationSettings(**values, modulator_params={"q_alpha": 0.05})
+    expected = {kwarg: values[name] for kwarg, name in PARAM_KNOBS.items()} | {"q_alpha": 0.05}
+    assert modulator_params(settings) == expected
+    assert expected["eg_alpha"] == values["eg_spo_alpha"] == 0.2  # a hand-checked pair
 
 
 def test_check_value_reads_yaml_1_1_scientific_notation_but_not_other_strings():

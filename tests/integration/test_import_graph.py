@@ -1,9 +1,11 @@
 """The import graph of gcpo_analysis and gcpo_train: no circle, and the layer contract of
 docs/architecture.md ("Start here").
 
-Layers, low to high: base (vocab, frames, models, ...) < rewards < measures, gradvar < stats < study
-< cli. A module imports only from its own layer or lower ones, counting module-level and
-function-level imports alike (a lazy import inside a function still ties two modules).
+Layers, low to high: base (vocab, frames, models, the Knob type, ...) < rewards < measures, gradvar
+< settings (the shared knobs' declarations) < stats < study < cli. A module imports only from its
+own layer or lower ones, counting module-level and function-level imports alike (a lazy import
+inside a function still ties two modules), and an ``importlib.import_module("a.literal")`` too.
+No import circle at all, among any modules of both packages.
 gcpo_analysis never imports gcpo_train: the one edge is the ``SUBCOMMANDS`` table of
 gcpo_analysis/cli.py, lazy "module:function" strings. gcpo_train uses only public gcpo_analysis
 names (no ``_private`` name or module, no deprecated flat shim module).
@@ -25,7 +27,7 @@ PACKAGES = ("gcpo_analysis", "gcpo_train")
 # Each gcpo_analysis module's layer, by its longest matching prefix; every module must match one
 # (a new module is placed here on purpose). Theory (numerical checks of the propositions) and
 # plots (figures of the statistics) sit with stats: they use measures and stats, and study uses them.
-LAYERS = ("base", "rewards", "measures", "stats", "study", "cli")
+LAYERS = ("base", "rewards", "measures", "settings", "stats", "study", "cli")
 LAYER_OF_PREFIX = {
     "gcpo_analysis": "base",  # the package __init__: the version only
     "gcpo_analysis.vocab": "base",
@@ -36,6 +38,7 @@ LAYER_OF_PREFIX = {
     "gcpo_analysis.registry": "base",  # the Registry the three extension points share: standard library only
     "gcpo_analysis.prompts": "base",
     "gcpo_analysis.errors": "base",
+    "gcpo_analysis.knob": "base",  # the Knob type and its validator: knows no knob by name
     "gcpo_analysis.outputs": "base",
     "gcpo_analysis.tiny_models": "base",
     "gcpo_analysis.tokens": "base",
@@ -43,7 +46,7 @@ LAYER_OF_PREFIX = {
     "gcpo_analysis.testing": "base",
     "gcpo_analysis.rewards": "rewards",
     "gcpo_analysis.measures": "measures",
-    "gcpo_analysis.knobs": "measures",  # the settings' declarations: choices read the registries
+    "gcpo_analysis.knobs": "settings",  # the shared knobs: choices read the measures' registries
     "gcpo_analysis.gradvar": "measures",
     "gcpo_analysis.stats": "stats",
     "gcpo_analysis.theory": "stats",
@@ -68,11 +71,22 @@ def _sources(root: Path = ROOT) -> dict[str, tuple[Path, ast.Module]]:
 
 def _imports(name: str, path: Path, tree: ast.Module) -> list[tuple[str, list[str], int]]:
     """Every import statement of a module, anywhere in it (functions included): (absolute module,
-    names imported from it, line). Relative imports are resolved against the module's package."""
+    names imported from it, line). Relative imports are resolved against the module's package.
+    ``importlib.import_module("x")`` / ``__import__("x")`` with a literal name count too (a
+    variable name cannot be read: the CLI's SUBCOMMANDS table is tested on its own below)."""
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
     found = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
+        if (
+            isinstance(node, ast.Call)
+            and _dotted(node.func).split(".")[-1] in ("import_module", "__import__")
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+            and not node.args[0].value.startswith(".")
+        ):
+            found.append((node.args[0].value, [], node.lineno))
+        elif isinstance(node, ast.Import):
             found += [(a.name, [], node.lineno) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
@@ -225,11 +239,16 @@ def test_the_graph_is_complete_enough_to_mean_something():
     assert "gcpo_analysis.rewards" in g["gcpo_analysis.measures.judges"]  # `from ..rewards import` in a method
 
 
+def _circle_of(graph) -> list[str] | None:
+    """A circle of the import graph, or None. A package's __init__ that lazily re-exports its
+    submodules is an entry point, not a dependency: edges from a submodule to its own package's
+    __init__ are ignored."""
+    return _cycle({n: {m for m in e if not n.startswith(m + ".")} for n, e in graph.items()})
+
+
 def test_no_import_circle():
-    # a package's __init__ that lazily re-exports its submodules is an entry point, not a
-    # dependency: edges from a submodule to its own package's __init__ are ignored
-    g = {n: {m for m in e if not n.startswith(m + ".")} for n, e in _graph().items()}
-    assert _cycle(g) is None, " -> ".join(_cycle(g))
+    circle = _circle_of(_graph())
+    assert circle is None, " -> ".join(circle)
 
 
 @pytest.mark.slow
@@ -368,3 +387,32 @@ def test_the_checker_reports_private_names_used_by_gcpo_train(tmp_path):
         "gcpo_train.c:3 reads the private name r._ci",
         "gcpo_train.d:1 imports the private module gcpo_analysis._moved",
     ]
+
+
+@pytest.mark.parametrize(
+    "how",
+    [
+        "from gcpo_analysis.measures.modulators import X\n",  # module level
+        "def f():\n    from .measures import modulators\n",  # inside a function, relative
+        "def f():\n    import importlib\n    return importlib.import_module('gcpo_analysis.measures.modulators')\n",
+    ],
+)
+def test_the_checker_reports_a_circle(tmp_path, how):
+    """knobs -> modulators -> knobs, the circle issue 37 found, tied in each of the three ways."""
+    sources = _fake_sources(
+        tmp_path,
+        {
+            "gcpo_analysis/knobs.py": how,
+            "gcpo_analysis/measures/__init__.py": "",
+            "gcpo_analysis/measures/modulators.py": "from ..knobs import SHARED\nX = 1\n",
+            "gcpo_analysis/measures/other.py": "from . import modulators\n",
+        },
+    )
+    assert _circle_of(_graph(sources)) == [
+        "gcpo_analysis.knobs",
+        "gcpo_analysis.measures.modulators",
+        "gcpo_analysis.knobs",
+    ]
+    # and the same tree without the tie back has none
+    (tmp_path / "gcpo_analysis/measures/modulators.py").write_text("X = 1\n")
+    assert _circle_of(_graph(_sources.__wrapped__(tmp_path))) is None

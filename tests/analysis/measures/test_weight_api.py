@@ -186,21 +186,22 @@ def test_modulation_settings_fields_and_help():
     from gcpo_train.modulation import ModulationSettings
 
     names = [f.name for f in dataclasses.fields(ModulationSettings)]
-    assert names == [
-        "modulator",
+    assert names == [  # the measurement tools, the group weight's knobs, then the per-rollout ones
         "embedder",
         "judge",
         "nli_threshold",
+        "modulator",
         "alpha_base",
         "r_min",
         "r_max",
-        "eps",
         "q_hawkeye_alpha",
+        "modulator_params",
+        "use_full_completion",
+        "eps",
         "eg_spo_alpha",
         "r2vpo_lambda",
         "empo_low",
         "empo_high",
-        "modulator_params",
     ]
     assert all(len(f.metadata.get("help", "")) > 10 for f in dataclasses.fields(ModulationSettings))
     cfg = TrainConfig(modulator="q_hawkeye", q_hawkeye_alpha=0.3, eg_spo_alpha=2.0, eps=1e-3, output_dir="unused")
