@@ -10,6 +10,7 @@ adapters are drawn right after ``torch.manual_seed(seed)``, before anything else
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 from gcpo_analysis.models import require
 from gcpo_train.config import TrainConfig
@@ -31,9 +32,16 @@ def check_backend(cfg: TrainConfig) -> None:
 
 
 def make_accelerator(cfg: TrainConfig):
-    """The ``accelerate.Accelerator`` (CPU when ``device: cpu``); each process generates whole
-    groups, so a step needs at least one query per process."""
-    accelerator = require("accelerate").Accelerator(cpu=(cfg.device == "cpu"))
+    """The ``accelerate.Accelerator`` (CPU when ``device: cpu``) with the ``report_to`` backends as
+    its trackers (``reporting.trackers``: started by ``init_trackers`` once the run folder is
+    checked); each process generates whole groups, so a step needs at least one query per process."""
+    log_with = None
+    if cfg.report_to:
+        from gcpo_train.reporting import trackers
+
+        out = Path(cfg.output_dir)
+        log_with = trackers(cfg.report_to, out, cfg.to_dict(), out.name)
+    accelerator = require("accelerate").Accelerator(cpu=(cfg.device == "cpu"), log_with=log_with)
     if cfg.queries_per_step < accelerator.num_processes:
         raise ValueError(
             f"queries_per_step ({cfg.queries_per_step}) must be at least the number of "

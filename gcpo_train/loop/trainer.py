@@ -41,7 +41,6 @@ import random
 import time
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -74,9 +73,6 @@ from gcpo_train.runfiles import checkpoint as ckpt
 from gcpo_train.runfiles.run_folder import RunFolder, write_run_info
 from gcpo_train.sampling.generate import generate_groups
 from gcpo_train.sampling.registry import make_kernels
-
-if TYPE_CHECKING:
-    from gcpo_train.reporting import Reporter
 
 
 def step_seed(seed: int, step: int, *more: int) -> int:
@@ -133,7 +129,6 @@ class GCPOLoopTrainer:
         self.prompt_fn = prompt_fn
         self.start_step = 1
         self.resumed_from: str | None = None
-        self._reporter: Reporter | None = None
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -469,8 +464,10 @@ class GCPOLoopTrainer:
             return
         with open(self.out / "log.jsonl", "a", encoding="utf-8") as fh:
             fh.write(json.dumps(row) + "\n")
-        if self._reporter is not None:  # the report_to backends
-            self._reporter.log(row)
+        if cfg.report_to:  # the report_to backends: Accelerate's trackers (reporting.trackers)
+            from gcpo_train.reporting import scalars
+
+            acc.log(scalars(row), step=row["step"])
 
     def train(self) -> list[dict]:
         """Run steps start_step..steps in the locked run folder (``run_folder.RunFolder``: one run
@@ -485,10 +482,8 @@ class GCPOLoopTrainer:
         self._prepare_output(folder)
         # every process checks the folder before the main one writes run.json into it
         acc.wait_for_everyone()
-        if cfg.report_to and acc.is_main_process:
-            from gcpo_train.reporting import Reporter
-
-            self._reporter = Reporter(cfg.report_to, self.out, cfg.to_dict(), self.out.name)
+        if cfg.report_to:  # the trackers open here, not before the folder was checked (main process only)
+            acc.init_trackers("gcpo")
         if acc.is_main_process:
             write_run_info(
                 self.out,
@@ -535,8 +530,8 @@ class GCPOLoopTrainer:
                         data_position=step * cfg.queries_per_step,
                     )
                     ckpt.prune_checkpoints(self.out, cfg.save_total_limit)
-        if self._reporter is not None:
-            self._reporter.close()
+        for tracker in acc.trackers:  # not end_training(), which also ends the process group
+            tracker.finish()
         return rows
 
     def evaluate(self, tag: str = "final") -> dict:
