@@ -37,7 +37,6 @@ import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SAMPLERS = ("exact", "onednn", "bf16", "fused", "fused_bf16")
 
 
 def load_workload(n_prompts: int):
@@ -137,12 +136,14 @@ def main() -> None:
     ap.add_argument("--group_size", type=int, default=8)
     ap.add_argument("--max_new_tokens", type=int, default=32)
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
-    ap.add_argument("--samplers", default=",".join(SAMPLERS), help="subset of " + ", ".join(SAMPLERS))
+    from gcpo_train.sampling.registry import check_kernels, make_kernels, sampler, sampler_names
+
+    names = sampler_names()
+    ap.add_argument("--samplers", default=",".join(names), help="subset of " + ", ".join(names))
     args = ap.parse_args()
     import torch
 
     from gcpo_train.sampling.generate import generate_groups
-    from gcpo_train.sampling.kernels import check_kernels, make_kernels
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -175,14 +176,15 @@ def main() -> None:
         if kernels[s] is not None:
             packed_mib[s] = sum(hit[1].nbytes for hit in kernels[s]._packed.values()) / 2**20  # (key, packed, ...)
     per_step = {(s, q): [] for s in samplers for q in qs}
-    same, exact = {}, {}  # exact: its rollouts of each Q (the same seeds every round)
+    reference_sampler = next((s for s in samplers if sampler(s).fp32_exact), None)  # transformers generate
+    same, exact = {}, {}  # exact: the reference sampler's rollouts of each Q (the same seeds every round)
     for _ in range(args.rounds):
         for q in qs:
             reference = None
             for s in samplers:
                 wall, cpu, batch = clock(sample, s, q)
                 per_step[(s, q)].append((wall / batch.n_completion, cpu / batch.n_completion))
-                if s == "exact":
+                if s == reference_sampler:
                     reference = exact[q] = batch
                 elif reference is not None and (s, q) not in same:
                     n = min(reference.n_completion, batch.n_completion)
@@ -190,7 +192,7 @@ def main() -> None:
                     same[(s, q)] = f"{int(rows.sum())}/{len(rows)}"
     gap = {}  # the bf16 samplers' distance from the float32 policy, along exact's rollouts of the first Q
     if exact:
-        for s in (s for s in samplers if "bf16" in s):
+        for s in (s for s in samplers if sampler(s).bf16):
             gap[s] = policy_gap(model, tok, prompts[: qs[0]], exact[qs[0]], kernels[s], G, cfg.temperature)
     load1 = os.getloadavg()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -213,7 +215,7 @@ def main() -> None:
     )
     print("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|")
     for q in qs:
-        base = statistics.median(c for _, c in per_step[("exact", q)]) if "exact" in samplers else float("nan")
+        base = statistics.median(c for _, c in per_step[(reference_sampler, q)]) if reference_sampler else float("nan")
         for s in samplers:
             w = statistics.median(r[0] for r in per_step[(s, q)])
             c = statistics.median(r[1] for r in per_step[(s, q)])

@@ -2,7 +2,10 @@
 
     python bench/train_step.py [--config configs/cpu_smoke.yaml] [--steps 3]
                                [--modulators none cd bot se rd cd_rd] [--max_new_tokens 24 ...]
-                               [--track-gradvar] [--track-full] [--set use_lora=false]
+                               [--track-gradvar] [--track-full] [--use_lora false | --set use_lora=false]
+
+Config overrides are gcpo train's (``gcpo_train.overrides``): ``--<field> V`` and ``--set FIELD=V``;
+``--steps`` (steps per modulator) and ``--track-gradvar`` are this benchmark's own.
 
 ``--track-gradvar`` runs each modulator four ways: the default step (shared prompt), that step with
 ``track_gradvar`` on (the prompt still runs once; G − 1 input-gradient passes per group take each
@@ -153,13 +156,14 @@ def markdown(rows) -> str:
 
 
 def main(argv=None) -> None:
-    import yaml
+    from gcpo_train.overrides import add_override_flags, overrides_from
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", default=str(Path(__file__).resolve().parents[1] / "configs" / "cpu_smoke.yaml"))
     ap.add_argument("--steps", type=int, default=3, help="steps per modulator (the first is warm-up)")
     ap.add_argument("--modulators", nargs="+", default=["none", "cd", "bot", "se", "rd", "cd_rd"])
-    ap.add_argument("--set", nargs="*", default=[], help="config overrides key=value")
+    # gcpo train's overrides (--<field> V, --set FIELD=V) but for this benchmark's own --steps, --track-gradvar
+    add_override_flags(ap, skip=("steps", "track_gradvar"))
     ap.add_argument(
         "--track-gradvar",
         "--track_gradvar",
@@ -173,7 +177,7 @@ def main(argv=None) -> None:
         help="with --track-gradvar: also time track_gradvar: full (the study's V over all parameters)",
     )
     args = ap.parse_args(argv)
-    overrides = {k: yaml.safe_load(v) for k, v in (s.split("=", 1) for s in args.set)}
+    overrides = overrides_from(args)
     import torch
 
     print(f"torch threads: {torch.get_num_threads()}; config {args.config}; overrides {overrides}")

@@ -1,36 +1,29 @@
 """``gcpo train`` / ``gcpo eval`` / ``gcpo export`` (and ``python -m gcpo_train train|eval|export``).
 
-Overrides: every TrainConfig field is also a flag of the same name, generated from the
-dataclass (help text included): ``--config configs/cpu_smoke.yaml --steps 30
---learning_rate 1e-4 --use_lora false``. Flag values are parsed as YAML scalars (true/false,
-null, numbers, ``[q_proj, v_proj]``); a boolean flag alone means true (``--resume``). Flags
-win over the YAML file, which wins over the defaults. An unknown flag is refused with close
-matches.
+Overrides (``gcpo_train.overrides``, the same on ``gcpo compare`` and ``bench/train_step.py``):
+every TrainConfig field is a flag of the same name, generated from the dataclass (help text
+included), and ``--set`` takes several at once: ``--config configs/cpu_smoke.yaml --steps 30
+--learning_rate 1e-4 --use_lora false`` = ``--config configs/cpu_smoke.yaml --set steps=30
+learning_rate=1e-4 use_lora=false``. Values are parsed as YAML scalars (true/false, null,
+numbers, ``[q_proj, v_proj]``); a boolean flag alone means true (``--resume``). They win over
+the YAML file, which wins over the defaults. An unknown field is refused with close matches.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from pathlib import Path
 
 from gcpo_analysis.datasets import dataset_names
-from gcpo_analysis.knob import cli_help
 from gcpo_analysis.knobs import SPLITS
-from gcpo_analysis.vocab import field_kinds
 from gcpo_train.config import DTYPES, TrainConfig, load_config
-
-
-def _yaml_value(text: str):
-    from gcpo_train.config import safe_yaml
-
-    return safe_yaml(text, "a flag value")
+from gcpo_train.overrides import add_override_flags, overrides_from
 
 
 def add_train_parser(subparsers) -> argparse.ArgumentParser:
-    """Register ``train``: ``--config FILE`` plus one ``--<field>`` per TrainConfig field."""
+    """Register ``train``: ``--config FILE``, one ``--<field>`` per TrainConfig field and ``--set``."""
     p = subparsers.add_parser(
         "train",
         help="GRPO/GCPO training (see configs/)",
@@ -39,19 +32,7 @@ def add_train_parser(subparsers) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--config", default=None, help="YAML file of TrainConfig fields")
-    kinds = field_kinds(TrainConfig)
-    for f in dataclasses.fields(TrainConfig):
-        kwargs = dict(
-            dest=f"cfg_{f.name}",
-            default=argparse.SUPPRESS,
-            type=_yaml_value,
-            help=f"{cli_help(f)} (default: {f.default!r})",
-            metavar="V",
-        )
-        if kinds[f.name] is bool:
-            kwargs.update(nargs="?", const=True)
-        spellings = dict.fromkeys([f"--{f.name}", f"--{f.name.replace('_', '-')}"])  # --group_size or --group-size
-        p.add_argument(*spellings, **kwargs)
+    add_override_flags(p)
     p.set_defaults(func=run_train, _parser=p)
     return p
 
@@ -131,8 +112,7 @@ def add_export_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def config_from_args(args) -> TrainConfig:
-    overrides = {k[4:]: v for k, v in vars(args).items() if k.startswith("cfg_")}
-    return load_config(args.config, overrides)
+    return load_config(args.config, overrides_from(args))
 
 
 def run_train(args) -> int:
@@ -142,7 +122,7 @@ def run_train(args) -> int:
     if cfg.backend == "trl":  # the same config through TRL's GRPOTrainer (gcpo_train.trl)
         from gcpo_train.trl.backend import run
 
-        rows = run(cfg, flags=[k[4:] for k in vars(args) if k.startswith("cfg_")])  # the flags given
+        rows = run(cfg, flags=list(overrides_from(args)))  # the fields given on the command line
         if rows:
             print(json.dumps({k: rows[-1][k] for k in ("step", "reward", "kl", "loss") if k in rows[-1]}))
         return 0

@@ -1,8 +1,10 @@
 """Training configuration: one dataclass, every field documented, loaded from YAML + overrides.
 
 Sources, in order of precedence (later wins): the defaults below, a YAML file (``--config``),
-then ``--set key=value`` overrides on the command line (values parsed as YAML scalars, so
-``--set learning_rate=1e-4 use_lora=false``). Unknown keys are refused with close matches.
+then overrides on the command line, ``--<field> value`` or ``--set field=value ...``, the same
+on ``gcpo train``, ``gcpo compare`` and the benches (``gcpo_train.overrides``; values parsed as
+YAML scalars, so ``--learning_rate 1e-4 --use_lora false`` = ``--set learning_rate=1e-4
+use_lora=false``). Unknown keys are refused with close matches.
 
 Defaults follow the paper's Appendix E ("Training Details"): Qwen2.5-1.5B-Instruct, 2000 steps,
 learning rate 5e-5, β = 0.002, G = 16 rollouts, temperature 0.9, α_base = 0.6, rewards in [0, 2].
@@ -22,7 +24,7 @@ from gcpo_analysis.errors import did_you_mean
 from gcpo_analysis.knobs import check_knobs, knob, shared
 from gcpo_analysis.vocab import PACKAGED_POLICY, PAPER_POLICY, full_completion
 from gcpo_train.modulation import ModulationSettings
-from gcpo_train.sampling.kernels import SAMPLING_KERNELS
+from gcpo_train.sampling.registry import DEFAULT_SAMPLER, sampler, sampler_names
 
 BACKENDS = ("gcpo", "trl", "hf", "vllm")
 DTYPES = ("float32", "bfloat16", "float16")
@@ -53,7 +55,7 @@ NON_IDENTITY_KEYS = frozenset(
 )
 
 # Fields added after runs were recorded, left out of the identity at these values (see identity()).
-IDENTITY_OMITTED_AT = {"sampling_kernels": "exact"}
+IDENTITY_OMITTED_AT = {"sampling_kernels": DEFAULT_SAMPLER}
 
 
 @dataclass
@@ -177,7 +179,7 @@ class TrainConfig(ModulationSettings):
     temperature: float = shared("temperature", help="Sampling temperature (also scales logits in the loss, as TRL).")
     top_p: float = knob(1.0, "Nucleus sampling p.", gt=0, le=1)
     sampling_kernels: str = knob(
-        "exact",
+        DEFAULT_SAMPLER,
         "gcpo loop on CPU: how rollouts and greedy evaluations are decoded. 'exact' = transformers "
         "generate, one call per group (samples bit for bit as before). 'onednn' = the step's groups "
         "in one decode loop on fp32 weights prepacked for oneDNN, each group from its own seeded "
@@ -192,7 +194,7 @@ class TrainConfig(ModulationSettings):
         "'fused' with bfloat16 base weights and linear-layer inputs (CPUs with bf16 instructions): "
         "the fastest, samples from a bf16 rounding of the policy as with 'bf16' "
         "(gcpo_train/sampling/kernels.py, gcpo_train/sampling/fused.py, bench/sampling.py).",
-        choices=SAMPLING_KERNELS,
+        choices=sampler_names,
     )
     max_new_tokens: int = shared("max_new_tokens")
     eval_max_new_tokens: int | None = knob(None, "Completion cap for evaluation.", ge=1, none="max_new_tokens")
@@ -245,10 +247,10 @@ class TrainConfig(ModulationSettings):
             raise ValueError(
                 "track_gradvar needs gradient_checkpointing: false (the recomputation would fire the hooks twice)"
             )
-        if self.sampling_kernels != "exact" and self.backend == "trl":
+        if self.backend == "trl" and not sampler(self.sampling_kernels).fp32_exact:
             raise ValueError(
                 f"sampling_kernels {self.sampling_kernels!r} is the gcpo loop's (backend: gcpo); TRL samples "
-                "with its own generate or vLLM: set sampling_kernels: exact"
+                f"with its own generate or vLLM: set sampling_kernels: {DEFAULT_SAMPLER}"
             )
         out = Path(self.output_dir)
         if out.exists() and not out.is_dir():

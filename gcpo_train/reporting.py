@@ -1,12 +1,12 @@
 """Where a training run's log rows go besides ``log.jsonl``: TensorBoard, Weights & Biases,
-trackio (``TrainConfig.report_to``). A backend that is asked for but not installed is an error
-at validation, before any model loads — never a silent skip."""
+trackio (``TrainConfig.report_to``), through Accelerate's trackers (``accelerate.tracking``) on
+the ``Accelerator`` the gcpo loop builds. A backend that is asked for but not installed is an
+error at validation, before any model loads — never a silent skip. (``--backend trl`` reports
+through the transformers Trainer's own ``report_to``.)"""
 
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Callable
-from typing import Any
 
 REPORTERS = {"tensorboard": "tensorboard", "wandb": "wandb", "trackio": "trackio"}  # name -> module to find
 
@@ -27,34 +27,22 @@ def check_report_to(report_to) -> list[str]:
     return names
 
 
-class Reporter:
-    """Sends each log row to every requested backend (main process only)."""
+def trackers(names, out_dir, config: dict, run_name: str) -> list:
+    """Accelerate's trackers for the backends ``names`` (``check_report_to``'s), for the
+    ``Accelerator`` the gcpo loop builds (``log_with``): TensorBoard into ``out_dir/tensorboard``,
+    wandb and trackio as project "gcpo", run ``run_name``, with the run's config. A tracker opens
+    nothing until ``Accelerator.init_trackers`` starts it (after the run folder is checked), and
+    Accelerate logs on the main process only."""
+    from accelerate.tracking import TensorBoardTracker, TrackioTracker, WandBTracker
 
-    def __init__(self, names, out_dir, config: dict, run_name: str):
-        self.sinks: list[tuple[Callable[..., Any], Callable[[], Any]]] = []
-        for name in names:
-            if name == "tensorboard":
-                from torch.utils.tensorboard import SummaryWriter
+    made = {
+        "tensorboard": lambda: TensorBoardTracker("tensorboard", out_dir),  # SummaryWriter(out_dir/tensorboard)
+        "wandb": lambda: WandBTracker("gcpo", name=run_name, config=config),
+        "trackio": lambda: TrackioTracker("gcpo", name=run_name, config=config),
+    }
+    return [made[name]() for name in names]
 
-                writer = SummaryWriter(str(out_dir / "tensorboard"))
-                self.sinks.append(
-                    (lambda row, step, w=writer: [w.add_scalar(k, v, step) for k, v in row.items()], writer.close)
-                )
-            else:  # wandb and trackio share the init / log / finish API
-                module = importlib.import_module(name)
-                run = module.init(project="gcpo", name=run_name, config=config)
-                self.sinks.append(
-                    (
-                        lambda row, step, m=module: m.log(row, step=step),
-                        getattr(run, "finish", None) or getattr(module, "finish", None) or (lambda: None),
-                    )
-                )
 
-    def log(self, row: dict) -> None:
-        scalars = {k: float(v) for k, v in row.items() if k != "step" and isinstance(v, (int, float))}
-        for log, _ in self.sinks:
-            log(scalars, row["step"])
-
-    def close(self) -> None:
-        for _, close in self.sinks:
-            close()
+def scalars(row: dict) -> dict[str, float]:
+    """The numbers of a log row, as the trackers take them (the step is passed on its own)."""
+    return {k: float(v) for k, v in row.items() if k != "step" and isinstance(v, (int, float))}

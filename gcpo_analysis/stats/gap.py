@@ -10,7 +10,8 @@ Pure numpy cores, pandas adapters on top. Per measure u and target V (docs/conve
 * our additions: the V = 0 decomposition (``decomposition``), the paired retrieval bootstrap and
   the gradient-size control (``size_control``: rho(u, V | mean||g||^2), rho(u, V / mean||g||^2),
   rho(u, mean||g||^2)); every table that lists several measures carries Holm-adjusted p-values
-  (``*_holm``, statsmodels) beside the raw ones.
+  (``*_holm``: ``size_control.holm``, the values of statsmodels' ``multipletests(method="holm")``,
+  tested against it) beside the raw ones.
 
 Bad-input policy (tested in tests/analysis/stats/test_stats.py):
 * NaN/inf in a measure or the target: those rows are dropped for that measure only, with a

@@ -339,6 +339,8 @@ def _int(value, where: str) -> int:
 def add_parser(subparsers):
     import argparse
 
+    from gcpo_train.overrides import add_override_flags
+
     p = subparsers.add_parser(
         "compare",
         help="train arms (modulators) x seeds from one config and compare them with GRPO on held-out queries",
@@ -389,7 +391,8 @@ def add_parser(subparsers):
         help="seed of the train/test split, the same for every seed (default: the compare: mapping's, else the "
         "config's split_seed, else 0)",
     )
-    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides, as gcpo train's")
+    # the same overrides as gcpo train's (--<field> V and --set FIELD=V); the flags above keep their names
+    add_override_flags(p, skip=("backend", "eval_every", "eval_n", "split_seed"))
     p.add_argument(
         "--report_only",
         "--report-only",
@@ -403,9 +406,9 @@ def add_parser(subparsers):
 
 
 def run_cli(args) -> int:
-    from gcpo_train.config import parse_overrides
+    from gcpo_train.overrides import overrides_from
 
-    overrides = parse_overrides(args.set)
+    overrides = overrides_from(args)
     if args.backend is not None:
         overrides["backend"] = args.backend
     base, settings = load_compare_config(args.config, overrides)

@@ -46,7 +46,7 @@ def evaluate(
     Returns {"dataset", "split", "n", "metrics": task_metrics(...) + mean_reward, "model"}.
     Predictions go next to the JSON as ``<name>.predictions.parquet``, one row per query with
     its ``score`` (the task's metric on 0-100, ``heldout.per_query_scores``) for pairing.
-    ``kernels``: a ``sampling.make_kernels`` object (default: the config's ``sampling_kernels``, so a
+    ``kernels``: a ``sampling.registry.make_kernels`` object (default: the config's ``sampling_kernels``, so a
     run's base policy and checkpoints decode alike). ``batch_size``: prompts per greedy decode;
     None = 8 with transformers generate (the numbers of earlier runs: a row's rounding depends on
     its batch), ``EVAL_BATCH_PACKED`` with packed kernels (a decode step streams the weights
@@ -69,6 +69,7 @@ def evaluate(
     from gcpo_analysis.rewards import extract_answer, task_metrics, task_reward
     from gcpo_train.model.policy import load_model_and_tokenizer
     from gcpo_train.sampling.generate import generate_groups
+    from gcpo_train.sampling.registry import kernels_name, make_kernels
 
     desc = checkpoint_or_model if isinstance(checkpoint_or_model, (str, Path)) else type(checkpoint_or_model).__name__
     if isinstance(checkpoint_or_model, (str, Path)) and (Path(checkpoint_or_model) / "trainable.pt").exists():
@@ -84,9 +85,7 @@ def evaluate(
         model = checkpoint_or_model
         if tokenizer is None:
             raise ValueError("evaluate(model, ...) needs tokenizer= when given a loaded model")
-    if kernels is None and config is not None and getattr(config, "sampling_kernels", "exact") != "exact":
-        from gcpo_train.sampling.kernels import make_kernels  # the run's decoding, for its base policy too
-
+    if kernels is None and config is not None:  # the run's decoding, for its base policy too
         kernels = make_kernels(config.sampling_kernels, next(model.parameters()).device)
     if batch_size is None:
         batch_size = 8 if kernels is None else EVAL_BATCH_PACKED
@@ -160,7 +159,7 @@ def evaluate(
         "model": str(desc),
         "max_new_tokens": max_new_tokens,
         "decoding": "greedy",
-        "sampling_kernels": "exact" if kernels is None else kernels.kernels,
+        "sampling_kernels": kernels_name(kernels),
         "batch_size": batch_size,
         "metrics": metrics,
         "scores": scores.tolist(),

@@ -41,7 +41,6 @@ import random
 import time
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -50,6 +49,15 @@ from gcpo_analysis.models import require
 from gcpo_train.config import TrainConfig
 from gcpo_train.evaluation.splits import load_split, query_indices
 from gcpo_train.loop.loss import grpo_loss, masked_var
+from gcpo_train.loop.setup import (
+    check_backend,
+    load_policy,
+    make_accelerator,
+    make_optimizer,
+    make_reference,
+    shared_prompt,
+    training_queries,
+)
 from gcpo_train.loop.step_data import (
     BeforeUpdate,
     StepRollouts,
@@ -59,16 +67,12 @@ from gcpo_train.loop.step_data import (
     rollouts_frame,
     summarize_step,
 )
-from gcpo_train.model.logprobs import TokenLogprobs, cache_argument, cat_token_logprobs, chunk_logprobs, rollout_chunks
-from gcpo_train.model.policy import Reference, load_model_and_tokenizer, wrap_lora
+from gcpo_train.model.logprobs import TokenLogprobs, cat_token_logprobs, chunk_logprobs, rollout_chunks
 from gcpo_train.modulation import GroupModulator
 from gcpo_train.runfiles import checkpoint as ckpt
 from gcpo_train.runfiles.run_folder import RunFolder, write_run_info
 from gcpo_train.sampling.generate import generate_groups
-from gcpo_train.sampling.kernels import make_kernels
-
-if TYPE_CHECKING:
-    from gcpo_train.reporting import Reporter
+from gcpo_train.sampling.registry import make_kernels
 
 
 def step_seed(seed: int, step: int, *more: int) -> int:
@@ -102,89 +106,20 @@ class GCPOLoopTrainer:
         embedder=None,
         judge=None,
     ):
-        torch = require("torch")
-        accelerate = require("accelerate")
-        if config.backend == "vllm":
-            raise NotImplementedError(
-                "backend 'vllm' is not implemented for the gcpo loop; use backend: trl "
-                "(TRL's vLLM generation) or backend: gcpo"
-            )
-        if config.backend == "trl":
-            raise ValueError(
-                "backend 'trl' runs through gcpo_train.trl.backend (gcpo train --backend trl), not this loop"
-            )
+        check_backend(config)
         self.config = cfg = config
-        self.accelerator = accelerate.Accelerator(cpu=(cfg.device == "cpu"))
-        if cfg.queries_per_step < self.accelerator.num_processes:
-            raise ValueError(
-                f"queries_per_step ({cfg.queries_per_step}) must be at least the number of "
-                f"processes ({self.accelerator.num_processes}): each process generates whole groups"
-            )
+        self.accelerator = make_accelerator(cfg)
         self.out = Path(cfg.output_dir)
-        # packed weights kept across steps (sampling.py); None: transformers generate
+        # the sampler's kernels (packed weights kept across steps); None: transformers generate
         self.kernels = make_kernels(cfg.sampling_kernels, self.accelerator.device)
-        torch.manual_seed(cfg.seed)  # LoRA initialisation
-        if model is None:
-            model, tokenizer = load_model_and_tokenizer(cfg.model, cfg.dtype)
-        if tokenizer.pad_token is None:
-            tokenizer.pad_token = tokenizer.eos_token
-        self.tokenizer = tokenizer
-        if cfg.use_lora:
-            model = wrap_lora(model, cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_target_modules)
-        else:
-            for p in model.parameters():
-                p.requires_grad_(True)
-        if cfg.gradient_checkpointing:
-            model.gradient_checkpointing_enable()
-        if cfg.sampling_kernels.startswith("fused"):  # a model it does not implement is refused here, not at step 1
-            from gcpo_train.sampling.fused import llama_of
-
-            llama_of(model)
-        # the rollouts of a group share their prompt: run it once per chunk (exact; see
-        # logprobs.group_logprobs_and_entropy) unless recomputation or the model rules out a cache
-        self.share_prompt_fallback = (
-            None
-            if not cfg.share_prompt
-            else "gradient_checkpointing (a checkpointed forward keeps no cache)"
-            if cfg.gradient_checkpointing
-            else f"the model ({type(model).__name__}) takes no key/value cache (no cache or past_key_values argument)"
-            if cache_argument(model) is None
-            else None
-        )
-        self.share_prompt = cfg.share_prompt and self.share_prompt_fallback is None
-        if self.share_prompt_fallback:  # never silent (issue 27): a warning and run.json's shared_prompt
-            warnings.warn(
-                f"share_prompt: each group's prompt runs G times, because of {self.share_prompt_fallback}",
-                stacklevel=2,
-            )
+        model, self.tokenizer = load_policy(cfg, model, tokenizer)
+        self.share_prompt, self.share_prompt_fallback = shared_prompt(cfg, model)
         self.group_modulator = GroupModulator(cfg.modulation_settings(), embedder=embedder, judge=judge)
         self.need_ratio = "ratio_var" in self.group_modulator.needs
-        self.reference = Reference(model, cfg.use_lora) if (cfg.beta > 0 or self.need_ratio) else None
-        if self.reference is not None and self.reference.copy is not None:
-            self.reference.copy.to(self.accelerator.device)
-        params = [p for p in model.parameters() if p.requires_grad]
-        optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
-        total = cfg.steps * cfg.num_iterations
-        warm = cfg.warmup_steps * cfg.num_iterations
-
-        def schedule(i):
-            if warm and i < warm:
-                return (i + 1) / warm
-            return 1.0 if cfg.lr_schedule == "constant" else max(0.0, (total - i) / max(1, total - warm))
-
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+        self.reference = make_reference(cfg, model, self.need_ratio, self.accelerator.device)
+        self.params, optimizer, self.scheduler = make_optimizer(cfg, model)
         self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
-        self.params = params
-        self.queries = queries if queries is not None else load_split(cfg, cfg.train_split)
-        if cfg.n_train:
-            self.queries = self.queries.iloc[: cfg.n_train].reset_index(drop=True)
-        if len(self.queries) == 0:
-            raise ValueError(f"no training queries for dataset {cfg.dataset!r}")
-        if len(self.queries) < cfg.queries_per_step:  # a step would hold a query twice: one group id, 2G rollouts
-            raise ValueError(
-                f"queries_per_step ({cfg.queries_per_step}) is more than the {len(self.queries)} training "
-                f"queries of {cfg.dataset!r}: set queries_per_step <= {len(self.queries)}, or give more queries"
-            )
+        self.queries = training_queries(cfg, queries)
         self._eval_queries = eval_queries
         if reward_fn is None:
             from gcpo_analysis.rewards import task_reward as reward_fn
@@ -194,7 +129,6 @@ class GCPOLoopTrainer:
         self.prompt_fn = prompt_fn
         self.start_step = 1
         self.resumed_from: str | None = None
-        self._reporter: Reporter | None = None
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -530,8 +464,10 @@ class GCPOLoopTrainer:
             return
         with open(self.out / "log.jsonl", "a", encoding="utf-8") as fh:
             fh.write(json.dumps(row) + "\n")
-        if self._reporter is not None:  # the report_to backends
-            self._reporter.log(row)
+        if cfg.report_to:  # the report_to backends: Accelerate's trackers (reporting.trackers)
+            from gcpo_train.reporting import scalars
+
+            acc.log(scalars(row), step=row["step"])
 
     def train(self) -> list[dict]:
         """Run steps start_step..steps in the locked run folder (``run_folder.RunFolder``: one run
@@ -546,10 +482,8 @@ class GCPOLoopTrainer:
         self._prepare_output(folder)
         # every process checks the folder before the main one writes run.json into it
         acc.wait_for_everyone()
-        if cfg.report_to and acc.is_main_process:
-            from gcpo_train.reporting import Reporter
-
-            self._reporter = Reporter(cfg.report_to, self.out, cfg.to_dict(), self.out.name)
+        if cfg.report_to:  # the trackers open here, not before the folder was checked (main process only)
+            acc.init_trackers("gcpo")
         if acc.is_main_process:
             write_run_info(
                 self.out,
@@ -596,8 +530,8 @@ class GCPOLoopTrainer:
                         data_position=step * cfg.queries_per_step,
                     )
                     ckpt.prune_checkpoints(self.out, cfg.save_total_limit)
-        if self._reporter is not None:
-            self._reporter.close()
+        for tracker in acc.trackers:  # not end_training(), which also ends the process group
+            tracker.finish()
         return rows
 
     def evaluate(self, tag: str = "final") -> dict:

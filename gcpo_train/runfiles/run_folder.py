@@ -83,7 +83,7 @@ def take_lock(lock_path: Path, owner_path: Path, what: str):
             {
                 "pid": os.getpid(),
                 "command": " ".join(["gcpo"] + sys.argv[1:3]),
-                "since": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
+                "since": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
             }
         ),
     )

@@ -135,10 +135,10 @@ class FusedKernels:
     Packed weights are kept across calls (one packed copy of the base weights) and repacked
     only when a weight tensor changes, as ``sampling.PackedLinears`` does."""
 
-    def __init__(self, rows_hint: int = 16, bf16: bool = False):
+    def __init__(self, rows_hint: int = 16, bf16: bool = False, name: str | None = None):
         self.rows_hint = rows_hint
         self.bf16 = bf16
-        self.kernels = "fused_bf16" if bf16 else "fused"
+        self.name = name or ("fused_bf16" if bf16 else "fused")  # the sampler's (registry.Sampler.name)
         self._packed: dict[str, tuple] = {}  # key -> (the weights' (data_ptr, _version), packed weight)
 
     @contextlib.contextmanager

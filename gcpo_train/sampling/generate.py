@@ -1,8 +1,19 @@
 """Batched group generation: each query's prompt once, G completions sampled from it, cut at
-their first EOS into a ``TokenBatch`` (token ids, masks, texts)."""
+their first EOS into a ``TokenBatch`` (token ids, masks, texts).
+
+Every sampler draws from π_θ at the caller's temperature and top-p, or takes its argmax (greedy),
+and from nothing else: the model folder's ``generation_config`` (an instruct checkpoint's
+``repetition_penalty``, ``top_k``, ``no_repeat_ngram_size``, ``do_sample``...) is ignored, by
+every sampler alike. The GRPO loss scores the rollouts under softmax(logits / T) with top-p, so
+a sampler that applied the folder's settings would sample another policy than the one the loss
+assumes (issue 38). The packed samplers never read it; transformers ``generate`` fills every
+setting a call leaves unset from the model's own ``generation_config``, so ``_generate`` runs
+with a default one in its place (``model_defaults_ignored``).
+"""
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,7 +72,7 @@ def generate_groups(
     Prompts are left-padded and left-truncated to ``max_prompt_tokens``; a group never spans two
     calls, so its rollouts are measured together. top_k is disabled (pure temperature/nucleus).
 
-    ``kernels`` (``sampling.make_kernels``: a ``PackedLinears`` for ``sampling_kernels`` 'onednn'
+    ``kernels`` (``sampling.registry.make_kernels``: a ``PackedLinears`` for ``sampling_kernels`` 'onednn'
     or 'bf16', a ``fused_decode.FusedKernels`` for 'fused' or 'fused_bf16'): all prompts in one ``sampling.decode``
     loop on prepacked weights, each group drawn from its own ``torch.Generator(seed)``; the same
     samples up to float rounding (see ``gcpo_train.sampling.kernels``).
@@ -172,6 +183,27 @@ def _decode_packed(
     return batch
 
 
+@contextlib.contextmanager
+def model_defaults_ignored(model):
+    """While inside, every module of ``model`` that carries a ``generation_config`` (the causal LM,
+    also under a peft wrapper) has a default ``GenerationConfig`` instead, so that ``generate``
+    applies the settings of its call and transformers' global defaults, not the model folder's."""
+    from transformers import GenerationConfig
+
+    swapped = [
+        (module, module.generation_config)
+        for module in model.modules()
+        if isinstance(vars(module).get("generation_config"), GenerationConfig)
+    ]
+    try:
+        for module, _ in swapped:
+            module.generation_config = GenerationConfig()
+        yield model
+    finally:
+        for module, own in swapped:
+            module.generation_config = own
+
+
 def _generate(
     model,
     tokenizer,
@@ -199,7 +231,7 @@ def _generate(
         kwargs.update(do_sample=True, temperature=temperature, top_p=top_p, top_k=0)
     else:
         kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
-    with torch.no_grad():
+    with torch.no_grad(), model_defaults_ignored(model):
         if shared_prefill and ids.shape[0] == 1 and ids.shape[1] > 1 and group_size > 1:
             # the G rollouts of one prompt share its prefill: run the prompt once, repeat its
             # keys/values G times and let generate() continue from them (same samples, 1/G of the

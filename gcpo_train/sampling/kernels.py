@@ -1,6 +1,7 @@
 """The fast CPU sampler: all groups of a step in one decode loop, with prepacked oneDNN weights.
 
-``TrainConfig.sampling_kernels`` picks how rollouts are decoded:
+``TrainConfig.sampling_kernels`` picks how rollouts are decoded (the names and their declared
+properties: ``gcpo_train.sampling.registry``):
 
 * ``exact`` (default): ``transformers`` ``generate``, one call per group right after
   ``torch.manual_seed(group seed)`` (``policy.generate_groups``): today's samples, bit for bit.
@@ -43,37 +44,6 @@ from gcpo_analysis.models import require
 from gcpo_analysis.tokens import position_ids
 from gcpo_train.model.logprobs import cache_argument, output_cache, run_prompt_once
 
-SAMPLING_KERNELS = ("exact", "onednn", "bf16", "fused", "fused_bf16")
-
-
-def check_kernels(name: str, device=None) -> None:
-    """Refuse kernels this machine or device cannot run, naming the fix."""
-    torch = require("torch")
-    if name not in SAMPLING_KERNELS:
-        raise ValueError(f"sampling_kernels must be one of {', '.join(SAMPLING_KERNELS)}, got {name!r}")
-    if name == "exact":
-        return
-    if device is not None and torch.device(device).type != "cpu":
-        raise ValueError(f"sampling_kernels {name!r} is for CPU runs (device {device}); use 'exact' on a GPU")
-    if not torch.backends.mkldnn.is_available():
-        raise ValueError(f"sampling_kernels {name!r} needs PyTorch built with oneDNN (mkldnn); use 'exact'")
-    if name in ("bf16", "fused_bf16") and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
-        fallback = "fused" if name == "fused_bf16" else "onednn"
-        raise ValueError(f"sampling_kernels {name!r} needs a CPU with bf16 support (avx512_bf16/amx); use {fallback!r}")
-
-
-def make_kernels(name: str, device=None):
-    """The kernels object of ``sampling_kernels`` ``name`` (checked): None for 'exact'
-    (transformers generate), ``FusedKernels`` for 'fused' and 'fused_bf16', else ``PackedLinears``."""
-    check_kernels(name, device)
-    if name == "exact":
-        return None
-    if name in ("fused", "fused_bf16"):
-        from gcpo_train.sampling.fused import FusedKernels
-
-        return FusedKernels(bf16=name == "fused_bf16")
-    return PackedLinears(name)
-
 
 class PackedLinears:
     """Every ``torch.nn.Linear`` of a model run on weights prepacked for oneDNN, while in
@@ -81,8 +51,9 @@ class PackedLinears:
     base weight under LoRA is packed once per run; adapters and fully fine-tuned weights are
     repacked after each optimizer step), at the cost of one packed copy of the weights in memory."""
 
-    def __init__(self, kernels: str = "onednn", rows_hint: int = 16):
-        self.kernels = kernels
+    def __init__(self, bf16: bool = False, rows_hint: int = 16, name: str | None = None):
+        self.bf16 = bf16
+        self.name = name or ("bf16" if bf16 else "onednn")  # the sampler's (registry.Sampler.name)
         self.rows_hint = rows_hint
         self._packed: dict[int, tuple] = {}  # id(module) -> (weight version key, packed weight, bias)
 
@@ -93,7 +64,7 @@ class PackedLinears:
         hit = self._packed.get(id(module))
         if hit is not None and hit[0] == key:
             return hit[1], hit[2]
-        dtype = torch.bfloat16 if self.kernels == "bf16" else w.dtype
+        dtype = torch.bfloat16 if self.bf16 else w.dtype
         packed = torch.ops.mkldnn._reorder_linear_weight(w.detach().to(dtype), self.rows_hint)
         bias = None if module.bias is None else module.bias.detach().to(dtype)
         self._packed[id(module)] = (key, packed, bias)
@@ -104,7 +75,7 @@ class PackedLinears:
         torch = require("torch")
         linear_pointwise = torch.ops.mkldnn._linear_pointwise
         patched = []
-        cast = self.kernels == "bf16"  # bf16 in, fp32 accumulation, back to the model's dtype
+        cast = self.bf16  # bf16 in, fp32 accumulation, back to the model's dtype
         try:
             for module in model.modules():
                 if type(module) is not torch.nn.Linear:

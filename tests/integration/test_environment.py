@@ -2,9 +2,9 @@
 tests; scripts/constraints.txt pins the whole environment; environment.yml (conda) follows it."""
 
 import re
+import tomllib
 from pathlib import Path
 
-import tomllib
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,7 +70,9 @@ def test_license_citation_and_type_hints_ship():
     data = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert "Apache License" in (ROOT / "LICENSE").read_text() and "Version 2.0" in (ROOT / "LICENSE").read_text()
     cff = yaml.safe_load((ROOT / "CITATION.cff").read_text())
-    assert cff["cff-version"] == "1.2.0" and cff["license"] == data["project"]["license"]["text"]
+    # an SPDX string (PEP 639), not the table setuptools deprecates
+    assert data["project"]["license"] == "Apache-2.0" and data["project"]["license-files"] == ["LICENSE"]
+    assert cff["cff-version"] == "1.2.0" and cff["license"] == data["project"]["license"]
     for package in ("gcpo_analysis", "gcpo_train"):
         assert (ROOT / package / "py.typed").exists()
         assert data["tool"]["setuptools"]["package-data"][package] == ["py.typed"]

@@ -77,8 +77,9 @@ def test_report_to_refuses_a_backend_that_is_not_installed_and_logs_to_one_that_
     logged = []
     fake = types.ModuleType("trackio")
     fake.__spec__ = importlib.machinery.ModuleSpec("trackio", None)
-    fake.init = lambda **kw: types.SimpleNamespace(finish=lambda: logged.append("finish"))
-    fake.log = lambda row, step: logged.append((step, row))
+    fake.init = lambda **kw: types.SimpleNamespace(  # trackio's Run, as Accelerate's TrackioTracker uses it
+        log=lambda row, step: logged.append((step, row)), finish=lambda: logged.append("finish")
+    )
     monkeypatch.setitem(sys.modules, "trackio", fake)
     from gcpo_train import reporting
 

@@ -18,7 +18,8 @@ from gcpo_analysis.tokens import position_ids  # noqa: E402
 from gcpo_train.sampling import fused  # noqa: E402
 from gcpo_train.sampling.fused import FusedKernels  # noqa: E402
 from gcpo_train.sampling.generate import _encode, generate_groups  # noqa: E402
-from gcpo_train.sampling.kernels import decode, make_kernels  # noqa: E402
+from gcpo_train.sampling.kernels import decode  # noqa: E402
+from gcpo_train.sampling.registry import make_kernels  # noqa: E402
 
 PROMPTS = ["who is the king of the city ?", "what was the war ?", "where is the ship of his father now ?"]
 SEEDS = [5, 6, 7]
@@ -149,7 +150,7 @@ def test_fused_bf16_samples_mostly_match_fused_and_the_knob_is_accepted():
     same = sum(a == b for a, b in zip(runs["fused"].texts, runs["fused_bf16"].texts))
     assert same >= len(runs["fused"].texts) // 2
     assert len(set(runs["fused_bf16"].texts)) > 3
-    assert make_kernels("fused_bf16").kernels == "fused_bf16"
+    assert make_kernels("fused_bf16").name == "fused_bf16"
 
 
 def test_fused_greedy_and_seeded_samples_are_onednns_and_generates(policy):

@@ -341,22 +341,32 @@ def test_variance_rounding_and_nan():
 
 
 def test_summaries_reach_report_to(tmp_path, monkeypatch):
-    """The per-step V_train summaries go to every report_to backend (a fake trackio here)."""
+    """The per-step V_train summaries go to every report_to backend (a fake trackio here, reached
+    through Accelerate's TrackioTracker on the loop's Accelerator), which is opened with the run's
+    name and config and closed at the end."""
     import importlib.machinery
     import sys
     import types
 
     from gcpo_train import reporting
 
-    logged = []
+    logged, opened, finished = [], [], []
     fake = types.ModuleType("trackio")
     fake.__spec__ = importlib.machinery.ModuleSpec("trackio", None)
-    fake.init = lambda **kw: types.SimpleNamespace(finish=lambda: None)
-    fake.log = lambda row, step: logged.append((step, row))
+
+    def init(**kw):
+        opened.append(kw)
+        return types.SimpleNamespace(
+            log=lambda row, step: logged.append((step, row)), finish=lambda: finished.append(True)
+        )
+
+    fake.init = init
     monkeypatch.setitem(sys.modules, "trackio", fake)
     monkeypatch.setattr(reporting, "installed", lambda module: module == "trackio")
     make(tmp_path, float64=False, queries_per_step=6, steps=1, micro_batch_size=8, report_to=["trackio"]).train()
     row = json.loads((tmp_path / "run" / "log.jsonl").read_text().splitlines()[0])
     step, sent = logged[0]
+    assert step == row["step"] == 1 and finished == [True]
+    assert opened[0]["project"] == "gcpo" and opened[0]["name"] == "run" and opened[0]["config"]["steps"] == 1
     for key in ("grad_var_mean", "frac_grad_var_zero", "frac_adv_all_zero", "rho_bot_grad_var", "time_gradvar"):
         assert sent[key] == pytest.approx(row[key]), key

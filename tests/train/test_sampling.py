@@ -13,7 +13,8 @@ pytest.importorskip("transformers")
 
 from gcpo_analysis.tiny_models import tiny_causal_lm, tiny_tokenizer  # noqa: E402
 from gcpo_train.sampling.generate import generate_groups  # noqa: E402
-from gcpo_train.sampling.kernels import PackedLinears, check_kernels, grow_cache, growing_kv_layer  # noqa: E402
+from gcpo_train.sampling.kernels import PackedLinears, grow_cache, growing_kv_layer  # noqa: E402
+from gcpo_train.sampling.registry import check_kernels  # noqa: E402
 
 PROMPTS = ["who is the king of the city ?", "what was the war ?", "where is the ship of his father now ?"]
 SEEDS = [5, 6, 7]
@@ -23,7 +24,7 @@ needs_onednn = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reas
 class PlainKernels:
     """The decode loop on the model's own forward: isolates the loop from the packed kernels."""
 
-    kernels = "plain"
+    name = "plain"
 
     @contextlib.contextmanager
     def applied(self, model):
@@ -86,7 +87,7 @@ def test_onednn_kernels_give_generates_samples_up_to_rounding(policy):
     """fp32 weights prepacked for oneDNN: the logits agree with the model's own to float rounding,
     so the tiny model's samples are generate's (a token could differ only at a rounding tie)."""
     model, tok = policy
-    kernels = PackedLinears("onednn")
+    kernels = PackedLinears()
     _same_batches(_sample(policy, kernels=kernels), _sample(policy))
     ids = tok(PROMPTS[:1], return_tensors="pt")["input_ids"]
     with torch.no_grad():
@@ -110,7 +111,7 @@ def test_bf16_kernels_are_a_bf16_rounding_of_each_linear():
             x.bfloat16().float(), lin.weight.bfloat16().float(), lin.bias.bfloat16().float()
         )
         plain = lin(x)
-        with PackedLinears("bf16").applied(lin):
+        with PackedLinears(bf16=True).applied(lin):
             got = lin(x)
     assert got.dtype == torch.float32
     torch.testing.assert_close(got, expect, rtol=1e-2, atol=1e-2)  # bf16 inputs, fp32 accumulation, bf16 output
@@ -122,7 +123,7 @@ def test_packed_weights_follow_the_weights_they_pack():
     torch.manual_seed(0)
     lin = torch.nn.Linear(16, 8)
     x = torch.randn(3, 16)
-    kernels = PackedLinears("onednn")
+    kernels = PackedLinears()
     with torch.no_grad():
         with kernels.applied(lin):
             before = lin(x)
@@ -161,6 +162,8 @@ def test_check_kernels_refuses_what_cannot_run():
     check_kernels("exact", "cuda")
     with pytest.raises(ValueError, match="one of exact, onednn, bf16, fused, fused_bf16"):
         check_kernels("fast")
+    with pytest.raises(ValueError, match="did you mean fused"):
+        check_kernels("fusd")
     with pytest.raises(ValueError, match="for CPU runs"):
         check_kernels("onednn", "cuda")
 
