@@ -34,6 +34,40 @@ POLICY_COLUMNS = ("token_entropy", "logprob")
 # columns only gcpo train's own loop writes: a frame with them and no temperature column is one of
 # its frames from before the convention, whose POLICY_COLUMNS were at the sampling temperature
 TRAINER_COLUMNS = ("advantage", "reward_failed")
+# rollouts columns that cannot be negative, and why: refused naming the row, never averaged in
+NONNEGATIVE_ROLLOUT_COLUMNS = {
+    "token_entropy": "a mean per-token entropy",
+    "ratio_var": "a variance of the policy ratio",
+    "n_tokens": "a completion length",
+}
+# Columns of the two frames that are not measures: a measure (a groups column named as the
+# measure, its weight w_<name>) may not take one of these names, nor a name with one of the
+# prefixes (w_: every measure's weight; train_, grad_var_: the training study's and V's parts),
+# or it would overwrite that column (issue 38). token_entropy is both a rollouts column and the
+# measure that averages it.
+RESERVED_COLUMNS = frozenset(
+    ROLLOUT_REQUIRED
+    + ("references", "logprob", "temperature", "n_tokens", "success", "dataset", "step", "ratio_var")
+    + TRAINER_COLUMNS
+    + GROUP_REQUIRED
+    + ("mean_reward", "success_rate", "n_clusters", "grad_var", "grad_norm2_mean", "t_generate", "t_gradvar")
+    + ("grad_cos_abs_mean", "n_tokens_mean", "cap_share", "adv_all_zero", "phase", "prompt", "task", "G_eff")
+)
+RESERVED_PREFIXES = ("w_", "train_", "grad_var_", "t_")
+
+
+def reserved_column(name: str) -> str | None:
+    """Why ``name`` may not be a measure's column (a frame column or prefix of one), else None."""
+    if name in RESERVED_COLUMNS:
+        return f"{name!r} is a column of the rollouts or groups frame"
+    for prefix in RESERVED_PREFIXES:
+        if name.startswith(prefix):
+            return f"names starting with {prefix!r} are reserved for the frames' {prefix}* columns"
+    return None
+
+
+# groups columns that are shares of the group's rollouts
+SHARE_GROUP_COLUMNS = ("success_rate",)
 
 
 def _show(value) -> str:
@@ -90,6 +124,13 @@ def validate_rollouts(df: pd.DataFrame, source: str | None = None) -> pd.DataFra
             source,
             "a sampling temperature > 0",
         )
+    for col, what in NONNEGATIVE_ROLLOUT_COLUMNS.items():  # impossible values, refused like a NaN
+        if col in df.columns:
+            v = pd.to_numeric(df[col], errors="coerce").to_numpy(dtype=float)
+            _refuse_first(df, col, v < 0, "rollouts", source, f"a number >= 0 ({what})")
+    if "success" in df.columns:  # success_rate is its mean: a 2 would make a rate of 2
+        ok = df["success"].map(lambda v: isinstance(v, (bool, np.bool_)) or (_is_number(v) and v in (0, 1)))
+        _refuse_first(df, "success", ~ok.to_numpy(dtype=bool), "rollouts", source, "a boolean (true/false or 1/0)")
     for col in ("completion", "answer"):
         nulls = df[col].map(lambda v: v is None or (isinstance(v, float) and np.isnan(v))).to_numpy()
         if nulls.any():
@@ -112,6 +153,10 @@ def validate_rollouts(df: pd.DataFrame, source: str | None = None) -> pd.DataFra
     if "references" in out.columns:
         out["references"] = out["references"].map(_as_str_list)
     return out
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
 
 
 def check_logprob_convention(df: pd.DataFrame, columns) -> str | None:
@@ -289,6 +334,10 @@ def validate_groups(df: pd.DataFrame, source: str | None = None) -> pd.DataFrame
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
         raise FrameError(f"groups frame: column 'G' must be an integer >= 1, got {df['G'].iloc[row]!r} at row {row}")
+    for col in SHARE_GROUP_COLUMNS:  # a share of the group's rollouts: 2.0 is no rate
+        if col in df.columns:
+            v = pd.to_numeric(df[col], errors="coerce").to_numpy(dtype=float)
+            _refuse_first(df, col, (v < 0) | (v > 1), "groups", source, "a share in [0, 1]")
     if "grad_var" in df.columns:  # a variance: a negative one is a bug upstream, not a small number
         v = pd.to_numeric(df["grad_var"], errors="coerce").to_numpy(dtype=float)
         _refuse_first(df, "grad_var", ~(v >= 0), "groups", source, "a finite number >= 0 (a variance)")

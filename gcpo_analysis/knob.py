@@ -126,6 +126,8 @@ def _typed(name: str, value: Any, kinds: set[type]) -> Any:
         if isinstance(value, str) and _SCIENTIFIC.fullmatch(value.strip()):
             return float(value)  # YAML 1.1 reads 1e-4 as a string
         if isinstance(value, (int, float)):
+            if isinstance(value, int) and abs(value) > FLOAT32_MAX:  # float() of 10**400 overflows
+                raise ValueError(f"{name} must be of a size float32 holds (up to 3.4e+38), got {value!r}")
             return float(value)
     if int in kinds and isinstance(value, int) and not isinstance(value, bool):
         return value
@@ -147,6 +149,24 @@ def _typed(name: str, value: Any, kinds: set[type]) -> Any:
     raise ValueError(f"{name} must be {want}, got {value!r} ({type(value).__name__})")
 
 
+INT64 = (-(2**63), 2**63 - 1)  # seeds, steps and sizes reach numpy, torch and Parquet as int64
+FLOAT32_TINY, FLOAT32_MAX = 1.1754943508222875e-38, 3.4028234663852886e38  # the models compute in float32
+
+
+def _check_edges(name: str, value: Any) -> None:
+    """A number at its type's edges refused naming the knob (issue 38): an integer beyond int64
+    (``seed: 2^64`` was numpy's "Overflow when unpacking long long", after the study had made its
+    folder), a float that float32 cannot hold (``temperature: 1e-45`` divided the logits to inf
+    inside torch.multinomial at step 1)."""
+    if isinstance(value, int) and not isinstance(value, bool) and not INT64[0] <= value <= INT64[1]:
+        raise ValueError(f"{name} must fit a 64-bit integer (-2^63 to 2^63 - 1), got {value!r}")
+    if isinstance(value, float) and value != 0.0 and not FLOAT32_TINY <= abs(value) <= FLOAT32_MAX:
+        raise ValueError(
+            f"{name} must be of a size float32 holds (0, or 1.2e-38 to 3.4e+38 in magnitude; the models "
+            f"compute in float32), got {value!r}"
+        )
+
+
 def check_value(name: str, value: Any, spec: Knob, annotation: Any = None) -> Any:
     """One knob's value checked (and a float field's int or "1e-4" made a float); the error
     names the knob, the rule and the value."""
@@ -158,6 +178,7 @@ def check_value(name: str, value: Any, spec: Knob, annotation: Any = None) -> An
     value = _typed(name, value, kinds)
     if isinstance(value, float) and not math.isfinite(value):
         raise ValueError(f"{name} must be a finite number{' ' + spec.rule() if spec.rule() else ''}, got {value!r}")
+    _check_edges(name, value)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         low_ok = (spec.ge is None or value >= spec.ge) and (spec.gt is None or value > spec.gt)
         high_ok = (spec.le is None or value <= spec.le) and (spec.lt is None or value < spec.lt)

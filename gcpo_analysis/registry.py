@@ -18,6 +18,19 @@ T = TypeVar("T")
 F = TypeVar("F", bound=Callable)
 
 
+def check_name(kind: str, name: object) -> str:
+    """``name`` if it is an identifier (letters, digits and ``_``, not starting with a digit),
+    else a ValueError naming it. A registered name becomes a folder (``runs/<arm>/``), a file
+    stem and a frame column, so a path separator or ``..`` would write outside the folder meant
+    (``../../escaped`` trained an arm outside the comparison folder, issue 38)."""
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(
+            f"a {kind} name must be an identifier (letters, digits and _, not starting with a digit; "
+            f"no path separator or '..'): it names folders, files and frame columns; got {name!r}"
+        )
+    return name
+
+
 class Registry(dict[str, T]):
     """Entries of one kind (``kind``: "measure", "modulator", "dataset"), by name, in the order
     they were registered."""
@@ -27,7 +40,9 @@ class Registry(dict[str, T]):
         self.kind = kind
 
     def add(self, name: str, entry: T) -> T:
-        """Register ``entry`` as ``name``; a name registered already is refused."""
+        """Register ``entry`` as ``name``; a name that is not an identifier (``check_name``) or is
+        registered already is refused."""
+        check_name(self.kind, name)
         if name in self:
             raise ValueError(
                 f"{self.kind} {name!r} is registered already (pop it from the registry first to replace it)"
@@ -35,9 +50,19 @@ class Registry(dict[str, T]):
         self[name] = entry
         return entry
 
+    def __setitem__(self, name: str, entry: T) -> None:
+        """Direct assignment keeps the naming rule too (``add`` checks the name twice, cheaply)."""
+        super().__setitem__(check_name(self.kind, name), entry)
+
+    def update(self, *args, **kwargs) -> None:  # type: ignore[override]
+        for name, entry in dict(*args, **kwargs).items():
+            self[name] = entry
+
     def decorator(self, name: str, make: Callable[[F], T]) -> Callable[[F], F]:
         """A decorator that registers ``make(fn)`` as ``name`` and returns ``fn`` unchanged, so one
         function may be registered under several names (verl's ``@register_adv_est`` habit)."""
+
+        check_name(self.kind, name)  # refused when the decorator is made, before any function
 
         def register(fn: F) -> F:
             self.add(name, make(fn))
@@ -48,6 +73,7 @@ class Registry(dict[str, T]):
     def lookup(self, name: str) -> T:
         """The entry ``name``; an unknown name is refused with the registered ones."""
         if name not in self:
+            check_name(self.kind, name)  # a path is refused as a path, not as a typo
             raise ValueError(f"unknown {self.kind} {name!r}; choices: {', '.join(self)}")
         return self[name]
 

@@ -20,7 +20,10 @@ evaluated step of one run (the step is the number before ``.predictions.parquet`
 file's name) with the run's training reward and KL from its log (and ω's range from the
 rollouts beside it), ``--versus`` (last) adds Δ against another run's predictions at the same
 steps, and ``--figure STEM`` draws held-out F1 against step beside the base policy and the best
-option position.
+option position. ``--output FILE`` (any mode) also writes the table to FILE; the table and the
+figure are written as one set (``gcpo_analysis.outputs.staged_outputs``): all or none.
+Every option is judged, however many a question has (SIQA 3, OpenBookQA 4, CommonsenseQA 5);
+a null or ill-typed answer, score or reference is refused naming its file and row.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ import pandas as pd
 
 from gcpo_analysis.data import load_queries
 from gcpo_analysis.rewards import normalize_answer, token_f1
-from gcpo_train.evaluation.heldout import paired_gain
+from gcpo_train.evaluation.heldout import paired_gain, read_predictions
 
 
 def options_of(question: str) -> list[str]:
@@ -97,9 +100,26 @@ def choice_dependence(option_f1: np.ndarray, picked: np.ndarray, n_resamples: in
     return {"Δ vs own positions": d, "CI own": _ci(res.confidence_interval.low, res.confidence_interval.high)}
 
 
+def _predictions(path, questions: pd.Series | None = None) -> pd.DataFrame:
+    """A predictions file with every cell checked (``heldout.read_predictions``: a null or
+    ill-typed answer, score or reference is refused naming its row) and, given the data's
+    ``questions``, every query in them."""
+    try:
+        preds = read_predictions(path)
+    except ValueError as err:
+        raise SystemExit(str(err)) from None
+    if questions is not None:
+        missing = sorted(set(preds["query_id"]) - set(questions.index))[:3]
+        if missing:
+            raise SystemExit(
+                f"{path}: queries {missing} are not in the data's test split; give the data it was evaluated on"
+            )
+    return preds
+
+
 def gate(data: str, path: str, base: pd.DataFrame | None) -> dict:
-    preds = pd.read_parquet(path)
     questions = _questions(data)
+    preds = _predictions(path, questions)
     options = preds["query_id"].map(lambda q: options_of(questions[q]))
     refs = preds["references"].map(list)
     width = int(options.map(len).max())
@@ -117,7 +137,8 @@ def gate(data: str, path: str, base: pd.DataFrame | None) -> dict:
         "n": len(preds),
         "F1": float(preds["score"].mean()),
         "Acc": 100 * float((preds["score"] > 50).mean()),
-        "copies option": " ".join(f"{k}:{v:.0%}" for k, v in picks.sort_index().items()),
+        "options": width,
+        "copies option": " ".join(f"{k}:{v:.0%}" for k, v in sorted(picks.items(), key=_position)),
         **{f"F1 always #{k}": float(c["score"].mean()) for k, c in constants.items()},
     }
     on_k = np.array([[p == str(k) for k in range(width)] for p in picked], dtype=float)
@@ -135,10 +156,25 @@ def _signed(x: float) -> str:
     return f"{x:+.1f}".replace("-", "−")
 
 
-def _cells(row: dict) -> str:
-    """F1, accuracy, the two differences and the answer positions of a ``gate`` row, as table cells."""
+def _position(item) -> tuple:
+    """Sort key of a (pick, share) pair: options by number (10 after 9), 'other' last."""
+    pick = item[0]
+    return (pick == "other", int(pick) if pick != "other" else 0)
+
+
+def _copies_header(rows) -> str:
+    """The answer-positions column's name for the widest question of ``rows`` (every option)."""
+    width = max(int(r["options"]) for r in rows)
+    return "copies option " + " / ".join(str(k + 1) for k in range(width)) + " / none"
+
+
+def _cells(row: dict, width: int | None = None) -> str:
+    """F1, accuracy, the two differences and the answer positions of a ``gate`` row, as table
+    cells: the share of answers copying each of the ``width`` options (the row's own by default;
+    CommonsenseQA has 5, OpenBookQA 4, SIQA 3), then none."""
     shares = dict(part.split(":") for part in row["copies option"].split())
-    copies = " / ".join(shares.get(k, "0%") for k in ("0", "1", "2", "other"))
+    width = int(row["options"]) if width is None else width
+    copies = " / ".join(shares.get(k, "0%") for k in [*map(str, range(width)), "other"])
     vs_base = f"{_signed(row['Δ vs base'])} {row['CI base'].replace('-', '−')}" if "Δ vs base" in row else ""
     vs_best = f"{_signed(row['Δ vs best constant'])} {row['CI'].replace('-', '−')}"
     vs_own = f"{_signed(row['Δ vs own positions'])} {row['CI own'].replace('-', '−')}"
@@ -159,23 +195,26 @@ def compare_table(data: str, folder: str) -> str:
             raise SystemExit(f"{folder}: no base-policy predictions ({shared.name} or {path.name} under base/)")
         return path
 
-    lines = [
-        "| arm | seed | F1 | accuracy | Δ vs base [95% CI] | Δ vs best option position [95% CI] "
-        "| Δ vs its own positions at random [95% CI] | copies option 1 / 2 / 3 / none |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    bases = set()
+    named, bases = [], set()  # (first cells, gate row): the header needs every row's options
     for run in sorted(root.glob("runs/*/seed_*")):
         evals = sorted(run.glob("eval/step_*.predictions.parquet"))
         if evals:
             seed = run.name.split("_")[1]
             base_path = base_of(seed)
             bases.add((seed, base_path))
-            row = gate(data, str(evals[-1]), pd.read_parquet(base_path))
-            lines.append(f"| {run.parent.name} | {seed} | {_cells(row)} |")
+            named.append((f"| {run.parent.name} | {seed} |", gate(data, str(evals[-1]), _predictions(base_path))))
     for seed, path in sorted(bases) if not shared.exists() else [("", shared)]:
         seed_cell = f" {seed} " if seed else " "  # the shared base's row keeps the committed table's spacing
-        lines.append(f"| base policy |{seed_cell}| {_cells(gate(data, str(path), None))} |")
+        named.append((f"| base policy |{seed_cell}|", gate(data, str(path), None)))
+    if not named:
+        raise SystemExit(f"{folder}: no evaluated run under runs/*/seed_*")
+    width = max(int(r["options"]) for _, r in named)
+    lines = [
+        "| arm | seed | F1 | accuracy | Δ vs base [95% CI] | Δ vs best option position [95% CI] "
+        f"| Δ vs its own positions at random [95% CI] | {_copies_header([r for _, r in named])} |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    lines += [f"{first} {_cells(row, width)} |" for first, row in named]
     return "\n".join(lines)
 
 
@@ -210,7 +249,7 @@ def curve_rows(data: str, log: str, base_path: str, paths: list[str], versus: li
     by_step = {r["step"]: r for r in read_log(log)}
     rollouts = Path(log).parent / "rollouts"
     other = {_step_of(p): p for p in versus}
-    base = pd.read_parquet(base_path)
+    base = _predictions(base_path)
     rows, previous = [], 0
     for step, path in sorted((_step_of(p), p) for p in paths):
         missing = [k for k in range(previous + 1, step + 1) if k not in by_step]
@@ -222,7 +261,7 @@ def curve_rows(data: str, log: str, base_path: str, paths: list[str], versus: li
             row["omega"] = _omega_range(rollouts, range(previous + 1, step + 1))
         row.update(gate(data, path, base))
         if step in other:
-            d = paired_gain(pd.read_parquet(other[step]), pd.read_parquet(path))
+            d = paired_gain(_predictions(other[step]), _predictions(path))
             row["versus"] = f"{_signed(d['diff'])} {_ci(d['ci_low'], d['ci_high'])}".replace("-", "−")
         rows.append(row)
         previous = step
@@ -233,32 +272,36 @@ def curve_table(data: str, log: str, base_path: str, paths: list[str], versus: l
     """``curve_rows`` as a markdown table, the base policy first (step 0); the ω and "Δ vs the
     other run" columns appear when there is something to put in them."""
     rows = curve_rows(data, log, base_path, paths, versus)
+    base_row = gate(data, base_path, None)
+    width = max(int(r["options"]) for r in [base_row, *rows])
     extra = [c for c in ("omega", "versus") if any(c in r for r in rows)]
     names = {"omega": "ω p5–p95 since the previous row", "versus": "Δ vs the other run [95% CI]"}
     lines = [
         "| step | training reward since the previous row (0–2) | KL | F1 | accuracy | Δ vs base [95% CI] "
         "| Δ vs best option position [95% CI] | Δ vs its own positions at random [95% CI] "
-        "| copies option 1 / 2 / 3 / none |" + "".join(f" {names[c]} |" for c in extra),
+        f"| {_copies_header([base_row, *rows])} |" + "".join(f" {names[c]} |" for c in extra),
         "|---:|---:|---:|---|---|---|---|---|---|" + "---|" * len(extra),
-        f"| 0 (base) | | | {_cells(gate(data, base_path, None))} |" + " |" * len(extra),
+        f"| 0 (base) | | | {_cells(base_row, width)} |" + " |" * len(extra),
     ]
     for row in rows:
         cells = "".join(f" {row.get(c, '')} |" for c in extra)
-        lines.append(f"| {row['step']} | {row['reward']:.2f} | {row['kl']:.2f} | {_cells(row)} |{cells}")
+        lines.append(f"| {row['step']} | {row['reward']:.2f} | {row['kl']:.2f} | {_cells(row, width)} |{cells}")
     return "\n".join(lines)
 
 
 def files_table(data: str, base_path: str, paths: list[str]) -> str:
     """The gate of each predictions file against the base policy's (``base_path``), one markdown
     row each, named by the file."""
-    base = pd.read_parquet(base_path)
+    base = _predictions(base_path)
+    named = [(f"{Path(base_path).name} (base)", gate(data, base_path, None))]
+    named += [(Path(p).name, gate(data, p, base)) for p in paths]
+    width = max(int(r["options"]) for _, r in named)
     lines = [
         "| predictions | F1 | accuracy | Δ vs base [95% CI] | Δ vs best option position [95% CI] "
-        "| Δ vs its own positions at random [95% CI] | copies option 1 / 2 / 3 / none |",
+        f"| Δ vs its own positions at random [95% CI] | {_copies_header([r for _, r in named])} |",
         "|---|---|---|---|---|---|---|",
-        f"| {Path(base_path).name} (base) | {_cells(gate(data, base_path, None))} |",
     ]
-    lines += [f"| {Path(p).name} | {_cells(gate(data, p, base))} |" for p in paths]
+    lines += [f"| {name} | {_cells(row, width)} |" for name, row in named]
     return "\n".join(lines)
 
 
@@ -272,7 +315,7 @@ def curve_figure(data: str, base_path: str, runs: list[list[str]], stem: str) ->
     shifted to the F1 scale), beside the base policy's F1 and the best option position's."""
     from gcpo_analysis.plots import plt, save_figure
 
-    base_frame = pd.read_parquet(base_path)
+    base_frame = _predictions(base_path)
     base = gate(data, base_path, None)
     best = max(v for k, v in base.items() if k.startswith("F1 always #"))
     fig, ax = plt.subplots(figsize=(6, 3.6))
@@ -297,31 +340,57 @@ def curve_figure(data: str, base_path: str, runs: list[list[str]], stem: str) ->
     return written
 
 
-if __name__ == "__main__":
-    if len(sys.argv) < 3:
+def _take(args: list[str], flag: str) -> tuple[list[str], str | None]:
+    """``args`` without ``flag VALUE``, and VALUE (None when the flag is absent)."""
+    if flag not in args:
+        return args, None
+    k = args.index(flag)
+    if k + 1 >= len(args):
+        raise SystemExit(f"{flag} needs a value")
+    return args[:k] + args[k + 2 :], args[k + 1]
+
+
+def main(argv: list[str]) -> int:
+    """The command line (the module docstring). Every table and figure is computed before any
+    file is written; ``--output FILE`` (the table) and ``--figure STEM`` (its .png and .svg) are
+    then written as one set through ``staged_outputs``: all of them replace the old ones, or none."""
+    from gcpo_analysis.frames import write_text
+    from gcpo_analysis.outputs import staged_outputs
+
+    argv, output = _take(list(argv), "--output")
+    if len(argv) < 2:
         raise SystemExit(__doc__)
-    if sys.argv[2] == "--compare":
-        print(compare_table(sys.argv[1], sys.argv[3]))
-        raise SystemExit(0)
-    if sys.argv[2] == "--table":
-        print(files_table(sys.argv[1], sys.argv[3], sys.argv[4:]))
-        raise SystemExit(0)
-    if sys.argv[2] == "--curve":
-        args, stem = sys.argv[3:], None
-        if "--figure" in args:
-            k = args.index("--figure")
-            stem, args = args[k + 1], args[:k] + args[k + 2 :]
+    data, mode = argv[0], argv[1]
+    figure = None
+    if mode == "--compare":
+        text = compare_table(data, argv[2])
+    elif mode == "--table":
+        text = files_table(data, argv[2], argv[3:])
+    elif mode == "--curve":
+        args, stem = _take(argv[2:], "--figure")
         versus: list[str] = []
         if "--versus" in args:
             k = args.index("--versus")
             args, versus = args[:k], args[k + 1 :]
         log, base_path, *paths = args
-        print(curve_table(sys.argv[1], log, base_path, paths, versus))
+        text = curve_table(data, log, base_path, paths, versus)
         if stem:
-            written = curve_figure(sys.argv[1], base_path, [paths, versus] if versus else [paths], stem)
-            print("wrote", *written, file=sys.stderr)
-        raise SystemExit(0)
-    data, first, *rest = sys.argv[1:]
-    base = pd.read_parquet(first)
-    rows = [gate(data, first, None)] + [gate(data, p, base) for p in rest]
-    print(pd.DataFrame(rows).round(2).T.to_string(header=False))
+            runs = [paths, versus] if versus else [paths]
+            figure = lambda: curve_figure(data, base_path, runs, stem)  # noqa: E731
+    else:
+        first, *rest = argv[1:]
+        base = _predictions(first)
+        rows = [gate(data, first, None)] + [gate(data, p, base) for p in rest]
+        text = pd.DataFrame(rows).round(2).T.to_string(header=False)
+    with staged_outputs():  # the table and the figure replace the old files together, or none does
+        written = [write_text(output, text + "\n")] if output else []
+        if figure is not None:
+            written += figure()
+    print(text)
+    if written:
+        print("wrote", *written, file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -31,7 +31,7 @@ import pandas as pd
 
 from gcpo_analysis.data import load_queries
 from gcpo_analysis.rewards import normalize_answer, token_f1
-from gcpo_train.evaluation.heldout import paired_gain
+from gcpo_train.evaluation.heldout import paired_gain, read_predictions
 
 
 def _ci(result: dict) -> str:
@@ -67,7 +67,10 @@ def _passages(data: str) -> pd.Series:
 
 
 def _read(path: str, passages: pd.Series) -> pd.DataFrame:
-    preds = pd.read_parquet(path)
+    try:  # every cell checked first: a null answer is named by its row, not met later as a TypeError
+        preds = read_predictions(path)
+    except ValueError as err:
+        raise SystemExit(str(err)) from None
     missing = sorted(set(preds["query_id"]) - set(passages.index))[:3]
     if missing:
         raise SystemExit(
@@ -193,6 +196,11 @@ def main(argv=None) -> int:
     p.add_argument(
         "--compare", metavar="FOLDER", help="instead: every arm-seed's last evaluation in a gcpo compare folder"
     )
+    p.add_argument(
+        "--output",
+        metavar="FILE",
+        help="also write the table to FILE (through gcpo_analysis.outputs.staged_outputs: whole or not at all)",
+    )
     args = p.parse_args(argv)
     if (args.compare is None) == (args.base is None):
         p.error("give either BASE [TRAINED ...] or --compare FOLDER")
@@ -201,7 +209,14 @@ def main(argv=None) -> int:
     else:
         base = _pair(args.base)
         policies = [(Path(w).name.removesuffix(".predictions.parquet"), w, b) for w, b in map(_pair, args.trained)]
-    sys.stdout.write(table(args.data, base, policies))
+    text = table(args.data, base, policies)  # every row computed before anything is written
+    if args.output:
+        from gcpo_analysis.frames import write_text
+        from gcpo_analysis.outputs import staged_outputs
+
+        with staged_outputs():
+            write_text(args.output, text)
+    sys.stdout.write(text)
     return 0
 
 

@@ -198,6 +198,7 @@ def q_hawkeye_weight(
     its maximum over [r_min, r_max]^G, Var_max(G) = floor(G/2) ceil(G/2) / G^2 (r_max - r_min)^2;
     omega = 1 - q_alpha * Var/Var_max (linear reweighting, q_alpha not group-normalised; it is
     ``q_hawkeye_alpha`` in the training configs)."""
+    _param("q_alpha", q_alpha)  # the function refuses what the configs refuse (q_alpha 2 gave omega -1)
     r = as_rewards(g.rewards, r_min, r_max, batch=False)
     G = len(r)
     var_max = (G // 2) * (-(-G // 2)) / G**2 * (r_max - r_min) ** 2
@@ -296,6 +297,10 @@ def empo_advantages(
     its semantic cluster, r_i = |c(i)| / G (the task reward is ignored: EMPO is unsupervised);
     advantages are GRPO-normalised; a query is kept only if its semantic entropy lies in
     [empo_low, empo_high] * ln G (EMPO's entropy thresholding), else its weight is 0."""
+    _param("empo_low", empo_low)
+    _param("empo_high", empo_high)
+    if empo_low > empo_high:
+        raise ValueError(f"empo_low ({empo_low}) must be <= empo_high ({empo_high})")
     clusters = np.asarray(g.require("clusters", "empo"))
     G = len(clusters)
     _labels, labels, counts = np.unique(clusters, return_inverse=True, return_counts=True)
@@ -321,6 +326,7 @@ def eg_spo_advantages(
     gate_i = exp(-eg_alpha * H_i / H_bar) / mean_j exp(-eg_alpha * H_j / H_bar), H_bar the group
     mean: update magnitude moves from high- to low-entropy responses, signs are preserved, and
     the group's mean gate is 1. Equal entropies (or H_bar = 0) give gate 1."""
+    _param("eg_alpha", eg_alpha)
     H = np.asarray(g.require("token_entropy", "eg_spo"), dtype=np.float64)
     if not np.isfinite(H).all() or (H < 0).any():
         raise ValueError("token_entropy must be finite and non-negative")
@@ -346,6 +352,7 @@ def r2vpo_advantages(
 ) -> tuple[np.ndarray, Info]:
     """R2VPO-style variance damping (Luo et al. 2026; paper App. F): per response,
     w_i = 1 / (1 + lambda * Var_t(rho_{i,t})), rho_{i,t} the token-level policy ratio."""
+    _param("r2vpo_lambda", r2vpo_lambda)
     v = np.asarray(g.require("ratio_var", "r2vpo"), dtype=np.float64)
     if not np.isfinite(v).all() or (v < 0).any():
         raise ValueError("ratio_var must be finite and non-negative")
@@ -370,10 +377,16 @@ def _checked(
     modulator = MODULATORS.lookup(name)
     as_rewards(group.rewards, r_min, r_max, batch=False)
     check_alpha_base(alpha_base)
-    for key, (_field, spec) in MODULATOR_PARAMS.items():  # each checked against its one declaration
+    for key in MODULATOR_PARAMS:  # each checked against its one declaration
         if key in params:
-            check_value(key, params[key], spec, float)
+            _param(key, params[key])
     return modulator
+
+
+def _param(key: str, value: Any) -> float:
+    """A modulator's own parameter checked against its one declaration (``MODULATOR_PARAMS``):
+    the functions refuse what the configs refuse, however they are called."""
+    return check_value(key, value, MODULATOR_PARAMS[key][1], float)
 
 
 def modulate(

@@ -125,8 +125,22 @@ def register_measure(
     registry, so a new measure is one file: its formula and this decorator. A weight function
     gives the column ``w_<name>`` unless ``weight_column`` names another. A name registered twice
     is refused (``MEASURE_REGISTRY.pop(name)`` first to replace one)."""
-    if not name.isidentifier():
-        raise ValueError(f"a measure name must be an identifier (a frame column), got {name!r}")
+    from ..frames import RESERVED_COLUMNS, reserved_column
+    from ..registry import check_name
+
+    check_name("measure", name)
+    column = (weight_column or f"w_{name}") if weight is not None else None
+    clash = reserved_column(name)
+    if clash is not None:
+        raise ValueError(f"measure name {name!r} refused: {clash}; choose another name")
+    taken = {c for m in MEASURE_REGISTRY.values() for c in (m.name, m.weight_column) if c}
+    if name not in MEASURE_REGISTRY:  # (a name registered twice is refused by the registry itself)
+        if name in taken:  # another measure's weight column
+            raise ValueError(f"measure name {name!r} refused: it is another measure's weight column")
+        if column is not None and (column in taken or column == name or column in RESERVED_COLUMNS):
+            raise ValueError(
+                f"measure {name!r}: its weight column {column!r} is already a column of the frames; choose another"
+            )
     return MEASURE_REGISTRY.decorator(
         name,
         lambda values: Measure(

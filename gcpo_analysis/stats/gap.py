@@ -345,6 +345,15 @@ def gap_study(
     measures = [m for m in measures if m in groups.columns]
     if not measures:
         raise ValueError("no measure of the study is a column of the groups frame")
+    for col in dict.fromkeys(c for c in (success_column, target) if c == "success_rate" and c in groups.columns):
+        share = pd.to_numeric(groups[col], errors="coerce").to_numpy(dtype=float)
+        bad = np.flatnonzero((share < 0) | (share > 1))  # a rate of 2.0 is refused, not ranked
+        if len(bad):
+            qid = groups["query_id"].iloc[bad[0]] if "query_id" in groups.columns else "?"
+            raise ValueError(
+                f"column {col!r} must hold shares in [0, 1], got {float(share[bad[0]])!r} at row {int(bad[0])} "
+                f"(query_id={qid!r}); {len(bad)} such row(s)"
+            )
     frame = trim_top(groups, target, trim)
     n_trimmed = len(groups) - len(frame)
     y_all = _finite_column(frame, target)

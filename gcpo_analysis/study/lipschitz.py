@@ -188,12 +188,18 @@ def _bound_table(rollouts, grams, prepared, n_boot: int, seed: int) -> pd.DataFr
     return pd.concat(parts, ignore_index=True)[cols]
 
 
+def _parquet_columns(path) -> list[str]:
+    import pyarrow.parquet as pq
+
+    return list(pq.read_schema(path).names)
+
+
 def _clusters_check(folder: Path, prepared: pd.DataFrame) -> dict | None:
     """Do the sidecar's clusters give the groups frame's n_clusters? (A judge changed since the
     run, e.g. the math grader, gives other clusters than the measures used: said, not hidden.)"""
     path = folder / "groups.parquet"
-    if not path.exists():
-        return None
+    if not path.exists() or "n_clusters" not in _parquet_columns(path):
+        return None  # no groups frame, or measures that cluster nothing: nothing to compare with
     n = pd.read_parquet(path, columns=["query_id", "n_clusters"]).set_index("query_id")["n_clusters"]
     k = prepared.groupby("query_id", sort=False)["cluster"].nunique().reindex(n.index)
     agree = int((k == n).sum())

@@ -230,6 +230,12 @@ def restat(folder, overrides: dict | None = None, *, figures: bool = True):
             folder, seed=result.settings["seed"], rollouts=rollouts, grams=grams, figures=figures
         )
         card["lipschitz"] = lip.attrs.get("lipschitz")
+    elif (
+        grams is not None
+        and rollouts is not None
+        and any(x.get("stage") == "lipschitz" for x in card.get("skipped_stages", []))
+    ):
+        pass  # the run skipped the check (its measures give no clusters or embeddings); the card says why
     elif grams is not None and rollouts is not None:
         reason = (
             f"no {SIDECAR}: the Lipschitz tables were not re-scored (restat loads no model; "

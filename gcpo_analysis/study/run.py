@@ -257,6 +257,27 @@ def _from_rollouts(cfg: StudyConfig, timer: _Timer, card: dict):
     return rollouts, groups, grams
 
 
+def _lipschitz_skip_reason(measures) -> str | None:
+    """Why the Lipschitz check (and its embeddings sidecar) cannot run on these measures, or None.
+
+    The check compares gradient distances with the distances of the measures' embeddings and
+    within their semantic clusters; measures that need neither (``rd,token_entropy``) give the
+    groups frame no ``n_clusters`` and the study nothing to compare with."""
+    from ..measures.registry import MEASURE_REGISTRY
+    from ..vocab import CLUSTERS, EMBEDDINGS
+
+    provided = set().union(*(MEASURE_REGISTRY[m].needs for m in measures))
+    missing = [need for need in (EMBEDDINGS, CLUSTERS) if need not in provided]
+    if not missing:
+        return None
+    helpers = [name for name, m in MEASURE_REGISTRY.items() if set(missing) <= m.needs]
+    return (
+        f"the measures ({', '.join(measures)}) provide no {' and no '.join(missing)}; the check compares "
+        f"gradient distances with the measures' embeddings and clusters"
+        + (f" (adding {' or '.join(helpers)} to --measures runs it)" if helpers else "")
+    )
+
+
 def run_study(cfg: StudyConfig):
     """Run the whole study into ``cfg.output``; returns (groups frame, GapStudyResult)."""
     from ..measures.score import score_groups
@@ -327,7 +348,11 @@ def run_study(cfg: StudyConfig):
         card["trim_note"] = write_v_tables(tables, groups, measures, trim, cfg.n_boot, cfg.seed)
     with timer("figures"):
         _draw_figures(result, out / "figures", cfg.dataset)
-    if grams is not None:
+    skip = _lipschitz_skip_reason(measures) if grams is not None else None
+    if skip is not None:  # said and recorded, never a crash after every V is computed (issue 38)
+        warnings.warn(f"{out}: the Lipschitz check is skipped: {skip}", stacklevel=2)
+        card["skipped_stages"] = [{"stage": "lipschitz", "reason": skip}]
+    elif grams is not None:
         from .lipschitz import SIDECAR, embed_rollouts, write_embeddings
         from .lipschitz_checks import write_lipschitz_checks
 

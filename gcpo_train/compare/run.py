@@ -44,7 +44,9 @@ REFERENCE_ARM = "none"
 
 def run_config(base: TrainConfig, arm: str, seed: int, out: Path, eval_every: int, eval_n: int | None, split_seed: int):
     """The TrainConfig of one arm-seed run inside the comparison folder ``out``."""
-    folder = out / "runs" / arm / f"seed_{seed}"
+    from gcpo_analysis.registry import check_name
+
+    folder = out / "runs" / check_name("modulator", arm) / f"seed_{seed}"  # a folder name: never a path
     return dataclasses.replace(
         base,
         modulator=arm,
@@ -90,6 +92,9 @@ class Comparison:
             if len(set(values)) != len(values):
                 raise ValueError(f"{name} lists a value twice: {values}")
         for arm in self.modulators:  # each arm's config validated now, not after hours of the first arm
+            from gcpo_analysis.registry import check_name
+
+            check_name("modulator", arm)  # before the config: a path is refused as a path
             dataclasses.replace(base, modulator=arm)
         if base.backend not in ("gcpo", "hf", "trl"):
             raise ValueError(

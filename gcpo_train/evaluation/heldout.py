@@ -97,3 +97,49 @@ def paired_gain(
         "confidence": confidence,
         "method": "scipy.stats.bootstrap, percentile, resampling queries",
     }
+
+
+PREDICTION_COLUMNS = ("query_id", "answer", "score", "references")
+
+
+def read_predictions(path, columns=PREDICTION_COLUMNS) -> pd.DataFrame:
+    """A ``gcpo eval`` predictions file (``<out>.predictions.parquet``) with each of ``columns``
+    checked cell by cell, so a script that scores it never meets a null or a wrong type later:
+    ``query_id`` and ``answer`` (and ``completion``) text, ``score`` a finite number (not a
+    bool), ``references`` a list of texts. A bad cell raises ValueError naming the file, the
+    column, the row and its query."""
+    df = pd.read_parquet(path)
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise ValueError(f"{path}: not a predictions file, missing column(s) {missing} (it has {list(df.columns)})")
+
+    def text(v):
+        return isinstance(v, str)
+
+    def number(v):
+        return (
+            isinstance(v, (int, float, np.integer, np.floating))
+            and not isinstance(v, (bool, np.bool_))
+            and (np.isfinite(float(v)))
+        )
+
+    def texts(v):
+        v = v.tolist() if isinstance(v, np.ndarray) else v
+        return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+    rules = {
+        "query_id": (text, "text"),
+        "answer": (text, "text (an empty answer is '')"),
+        "completion": (text, "text"),
+        "score": (number, "a finite number"),
+        "references": (texts, "a list of texts"),
+    }
+    for col in columns:
+        ok, what = rules.get(col, (lambda v: v is not None, "a value"))
+        for row, value in enumerate(df[col].tolist()):
+            if not ok(value):
+                qid = df["query_id"].iloc[row] if "query_id" in df.columns else "?"
+                null = value is None or (isinstance(value, float) and np.isnan(value) and col != "score")
+                got = "null" if null else f"{value!r} ({type(value).__name__})"
+                raise ValueError(f"{path}: column {col!r} must be {what}, got {got} at row {row} (query_id={qid!r})")
+    return df
