@@ -46,7 +46,9 @@ def add_eval_parser(subparsers) -> argparse.ArgumentParser:
         "'packaged', or a model name/path",
     )
     p.add_argument("--dataset", default=None, choices=dataset_names(), help="benchmark (default: the checkpoint's)")
-    p.add_argument("--split", default="test", choices=SPLITS, help="split to evaluate (default: test)")
+    p.add_argument(
+        "--split", default=None, choices=SPLITS, help="split to evaluate (default: the config's eval_split, else test)"
+    )
     p.add_argument("--n", type=int, default=None, help="evaluate the first n queries (default: all)")
     p.add_argument(
         "--data_path", "--data-path", default=None, help="local benchmark file (default: the packaged/default source)"
@@ -135,11 +137,24 @@ def run_train(args) -> int:
 
 
 def run_eval(args) -> int:
-    from gcpo_train.evaluation.evaluate import evaluate
+    from gcpo_train.evaluation.evaluate import evaluate, guard_outputs
 
     for flag, value in (("--n", args.n), ("--max_new_tokens", args.max_new_tokens), ("--batch_size", args.batch_size)):
         if value is not None and value < 1:
             raise ValueError(f"{flag} must be >= 1, got {value}")
+    # every input resolved and checked before anything is read, loaded or written: the outputs
+    # may not replace the model, the data, the config or the evaluation to pair with
+    inputs = {"--config": args.config}
+    paired = {"--paired_with": args.paired_with}
+    sources = {"the model": args.checkpoint if Path(args.checkpoint).exists() else None, "--data_path": args.data_path}
+    if args.output is not None:
+        guard_outputs(args.output, {**sources, **inputs}, paired)
+    base = None
+    if args.paired_with:
+        from gcpo_train.evaluation.heldout import read_scores
+
+        base = read_scores(args.paired_with, "--paired_with")
+    config = load_config(args.config) if args.config else None
     checkpoint = args.checkpoint
     if (Path(checkpoint) / "checkpoints").is_dir():  # a run folder, as gcpo export takes it
         from gcpo_train.runfiles.checkpoint import latest_checkpoint
@@ -150,7 +165,6 @@ def run_eval(args) -> int:
                 f"run folder {args.checkpoint} has no complete checkpoint: train with checkpoint_every >= 1"
             )
         print(f"[eval] {args.checkpoint}: its newest checkpoint, {checkpoint}", file=sys.stderr)
-    config = load_config(args.config) if args.config else None
     res = evaluate(
         checkpoint,
         args.dataset,
@@ -162,16 +176,17 @@ def run_eval(args) -> int:
         batch_size=args.batch_size,
         output=args.output,
         progress=not args.no_progress,
+        inputs=inputs,
+        paired=paired,
     )
     print(json.dumps(res["metrics"], indent=2))
-    if args.paired_with:
+    if base is not None:
         import pandas as pd
 
-        from gcpo_analysis.frames import read_table
         from gcpo_train.evaluation.heldout import paired_gain
 
         this = pd.DataFrame({"query_id": res["query_ids"], "score": res["scores"]})
-        gain = paired_gain(read_table(args.paired_with, "predictions"), this)
+        gain = paired_gain(base, this)
         print(json.dumps({"paired_with": args.paired_with, **gain}, indent=2))
     return 0
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import numbers
 from pathlib import Path
 
 import pandas as pd
@@ -84,18 +85,33 @@ class Comparison:
         split_seed: int | None = None,
         trainer_kwargs: dict | None = None,
     ):
+        """Every argument is checked here, before anything is written (``compare.json`` included):
+        a refused value must not become part of the folder's record."""
         self.base, self.out = base, Path(out)
-        self.modulators, self.seeds = list(modulators), [int(s) for s in seeds]
+        self.modulators, self.seeds = list(modulators), list(seeds)
         if not self.modulators or not self.seeds:
             raise ValueError("gcpo compare needs at least one modulator (--modulators) and one seed (--seeds)")
+        for i, s in enumerate(self.seeds):
+            if isinstance(s, bool) or not isinstance(s, numbers.Integral) or s < 0:
+                raise ValueError(f"--seeds: a training seed must be an integer >= 0, got {s!r}")
+            self.seeds[i] = int(s)
         for name, values in (("--modulators", self.modulators), ("--seeds", self.seeds)):
             if len(set(values)) != len(values):
                 raise ValueError(f"{name} lists a value twice: {values}")
-        for arm in self.modulators:  # each arm's config validated now, not after hours of the first arm
+        for name, value, low in (
+            ("--eval_every", eval_every, 0),
+            ("--eval_n", eval_n, 1),
+            ("--split_seed", split_seed, 0),
+        ):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
+                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        split_seed = split_seed if split_seed is not None else (base.split_seed or 0)
+        for arm in self.modulators:  # each run's config validated now, not after hours of the first arm
             from gcpo_analysis.registry import check_name
 
             check_name("modulator", arm)  # before the config: a path is refused as a path
-            dataclasses.replace(base, modulator=arm)
+            for seed in self.seeds:
+                run_config(base, arm, seed, self.out, int(eval_every), eval_n, split_seed)
         if base.backend not in ("gcpo", "hf", "trl"):
             raise ValueError(
                 f"gcpo compare runs the gcpo loop (backend gcpo) or TRL (backend trl), not backend {base.backend!r}"
@@ -104,10 +120,8 @@ class Comparison:
             from gcpo_train.compare.trl_arm import check_trl_arms
 
             check_trl_arms(self.modulators)
-        if eval_every < 0:
-            raise ValueError(f"--eval_every must be >= 0, got {eval_every}")
         self.eval_every, self.eval_n = int(eval_every), eval_n
-        self.split_seed = int(split_seed if split_seed is not None else (base.split_seed or 0))
+        self.split_seed = int(split_seed)
         self.trainer_kwargs = dict(trainer_kwargs or {})
 
     # ------------------------------------------------------------------ bookkeeping
@@ -142,7 +156,7 @@ class Comparison:
         path = self.out / "compare.json"
         new = self.spec()
         if path.exists():
-            old = json.loads(path.read_text())
+            old = read_record(path)
             old_cfg, new_cfg = old.get("config", {}), json.loads(json.dumps(new["config"], default=str))
             changed = sorted(k for k in set(old_cfg) | set(new_cfg) if old_cfg.get(k) != new_cfg.get(k))
             changed += sorted(
@@ -177,6 +191,7 @@ class Comparison:
         self.out.mkdir(parents=True, exist_ok=True)
         lock = take_lock(self.out / ".gcpo.lock", self.out / ".gcpo.owner.json", f"comparison folder {self.out}")
         try:
+            self.heldout()  # the held-out data read before the folder's record is written
             self._check_spec()
             summary = None
             for seed in self.seeds:  # seed-major: each finished seed is a complete paired set
@@ -194,7 +209,7 @@ class Comparison:
         every run of this folder so far), then any of this call's that it does not. A run that
         adds a seed trains only that seed but reports on all of them."""
         path = self.out / "compare.json"
-        old = json.loads(path.read_text()) if path.exists() else {}
+        old = read_record(path) if path.exists() else {}
         arms = list(dict.fromkeys([*old.get("modulators", []), *self.modulators]))
         seeds = list(dict.fromkeys([*(int(s) for s in old.get("seeds", [])), *self.seeds]))
         return arms, seeds
@@ -241,6 +256,8 @@ class Comparison:
         cfg = run_config(self.base, arm, seed, self.out, self.eval_every, self.eval_n, self.split_seed)
         folder = Path(cfg.output_dir)
         done = folder / "done.json"
+        if done.exists() or (folder / "run.json").exists():  # finished or started: by its own record
+            check_run(folder, cfg)
         if done.exists():
             return folder
         cfg = dataclasses.replace(cfg, progress=progress and cfg.progress)
@@ -256,7 +273,10 @@ class Comparison:
             from gcpo_train.loop.trainer import GCPOLoopTrainer
 
             trainer = GCPOLoopTrainer(cfg, **kwargs)
-            trainer.train()
+            # killed after its last checkpoint, during its final evaluation: resuming would train
+            # past the last step (refused), so the trained policy is restored and evaluated
+            if not _restore_finished(trainer, folder, cfg):
+                trainer.train()
             final = folder / "eval" / f"step_{cfg.steps:06d}.predictions.parquet"
             if not final.exists():  # steps not a multiple of eval_every: the last step is always evaluated
                 trainer.evaluate(tag=f"step_{cfg.steps:06d}")
@@ -277,12 +297,81 @@ class Comparison:
                 parts.append(_scores(base, "base", seed, 0))
             for arm in arms:
                 folder = self.out / "runs" / arm / f"seed_{seed}"
-                for path in sorted((folder / "eval").glob("step_*.predictions.parquet")):
+                evaluations = sorted((folder / "eval").glob("step_*.predictions.parquet"))
+                if evaluations:  # a run of another comparison (compare.json lost or replaced) is not reported
+                    check_run(
+                        folder,
+                        run_config(self.base, arm, seed, self.out, self.eval_every, self.eval_n, self.split_seed),
+                    )
+                for path in evaluations:
                     parts.append(_scores(path, arm, seed, int(path.name[5:11])))
         columns = ["arm", "seed", "step", "query_id", "score"]
         if not parts:
             return pd.DataFrame({c: pd.Series(dtype=object) for c in columns})
         return pd.concat(parts, ignore_index=True)[columns]
+
+
+def read_record(path: Path) -> dict:
+    """A comparison's ``compare.json``, or a ValueError naming the file when it is not one."""
+    try:
+        record = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise ValueError(
+            f"{path} is not a readable comparison record ({type(err).__name__}: {err}); restore it, or use "
+            "another --output folder"
+        ) from None
+    if not isinstance(record, dict) or not isinstance(record.get("config"), dict):
+        raise ValueError(
+            f"{path} is not a comparison record (no 'config' mapping); restore it, or use another --output"
+        )
+    return record
+
+
+def check_run(folder: Path, cfg: TrainConfig) -> None:
+    """A run folder of the comparison holds the run ``cfg`` describes: its ``run.json`` records the
+    same configuration (every identity field, and ``steps``), or a ValueError names each field
+    that differs. A run is never trusted by its folder name alone: with compare.json lost and a
+    setting changed, the runs of the earlier comparison must not be reported as the new one."""
+    path = folder / "run.json"
+    try:
+        recorded = json.loads(path.read_text(encoding="utf-8"))["config"]
+        if not isinstance(recorded, dict):
+            raise TypeError("'config' is not a mapping")
+    except FileNotFoundError:
+        raise ValueError(
+            f"{folder} holds evaluations but no run.json, so it cannot be checked against this comparison; "
+            "move the folder out, or use another --output folder"
+        ) from None
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as err:
+        raise ValueError(f"{path} is not a readable run record ({type(err).__name__}: {err})") from None
+    expected = {**cfg.identity(), "steps": cfg.steps}
+    differ = [k for k, v in expected.items() if json.dumps(recorded.get(k), default=str) != json.dumps(v, default=str)]
+    if differ:
+        shown = ", ".join(f"{k}: run={recorded.get(k)!r} vs comparison={expected[k]!r}" for k in differ[:6])
+        raise ValueError(
+            f"{folder} was trained with other settings than this comparison ({shown}"
+            f"{', ...' if len(differ) > 6 else ''}); use the settings it was made with, or another --output folder"
+        )
+
+
+def _restore_finished(trainer, folder: Path, cfg: TrainConfig) -> bool:
+    """Restore into ``trainer`` the run's checkpoint of its last step, when it has one (a run
+    killed after its last checkpoint); False when it has none and the run must train on."""
+    from gcpo_train.runfiles import checkpoint as ckpt
+    from gcpo_train.runfiles.run_folder import RunFolder
+
+    latest = ckpt.latest_checkpoint(folder)
+    try:
+        if latest is None or ckpt.read_state(latest)["step"] < cfg.steps:
+            return False
+    except ckpt.UnreadableCheckpoint:
+        return False  # the trainer falls back to an older checkpoint, with its warning
+    with RunFolder(folder) as run:
+        run.started()  # a failure below leaves the trained run as it is
+        state, _ = ckpt.load_latest_usable(
+            folder, model=trainer.policy, optimizer=trainer.optimizer, scheduler=trainer.scheduler, config=cfg
+        )
+    return state is not None and state["step"] >= cfg.steps
 
 
 def _scores(path: Path, arm: str, seed: int, step: int) -> pd.DataFrame:
@@ -302,10 +391,12 @@ COMPARE_DEFAULTS = {
 }
 
 
-def load_compare_config(path, overrides: dict | None = None) -> tuple[TrainConfig, dict]:
+def load_compare_config(path, overrides: dict | None = None, flags=()) -> tuple[TrainConfig, dict]:
     """A comparison config: TrainConfig fields plus an optional ``compare:`` mapping (arms,
     seeds and evaluation settings, ``COMPARE_DEFAULTS``' keys). Returns (config, settings), the
-    settings completed from the defaults; unknown keys are refused, naming them."""
+    settings completed from the defaults; unknown keys and bad values are refused, naming the key
+    and the file (``flags``: the settings given as flags, which replace the file's and are checked
+    as flags)."""
     from gcpo_analysis.errors import did_you_mean
     from gcpo_train.config import _check_keys, load_config, read_config_file
 
@@ -327,17 +418,31 @@ def load_compare_config(path, overrides: dict | None = None) -> tuple[TrainConfi
             settings[key] = [v.strip() for v in value.split(",") if v.strip()]
         elif not isinstance(value, list):
             raise ValueError(f"{path}: compare.{key} must be a list, got {value!r}")
-    settings["seeds"] = [_int(s, f"{path}: compare.seeds") for s in settings["seeds"]]
-    for key in ("eval_every", "eval_n", "split_seed"):
+    if "seeds" not in flags:
+        settings["seeds"] = [_int(s, f"{path}: compare.seeds") for s in settings["seeds"]]
+    for key, low in (("eval_every", 0), ("eval_n", 1), ("split_seed", 0)):
         value = settings[key]
-        if (value is not None or key == "eval_every") and (isinstance(value, bool) or not isinstance(value, int)):
-            raise ValueError(f"{path}: compare.{key} must be an integer, got {value!r}")
-    return load_config(None, {**loaded, **(overrides or {})}), settings
+        if key in flags:
+            continue
+        if (value is not None or key == "eval_every") and (
+            isinstance(value, bool) or not isinstance(value, int) or value < low
+        ):
+            raise ValueError(f"{path}: compare.{key} must be an integer >= {low}, got {value!r}")
+    config = load_config(None, {**loaded, **(overrides or {})})
+    if (
+        "modulators" in section and "modulators" not in flags
+    ):  # named here, not as a --modulators flag the user never gave
+        for arm in settings["modulators"]:
+            try:
+                dataclasses.replace(config, modulator=arm)
+            except ValueError as err:
+                raise ValueError(f"{path}: compare.modulators: {err}") from None
+    return config, settings
 
 
 def _int(value, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).strip().lstrip("-").isdigit():
-        raise ValueError(f"{where}: {value!r} is not an integer seed")
+    if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).strip().isdigit():
+        raise ValueError(f"{where}: {value!r} is not an integer seed >= 0")
     return int(value)
 
 
@@ -416,7 +521,8 @@ def run_cli(args) -> int:
     overrides = overrides_from(args)
     if args.backend is not None:
         overrides["backend"] = args.backend
-    base, settings = load_compare_config(args.config, overrides)
+    given = [k for k in COMPARE_DEFAULTS if getattr(args, k) is not None]
+    base, settings = load_compare_config(args.config, overrides, flags=given)
     for key in ("eval_every", "eval_n", "split_seed"):
         if getattr(args, key) is not None:
             settings[key] = getattr(args, key)

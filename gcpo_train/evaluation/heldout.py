@@ -37,6 +37,38 @@ def per_query_scores(task: str, answers, references_list) -> np.ndarray:
     return 100.0 * np.asarray(out, dtype=float)
 
 
+def read_scores(path, flag: str = "predictions") -> pd.DataFrame:
+    """An evaluation's predictions file (``<name>.predictions.parquet``, or JSONL/CSV) as its
+    (query_id, score) frame, read and checked before it is needed: a missing or unreadable file,
+    a missing column, a query scored twice or a score that is not a finite number is refused,
+    naming ``flag`` and the file (and the row)."""
+    from gcpo_analysis.frames import read_table
+
+    try:
+        df = read_table(path, "predictions", text_columns=("query_id",))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{flag}: no such predictions file: {path}") from None
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{flag} {path}: not a readable predictions file ({err})") from None
+    missing = [c for c in ("query_id", "score") if c not in df.columns]
+    if missing:
+        raise ValueError(
+            f"{flag} {path}: no {', '.join(map(repr, missing))} column (columns: {', '.join(map(str, df.columns))}); "
+            "pass the .predictions.parquet that gcpo eval --output wrote"
+        )
+    ids = df["query_id"].astype(str)
+    dup = ids.duplicated()
+    if dup.any():
+        row = int(np.flatnonzero(dup.to_numpy())[0])
+        raise ValueError(f"{flag} {path}: row {row} scores query {ids.iloc[row]!r} a second time")
+    scores = pd.to_numeric(df["score"], errors="coerce").to_numpy(dtype=float)
+    bad = ~np.isfinite(scores)
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"{flag} {path}: row {row} (query {ids.iloc[row]!r}) has score {df['score'].iloc[row]!r}")
+    return pd.DataFrame({"query_id": ids.to_numpy(), "score": scores})
+
+
 def paired_gain(
     base,
     trained,

@@ -289,10 +289,8 @@ def load_checkpoint(path: Path, *, model, optimizer, scheduler, config: TrainCon
     return state
 
 
-def load_trained(path, device=None):
-    """(model, tokenizer, config) from a checkpoint folder written by the trainer."""
-    from gcpo_train.model.policy import load_model_and_tokenizer, wrap_lora
-
+def saved_config(path) -> TrainConfig:
+    """The TrainConfig a checkpoint folder was written with (its ``config.json``), no weights read."""
     path = Path(path)
     saved = _read_json(path / "config.json", ())
     if not isinstance(saved, dict):
@@ -306,7 +304,15 @@ def load_trained(path, device=None):
             f"{path / 'config.json'} has unknown config key(s) {unknown} (written by another gcpo version, or edited?)"
         )
     # reporting backends of the run that wrote it are not needed (nor maybe installed) to load it
-    cfg = TrainConfig(**{**saved, "tensorboard": False, "report_to": None})
+    return TrainConfig(**{**saved, "tensorboard": False, "report_to": None})
+
+
+def load_trained(path, device=None):
+    """(model, tokenizer, config) from a checkpoint folder written by the trainer."""
+    from gcpo_train.model.policy import load_model_and_tokenizer, wrap_lora
+
+    path = Path(path)
+    cfg = saved_config(path)
     model, tok = load_model_and_tokenizer(cfg.model, cfg.dtype)
     if cfg.use_lora:
         model = wrap_lora(model, cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_target_modules)

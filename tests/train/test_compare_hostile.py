@@ -1,0 +1,162 @@
+"""Hostile input, round five (issue 38), ``gcpo compare``: a comparison folder is its own truth.
+A refused argument writes nothing, a finished run is checked against the comparison by its own
+run.json, a run killed during its final evaluation resumes by evaluating, and every error names
+its source (the flag, or the config key and file). Each test failed on the code before its fix
+(e498d2b)."""
+
+import json
+
+import pandas as pd
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("peft")
+
+
+def _cli(argv, capsys) -> tuple[int, str]:
+    from gcpo_analysis.cli import main
+
+    capsys.readouterr()
+    rc = main(argv)
+    lines = [x for x in capsys.readouterr().err.splitlines() if "error:" in x]
+    assert len(lines) <= 1, lines
+    return rc, "\n".join(lines)
+
+
+def _comparison(tmp_path, seeds=(0,), arms=("none",), eval_every=1, **kw):
+    """helpers.loop_setup.comparison's tiny comparison; ``eval_every=0`` evaluates the last step
+    after training (the evaluation a kill can interrupt after the last checkpoint)."""
+    from helpers.loop_setup import comparison, loop_config
+
+    from gcpo_train.config import TrainConfig
+
+    cmp = comparison(TrainConfig(**{**loop_config(tmp_path, "unused"), **kw}), tmp_path / "cmp", arms, seeds)
+    cmp.eval_every = eval_every
+    return cmp
+
+
+def _config(tmp_path, compare: str = "") -> str:
+    path = tmp_path / "c.yaml"
+    path.write_text(f"model: tiny:llama\ndataset: narrativeqa\nsteps: 1\n{compare}")
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--seeds=-1"], "--seeds"),
+        (["--seeds", "0", "--split_seed=-3"], "--split_seed"),
+        (["--seeds", "0", "--eval_every=-2"], "--eval_every"),
+    ],
+)
+def test_a_refused_argument_writes_no_compare_json(tmp_path, capsys, flags, named):
+    """--seeds=-1 and --split_seed=-3 were written to compare.json before being refused, and every
+    later correct command in that folder then failed on the mismatch."""
+    out = tmp_path / "cmp"
+    rc, err = _cli(["compare", "--config", _config(tmp_path), "--output", str(out), *flags], capsys)
+    assert rc == 2 and named in err
+    assert not (out / "compare.json").exists()
+
+
+def test_a_refused_argument_of_the_api_writes_no_compare_json(tmp_path):
+    with pytest.raises(ValueError, match="--seeds: a training seed must be an integer >= 0, got -1"):
+        _comparison(tmp_path, seeds=(0, -1))
+    with pytest.raises(ValueError, match="--split_seed must be an integer >= 0, got -3"):
+        from helpers.loop_setup import loop_config
+
+        from gcpo_train.compare.run import Comparison
+        from gcpo_train.config import TrainConfig
+
+        Comparison(TrainConfig(**loop_config(tmp_path, "unused")), tmp_path / "cmp", ["none"], [0], split_seed=-3)
+    assert not (tmp_path / "cmp").exists()
+
+
+@pytest.mark.parametrize(
+    ("mapping", "key"),
+    [
+        ("eval_every: -1", "compare.eval_every"),
+        ("eval_n: 0", "compare.eval_n"),
+        ("split_seed: -3", "compare.split_seed"),
+        ("seeds: [0, -1]", "compare.seeds"),
+        ("modulators: [none, bot_rdd]", "compare.modulators"),
+    ],
+)
+def test_a_bad_value_of_the_compare_mapping_names_its_key_and_file(tmp_path, capsys, mapping, key):
+    """A config's compare: values were reported as flags the user never gave (--eval_n, --seeds)."""
+    config = _config(tmp_path, f"compare:\n  {mapping}\n")
+    rc, err = _cli(["compare", "--config", config, "--output", str(tmp_path / "cmp")], capsys)
+    assert rc == 2 and key in err and config in err and "--" not in err.split("error:")[1].split("(--traceback")[0]
+    assert not (tmp_path / "cmp").exists()
+
+
+def test_a_flag_replaces_the_mapping_s_value(tmp_path, capsys):
+    """A flag given wins over the compare: mapping, and is checked (and named) as the flag."""
+    config = _config(tmp_path, "compare:\n  eval_n: 0\n")
+    rc, err = _cli(["compare", "--config", config, "--output", str(tmp_path / "cmp"), "--eval_n", "-4"], capsys)
+    assert rc == 2 and "--eval_n" in err and "compare.eval_n" not in err
+
+
+def test_a_truncated_compare_json_is_named(tmp_path, capsys):
+    out = tmp_path / "cmp"
+    out.mkdir()
+    (out / "compare.json").write_text('{"config": {"model"')
+    for extra in ([], ["--report_only"]):
+        rc, err = _cli(["compare", "--config", _config(tmp_path), "--output", str(out), "--seeds", "0", *extra], capsys)
+        assert rc == 2 and str(out / "compare.json") in err and "not a readable comparison record" in err
+
+
+@pytest.mark.slow
+def test_finished_runs_of_another_comparison_are_refused_by_their_run_json(tmp_path):
+    """compare.json lost and the learning rate changed: the finished runs at the old rate were
+    reported as the new comparison (done.json alone was trusted)."""
+    _comparison(tmp_path).run(progress=False)
+    out = tmp_path / "cmp"
+    (out / "compare.json").unlink()
+    with pytest.raises(ValueError, match=r"learning_rate: run=0\.005 vs comparison=0\.001"):
+        _comparison(tmp_path, learning_rate=1e-3).run(progress=False)
+    (out / "compare.json").unlink(missing_ok=True)
+    with pytest.raises(ValueError, match="learning_rate"):
+        _comparison(tmp_path, learning_rate=1e-3).report()
+    with pytest.raises(ValueError, match="steps: run=2 vs comparison=3"):  # steps is not in the config hash
+        _comparison(tmp_path, steps=3).report()
+    assert _comparison(tmp_path).run(progress=False)["table"].set_index("arm").loc["none", "step"] == 2
+
+
+@pytest.mark.slow
+def test_a_run_killed_during_its_final_evaluation_resumes_by_evaluating(tmp_path, monkeypatch):
+    """gcpo backend: killed after its last checkpoint, during the final evaluation, the run could
+    never resume ("pass --steps greater than 2", which compare refuses). Now its trained policy is
+    restored from that checkpoint and evaluated; nothing is trained again."""
+    from gcpo_train.loop import trainer as trainer_module
+
+    real = trainer_module.GCPOLoopTrainer.evaluate
+
+    def killed(self, tag="final"):
+        if tag == "step_000002":
+            raise KeyboardInterrupt
+        return real(self, tag)
+
+    monkeypatch.setattr(trainer_module.GCPOLoopTrainer, "evaluate", killed)
+    with pytest.raises(KeyboardInterrupt):
+        _comparison(tmp_path, eval_every=0).run(progress=False)
+    run = tmp_path / "cmp" / "runs" / "none" / "seed_0"
+    final = run / "eval" / "step_000002.predictions.parquet"
+    assert (run / "checkpoints" / "step_000002").is_dir() and not final.exists()
+    log = (run / "log.jsonl").read_bytes()
+    monkeypatch.setattr(trainer_module.GCPOLoopTrainer, "evaluate", real)
+    _comparison(tmp_path, eval_every=0).run(progress=False)
+    assert (run / "done.json").exists() and (run / "log.jsonl").read_bytes() == log
+    # the restored policy is the trained one: its scores are those of the same comparison run
+    # without a kill (CPU, deterministic)
+    (tmp_path / "ref").mkdir()
+    _comparison(tmp_path / "ref", eval_every=0).run(progress=False)
+    ref = tmp_path / "ref" / "cmp" / "runs" / "none" / "seed_0"
+    assert (
+        pd.read_parquet(final)["score"].tolist()
+        == pd.read_parquet(ref / "eval" / "step_000002.predictions.parquet")["score"].tolist()
+    )
+    assert (
+        pd.read_parquet(final)["completion"].tolist()
+        == pd.read_parquet(ref / "eval" / "step_000002.predictions.parquet")["completion"].tolist()
+    )
+    assert json.loads((run / "done.json").read_text())["steps"] == 2

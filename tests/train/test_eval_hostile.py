@@ -1,0 +1,178 @@
+"""Hostile input, round five (issue 38), ``gcpo eval``: no output replaces an input of the same
+command, inputs are checked before the evaluation runs, the split is the config's, and the two
+outputs are written as one set. Each test failed on the code before its fix (e498d2b)."""
+
+import json
+import os
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("peft")
+
+from helpers.loop_setup import make, queries  # noqa: E402
+
+
+def _cli(argv, capsys) -> tuple[int, str]:
+    from gcpo_analysis.cli import main
+
+    capsys.readouterr()
+    rc = main(argv)
+    lines = [x for x in capsys.readouterr().err.splitlines() if "error:" in x]
+    return rc, "\n".join(lines)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """A 1-step run with a checkpoint, a 4-query data file and the base evaluation of it."""
+    root = tmp_path_factory.mktemp("eval")
+    make(root, "run", steps=1, checkpoint_every=1).train()
+    data = root / "q.jsonl"
+    queries(4).rename(columns={"context": "passage"}).assign(answers=lambda d: d["references"]).to_json(
+        data, orient="records", lines=True
+    )
+    return root
+
+
+def _eval(root, *extra):
+    ckpt = root / "run" / "checkpoints" / "step_000001"
+    return ["eval", str(ckpt), "--data_path", str(root / "q.jsonl"), "--split", "train", "--max_new_tokens", "2",
+            "--no-progress", *extra]  # fmt: skip
+
+
+def _base(root, capsys) -> Path:
+    base = root / "base.json"
+    if not base.exists():
+        assert _cli(_eval(root, "--output", str(base)), capsys)[0] == 0
+    return base
+
+
+def _files(root) -> dict:
+    return {p.name: p.read_bytes() for p in sorted(root.glob("base*"))}
+
+
+@pytest.mark.parametrize(
+    "output",
+    [
+        "base.json",  # its predictions are the --paired_with file (the probe: Δ 0.0 [0, 0] after eating it)
+        "base.predictions.parquet",  # the JSON itself over the --paired_with file
+        "base",  # base.predictions.parquet again, from a suffix-less --output
+    ],
+)
+def test_an_output_over_the_paired_evaluation_is_refused_before_anything_runs(run, capsys, output):
+    _base(run, capsys)
+    before = _files(run)
+    rc, err = _cli(_eval(run, "--output", str(run / output), "--paired_with", str(run / "base.predictions.parquet")),
+                   capsys)  # fmt: skip
+    assert rc == 2 and "--paired_with" in err and "choose another --output" in err
+    assert _files(run) == before  # the baseline whole, byte for byte
+
+
+def test_an_output_through_a_symlink_or_hard_link_to_an_input_is_refused(run, capsys, tmp_path):
+    base = _base(run, capsys)
+    paired = base.with_name("base.predictions.parquet")
+    before = _files(run)
+    (tmp_path / "soft.predictions.parquet").symlink_to(paired)
+    os.link(paired, tmp_path / "hard.predictions.parquet")
+    config = tmp_path / "c.yaml"
+    config.write_text("dataset: narrativeqa\n")
+    os.link(config, tmp_path / "c.json")
+    for output, named in (("soft.json", "--paired_with"), ("hard.json", "--paired_with"), ("c.json", "--config")):
+        rc, err = _cli(_eval(run, "--output", str(tmp_path / output), "--paired_with", str(paired),
+                             "--config", str(config)), capsys)  # fmt: skip
+        assert rc == 2 and named in err, (output, err)
+    assert _files(run) == before and config.read_text() == "dataset: narrativeqa\n"
+
+
+def test_the_metrics_of_the_paired_evaluation_are_not_replaced(run, capsys, tmp_path):
+    """--output base.json beside --paired_with base.predictions.parquet replaced its metrics and
+    its predictions; a copy of the predictions elsewhere still names base.json's family."""
+    base = _base(run, capsys)
+    paired = tmp_path / "b.predictions.parquet"
+    paired.write_bytes(base.with_name("base.predictions.parquet").read_bytes())
+    (tmp_path / "b.json").write_text("{}")
+    rc, err = _cli(_eval(run, "--output", str(tmp_path / "b.json"), "--paired_with", str(paired)), capsys)
+    assert rc == 2 and "the metrics of the evaluation --paired_with" in err
+    assert (tmp_path / "b.json").read_text() == "{}"
+
+
+def test_a_missing_or_bad_paired_with_is_refused_before_the_evaluation(run, capsys, tmp_path, monkeypatch):
+    import gcpo_train.evaluation.evaluate as ev
+
+    def no_model(*a, **k):
+        raise AssertionError("the model was loaded before --paired_with was checked")
+
+    monkeypatch.setattr(ev, "load_policy", no_model, raising=False)  # the loader before the split had another name
+    out = tmp_path / "o.json"
+    rc, err = _cli(_eval(run, "--output", str(out), "--paired_with", str(tmp_path / "nope.parquet")), capsys)
+    assert rc == 2 and "--paired_with" in err and "nope.parquet" in err and not out.exists()
+    bad = tmp_path / "bad.csv"
+    bad.write_text("query_id,score\nq0,1\nq0,2\n")
+    rc, err = _cli(_eval(run, "--output", str(out), "--paired_with", str(bad)), capsys)
+    assert rc == 2 and "--paired_with" in err and "row 1" in err and "'q0'" in err and not out.exists()
+    nocol = tmp_path / "nocol.csv"
+    nocol.write_text("query_id,f1\nq0,1\n")
+    rc, err = _cli(_eval(run, "--paired_with", str(nocol)), capsys)
+    assert rc == 2 and "'score'" in err and "nocol.csv" in err
+
+
+def test_pairing_two_evaluations_still_works(run, capsys, tmp_path):
+    base = _base(run, capsys)
+    capsys.readouterr()
+    from gcpo_analysis.cli import main
+
+    rc = main(_eval(run, "--output", str(tmp_path / "b.json"), "--paired_with",
+                    str(base.with_name("base.predictions.parquet"))))  # fmt: skip
+    out = capsys.readouterr().out
+    assert rc == 0
+    gain = json.loads(out[out.index('{\n  "paired_with"') :])
+    assert gain["n"] == 4 and gain["diff"] == pytest.approx(0.0)  # the same checkpoint twice: Δ 0, truly
+
+
+def test_eval_with_a_config_scores_its_eval_split(tmp_path, capsys):
+    """gcpo eval --config C scored the test split although C says eval_split: validation."""
+    folder = tmp_path / "data"
+    folder.mkdir()
+    for split in ("validation", "test"):
+        queries(3).rename(columns={"context": "passage"}).assign(
+            answers=lambda d: d["references"], id=[f"{split}{i}" for i in range(3)]
+        ).to_json(folder / f"{split}.jsonl", orient="records", lines=True)
+    config = tmp_path / "c.yaml"
+    config.write_text(f"model: tiny:llama\ndataset: narrativeqa\ndata_path: {folder}\neval_split: validation\n")
+    out = tmp_path / "o.json"
+    rc, _ = _cli(["eval", "tiny:llama", "--config", str(config), "--max_new_tokens", "2", "--no-progress",
+                  "--output", str(out)], capsys)  # fmt: skip
+    assert rc == 0 and json.loads(out.read_text())["split"] == "validation"
+    ids = pd.read_parquet(out.with_name("o.predictions.parquet"))["query_id"]
+    assert all(i.startswith("narrativeqa/validation/") for i in ids)
+    rc, _ = _cli(["eval", "tiny:llama", "--config", str(config), "--split", "test", "--max_new_tokens", "2",
+                  "--no-progress", "--output", str(out)], capsys)  # fmt: skip
+    assert rc == 0 and json.loads(out.read_text())["split"] == "test"  # a --split given wins
+
+
+def test_a_run_s_own_evaluation_names_its_eval_split(tmp_path):
+    """The trainer's eval/step_N.json said "test" for evaluations of its eval_split (validation)."""
+    trainer = make(tmp_path, "run", steps=1, eval_every=1, eval_split="validation")
+    trainer._eval_queries = queries(2)
+    trainer.train()
+    assert json.loads((tmp_path / "run" / "eval" / "step_000001.json").read_text())["split"] == "validation"
+
+
+def test_a_failed_write_leaves_both_outputs_of_the_earlier_evaluation(run, capsys, tmp_path, monkeypatch):
+    """o.json held one model's metrics and o.predictions.parquet another's after a failed write."""
+    import gcpo_train.evaluation.evaluate as ev
+
+    out = tmp_path / "o.json"
+    assert _cli(_eval(run, "--output", str(out), "--n", "2"), capsys)[0] == 0
+    before = out.read_bytes(), out.with_name("o.predictions.parquet").read_bytes()
+
+    def disk_full(df, path):
+        raise OSError(28, "No space left on device", str(path))
+
+    monkeypatch.setattr(ev, "write_frame", disk_full)
+    rc, err = _cli(_eval(run, "--output", str(out), "--n", "3"), capsys)
+    assert rc == 2 and "No space left" in err
+    assert (out.read_bytes(), out.with_name("o.predictions.parquet").read_bytes()) == before
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".gcpo-tmp")]
