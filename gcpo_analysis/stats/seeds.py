@@ -60,6 +60,9 @@ def paired_t(deltas, confidence: float = 0.95) -> dict:
     from scipy import stats
 
     d = _deltas(deltas)
+    if np.ptp(d) == 0:  # every seed the same delta: the t statistic is undefined, the interval a point
+        mean = float(d[0])
+        return {"mean": mean, "low": mean, "high": mean, "p": float(mean == 0), "df": int(d.size - 1), "sd": 0.0}
     res = stats.ttest_1samp(d, 0.0)
     ci = res.confidence_interval(confidence)
     return {
@@ -114,6 +117,8 @@ def tost(deltas, margin: float) -> float:
     d = _deltas(deltas)
     if not (np.isfinite(margin) and margin > 0):
         raise ValueError(f"the equivalence margin δ must be a positive number, got {margin!r}")
+    if np.ptp(d) == 0:  # no spread: equivalent exactly when the common delta is inside ±margin
+        return float(not abs(d[0]) < margin)
     p, _, _ = ttost_paired(d, np.zeros_like(d), -margin, margin)
     return float(p)
 

@@ -48,6 +48,10 @@ def test_sign_flip_p_is_the_brute_loop_and_scipys_permutation_test(n):
 def test_sign_flip_p_edge_cases():
     assert S.sign_flip_p([1.0, 2.0, 3.0]) == pytest.approx(2 / 8)  # the smallest p at 3 seeds
     assert S.sign_flip_p([0.0, 0.0]) == 1.0
+    # no spread between seeds (e.g. two arms that trained alike): a point interval, no warning
+    assert S.paired_t([0.0, 0.0, 0.0])["low"] == S.paired_t([0.0, 0.0, 0.0])["high"] == 0.0
+    assert S.paired_t([0.0, 0.0])["p"] == 1.0 and S.paired_t([2.0, 2.0])["p"] == 0.0
+    assert S.tost([0.5, 0.5], 1.0) == 0.0 and S.tost([1.5, 1.5], 1.0) == 1.0
     big = np.arange(1.0, 19.0)  # 18 seeds: Monte Carlo, all positive -> p near 2/2^18
     assert S.sign_flip_p(big) < 1e-3
     with pytest.raises(ValueError, match="at least 2 seeds"):
