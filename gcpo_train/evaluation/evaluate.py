@@ -14,6 +14,7 @@ from gcpo_analysis.frames import write_frame, write_json
 from gcpo_analysis.models import require
 
 EVAL_BATCH_PACKED = 64  # prompts per greedy decode on packed kernels
+FP32_TWIN = {"bf16": "onednn", "fused_bf16": "fused"}  # a run that samples in bf16 is evaluated in fp32
 
 
 def evaluate(
@@ -87,7 +88,10 @@ def evaluate(
     if kernels is None and config is not None and getattr(config, "sampling_kernels", "exact") != "exact":
         from gcpo_train.sampling.kernels import make_kernels  # the run's decoding, for its base policy too
 
-        kernels = make_kernels(config.sampling_kernels, next(model.parameters()).device)
+        # never evaluate in bf16 (issue 35): a bf16 logit row has ~2% exact ties, so greedy
+        # completions change with the batch shape; its fp32 twin decodes the same policy exactly
+        name = FP32_TWIN.get(config.sampling_kernels, config.sampling_kernels)
+        kernels = make_kernels(name, next(model.parameters()).device)
     if batch_size is None:
         batch_size = 8 if kernels is None else EVAL_BATCH_PACKED
     dataset = dataset or (config.dataset if config is not None else None)
