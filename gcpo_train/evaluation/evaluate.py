@@ -192,9 +192,12 @@ def pick_kernels(model, config=None, kernels=None):
     """The decoding kernels: those given, else the config's ``sampling_kernels`` (so a run's base
     policy and its checkpoints decode alike), None for transformers' generate ('exact')."""
     if kernels is None and config is not None and getattr(config, "sampling_kernels", "exact") != "exact":
-        from gcpo_train.sampling.registry import make_kernels
+        from gcpo_train.sampling.registry import make_kernels, sampler
 
-        kernels = make_kernels(config.sampling_kernels, next(model.parameters()).device)
+        # never evaluate in bf16 (issue 35): a bf16 logit row has ~2% exact ties, so greedy
+        # completions change with the batch shape; its fp32 twin (the fallback) decodes the policy exactly
+        spec = sampler(config.sampling_kernels)
+        kernels = make_kernels(spec.fallback if spec.bf16 else spec.name, next(model.parameters()).device)
     return kernels
 
 

@@ -58,8 +58,57 @@ def test_summary_table_deltas_and_holm():
     assert t.loc["a", "delta"] == pytest.approx(5.0, abs=0.3) and t.loc["a", "delta_low"] > 0
     assert t.loc["b", "delta_low"] < 0 < t.loc["b", "delta_high"]
     assert pd.isna(t.loc["none"].get("delta"))
+    # the primary interval is the seed-level paired t; the pooled bootstrap is the secondary one
+    from scipy import stats
+
+    frame = pd.DataFrame(rows).query("step == 10")
+    per = frame.groupby(["arm", "seed"])["score"].mean().unstack(0)
+    ci = stats.ttest_1samp(per["a"] - per["none"], 0.0).confidence_interval(0.95)
+    assert [t.loc["a", "delta_low"], t.loc["a", "delta_high"]] == pytest.approx([ci.low, ci.high])
+    assert t.loc["a", "df"] == 2 and t.loc["a", "p"] == pytest.approx(0.25)  # the exact sign-flip floor
+    assert t.loc["a", "verdict"] == "better" and t.loc["b", "verdict"] in ("equivalent within ±δ", "inconclusive")
+    assert t.loc["a", "margin"] == pytest.approx(0.1 * per["none"].mean())
+    assert {"pooled_low", "pooled_high", "boot2_low", "boot2_high", "p_tost"} <= set(t.columns)
     assert t.loc["a", "p_holm"] <= t.loc["b", "p_holm"] and t.loc["b", "p_holm"] >= t.loc["b", "p"]
     assert t.loc["a", "step"] == 10 and t.loc["a", "seeds"] == 3
+
+
+def test_coupling_and_effective_treatment_from_rollouts(tmp_path):
+    """The share of identical completions per step and the within-step relative weights, read
+    back from hand-made rollouts (two arms, one seed, two steps)."""
+    from gcpo_analysis.measures.advantages import grpo_advantages
+    from gcpo_train.compare.treatment import coupling, effective_treatment, first_below, omega_frame
+
+    for arm, texts2, omegas in (("none", "abcd", (1.0, 1.0)), ("x", "abzz", (1.0, 3.0))):
+        folder = tmp_path / "runs" / arm / "seed_0" / "rollouts"
+        folder.mkdir(parents=True)
+        for step, texts in ((1, "abcd"), (2, texts2)):
+            rows = []
+            for k, omega in enumerate(omegas):
+                rewards = np.array([0.0, 1.0]) if k == 0 else np.array([1.0, 0.0])
+                adv = grpo_advantages(rewards) * omega
+                for i in range(2):
+                    rows.append(
+                        dict(
+                            step=step,
+                            query_id=f"q{k}",
+                            rollout_id=i,
+                            completion=texts[2 * k + i],
+                            reward=rewards[i],
+                            advantage=adv[i],
+                        )
+                    )
+            pd.DataFrame(rows).to_parquet(folder / f"step_{step:06d}.parquet")
+    curve = coupling(tmp_path, "x", "none")
+    assert curve["identical"].tolist() == [1.0, 0.5] and first_below(curve, 0.9) == 2
+    assert first_below(curve, 0.5) is None
+    omega = omega_frame(tmp_path, "x")
+    np.testing.assert_allclose(omega["omega"], [1.0, 3.0, 1.0, 3.0])
+    eff = effective_treatment(tmp_path, "x", omega, max_grad_norm=1.0)
+    assert eff["omega_mean"] == pytest.approx(2.0)
+    rel = np.quantile([0.5, 1.5, 0.5, 1.5], [0.05, 0.95])
+    assert [eff["rel_omega_p5"], eff["rel_omega_p95"]] == pytest.approx(list(rel))
+    assert np.isnan(eff["clipped_share"])  # no log.jsonl
 
 
 # ---------------------------------------------------------------------- end to end (tiny model)

