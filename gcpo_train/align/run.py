@@ -219,8 +219,10 @@ def finish_snapshot(cfg: AlignConfig, train, work: Path, dim: int, done: list[in
         "full_finetuning_gb_per_group": round(
             json.loads((work / "sizes.json").read_text())["all_parameters"] * 4 / 1e9, 3
         ),
-        "peak_rss_gb": round(_peak_rss_gb(), 3),
-        "cpu_seconds": seconds,
+        # of the process that finished the snapshot (the Gram, in blocks); a sampling process's is
+        # the model's plus one gradient
+        "peak_rss_gb_finishing_process": round(_peak_rss_gb(), 3),
+        "wall_seconds": seconds,  # summed over the groups (each process's own clock; the CPU is shared)
         "loss": "grpo_loss with beta = 0, n_seqs = G, n_tokens = G * max_new_tokens (gcpo_train.align.gradients)",
     }
     paths["card"].write_text(json.dumps(card, indent=1, sort_keys=True) + "\n")
