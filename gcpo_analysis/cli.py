@@ -244,6 +244,7 @@ SUBCOMMANDS = {
     "eval": "gcpo_train.cli:add_eval_parser",
     "export": "gcpo_train.cli:add_export_parser",
     "compare": "gcpo_train.compare.run:add_parser",
+    "align": "gcpo_train.align.run:add_parser",
     "plot-train": "gcpo_train.plot_train:add_parser",
 }
 

@@ -1,0 +1,250 @@
+"""The update-alignment study's tables from its frames alone (issue 36; ``gcpo align --restat``).
+
+A study folder holds, per snapshot, ``snapshots/<name>.groups.parquet`` (one row per group: role,
+reward mean and spread, ‖g_q‖², ``w_<modulator>``), ``snapshots/<name>.gram.npy`` (the Gram of
+the group gradients, rows in ``position`` order) and ``snapshots/<name>.card.json`` (how it was
+made; ``gcpo_train.align``). ``restat`` reads them, draws the batches, computes every
+weighting's statistics (``gcpo_analysis.stats.alignment``) and writes:
+
+* ``batches.parquet``: one row per (snapshot, batch size, batch, weighting): cos, ĝ·r_B, ‖ĝ‖²;
+* ``groups.parquet``: the snapshots' group frames together;
+* ``summary.parquet`` and ``alignment.md``: per (snapshot, batch size, weighting) the mean cos,
+  Δcos and ΔSNR against ``none`` with group-bootstrap CIs, p and Holm;
+* ``headline.md``: Δcos at the protocol's batch size (4) per weighting and snapshot, beside the
+  oracle ceiling (the README table), and ``reading.md``, the reading generated from it.
+
+Everything is seeded from the snapshot's name and the batch size, so a rerun writes the same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gcpo_analysis.stats.alignment import ORACLE, SHUFFLED, alignment, batch_frame, bootstrap_p, deltas, group_bootstrap
+from gcpo_analysis.stats.rank import _percentile_ci
+from gcpo_analysis.stats.size_control import holm
+
+BATCH_SIZES = (4, 8, 16)
+PROTOCOL_BATCH = 4  # queries_per_step of the NarrativeQA-spans protocol
+N_BATCHES = 200
+N_BOOT = 200
+LEVEL = 0.95
+HEADLINE = ("se", "kle", "care", "rd", "cd_rd", "bot_rd", "q_hawkeye")
+
+
+def snapshot_paths(out: Path, snapshot: str) -> dict[str, Path]:
+    """Where a snapshot's frames live in the study folder ``out``."""
+    base = Path(out) / "snapshots"
+    return {
+        "gram": base / f"{snapshot}.gram.npy",
+        "groups": base / f"{snapshot}.groups.parquet",
+        "card": base / f"{snapshot}.card.json",
+    }
+
+
+def snapshots(out: Path) -> list[str]:
+    """The finished snapshots of a study folder (a groups frame and a Gram), sorted by name."""
+    names = sorted(p.name[: -len(".groups.parquet")] for p in (Path(out) / "snapshots").glob("*.groups.parquet"))
+    missing = [n for n in names if not snapshot_paths(out, n)["gram"].exists()]
+    if missing:
+        raise FileNotFoundError(f"{out}/snapshots: no Gram for {missing} (a .groups.parquet without its .gram.npy)")
+    return names
+
+
+def load_snapshot(out: Path, name: str) -> tuple[pd.DataFrame, np.ndarray]:
+    """(groups frame sorted by position, Gram) of one snapshot, checked against each other."""
+    paths = snapshot_paths(out, name)
+    groups = pd.read_parquet(paths["groups"]).sort_values("position").reset_index(drop=True)
+    K = np.load(paths["gram"], allow_pickle=False)
+    if K.shape != (len(groups), len(groups)):
+        raise ValueError(f"{paths['gram']}: a {K.shape} Gram for {len(groups)} groups in {paths['groups']}")
+    if not np.allclose(K, K.T, rtol=1e-10, atol=0):
+        raise ValueError(f"{paths['gram']} is not symmetric")
+    return groups, K
+
+
+def _seed(name: str, k: int) -> np.random.Generator:
+    return np.random.default_rng([zlib.crc32(name.encode()), k, 36])
+
+
+def snapshot_tables(
+    name: str, groups: pd.DataFrame, K: np.ndarray, n_batches: int = N_BATCHES, n_boot: int = N_BOOT
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(batches, summary) frames of one snapshot over ``BATCH_SIZES``."""
+    pool = (groups["role"] == "pool").to_numpy()
+    ref = (groups["role"] == "reference").to_numpy()
+    Kp = K[np.ix_(pool, pool)]
+    b = K[np.ix_(pool, ref)].mean(1) if ref.any() else None
+    ref_norm2 = float(K[np.ix_(ref, ref)].mean()) if ref.any() else None
+    weights = {c[2:]: groups.loc[pool, c].to_numpy(float) for c in groups.columns if c.startswith("w_")}
+    batches, rows = [], []
+    for k in BATCH_SIZES:
+        if k >= Kp.shape[0]:
+            continue
+        rng = _seed(name, k)
+        per_batch, snr, idx = alignment(Kp, weights, k, n_batches, rng, b=b, ref_norm2=ref_norm2)
+        frame = batch_frame(per_batch, idx, k)
+        frame.insert(0, "snapshot", name)
+        batches.append(frame)
+        dcos, dsnr = deltas(per_batch, snr)
+        boot_cos, boot_snr = group_bootstrap(Kp, weights, k, n_batches, n_boot, rng, b=b, ref_norm2=ref_norm2)
+        base = per_batch["none"]["cos"]
+        for wname, stats in per_batch.items():
+            ok = np.isfinite(stats["cos"]) & np.isfinite(base)
+            lo_c, hi_c = _percentile_ci(boot_cos[wname], LEVEL)
+            lo_s, hi_s = _percentile_ci(boot_snr[wname], LEVEL)
+            rows.append(
+                dict(
+                    snapshot=name,
+                    batch_size=k,
+                    weighting=wname,
+                    n_pool=int(Kp.shape[0]),
+                    n_live=int((np.diag(Kp) > 0).sum()),
+                    n_batches=int(ok.sum()),
+                    cos=float(np.nanmean(stats["cos"])),
+                    dcos=dcos[wname],
+                    dcos_lo=lo_c,
+                    dcos_hi=hi_c,
+                    dcos_p=bootstrap_p(boot_cos[wname]) if wname != "none" else float("nan"),
+                    frac_better=float((stats["cos"][ok] > base[ok]).mean()) if ok.any() else float("nan"),
+                    snr=snr[wname],
+                    dsnr=dsnr[wname],
+                    dsnr_lo=lo_s,
+                    dsnr_hi=hi_s,
+                    dsnr_p=bootstrap_p(boot_snr[wname]) if wname != "none" else float("nan"),
+                )
+            )
+    summary = pd.DataFrame(rows)
+    for stat in ("dcos", "dsnr"):  # Holm over the weightings of one batch size (the oracle included)
+        summary[f"{stat}_p_holm"] = summary.groupby("batch_size")[f"{stat}_p"].transform(lambda p: holm(p.to_numpy()))
+    return pd.concat(batches, ignore_index=True), summary
+
+
+def _f(x: float, digits: int = 3) -> str:
+    return "–" if not np.isfinite(x) else f"{x:+.{digits}f}"
+
+
+def _ci(lo: float, hi: float, digits: int = 3) -> str:
+    return "–" if not (np.isfinite(lo) and np.isfinite(hi)) else f"[{lo:+.{digits}f}, {hi:+.{digits}f}]"
+
+
+def _p(p: float) -> str:
+    return "–" if not np.isfinite(p) else ("< 0.005" if p < 0.005 else f"{p:.2f}")
+
+
+def _records(summary: pd.DataFrame) -> dict[tuple[str, int], dict[str, dict[str, Any]]]:
+    """(snapshot, batch size) -> weighting -> its summary row, as plain Python values."""
+    out: dict[tuple[str, int], dict[str, dict[str, Any]]] = {}
+    for row in summary.to_dict("records"):
+        out.setdefault((str(row["snapshot"]), int(row["batch_size"])), {})[str(row["weighting"])] = {
+            str(k): v for k, v in row.items()
+        }
+    return dict(sorted(out.items()))
+
+
+def alignment_markdown(summary: pd.DataFrame) -> str:
+    """Every (snapshot, batch size) block: cos, Δcos and ΔSNR with CI, p and Holm."""
+    out = [
+        "# The update-alignment study: every weighting against equal weights",
+        "",
+        "Generated by `gcpo align --restat` from this folder's frames (docs/results/update_alignment.md). cos: "
+        "mean cosine of the weighted batch gradient with the leave-batch-out reference; Δcos: paired by batch, "
+        "against `none`; better: the share of batches where the weighting's cosine is higher; SNR: "
+        f"‖E ĝ‖² / E‖ĝ − E ĝ‖², weights normalised to mean 1 per batch. {int(LEVEL * 100)}% CIs and p from "
+        f"{N_BOOT} group-bootstrap replicates; Holm over the weightings of one block.",
+        "",
+    ]
+    for (snap, k), block in _records(summary).items():
+        first = next(iter(block.values()))
+        out += [
+            f"## {snap}, batch size {k}",
+            "",
+            f"{first['n_pool']} pool groups ({first['n_live']} with a gradient), {N_BATCHES} batches "
+            f"({first['n_batches']} with a defined cosine).",
+            "",
+            "| weighting | cos | Δcos | 95% CI | p (Holm) | better | SNR | ΔSNR | 95% CI | p (Holm) |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for name, r in block.items():
+            out.append(
+                f"| {name} | {r['cos']:.3f} | {_f(r['dcos'])} | {_ci(r['dcos_lo'], r['dcos_hi'])} | "
+                f"{_p(r['dcos_p_holm'])} | {r['frac_better']:.2f} | {r['snr']:.3f} | {_f(r['dsnr'])} | "
+                f"{_ci(r['dsnr_lo'], r['dsnr_hi'])} | {_p(r['dsnr_p_holm'])} |"
+            )
+        out.append("")
+    return "\n".join(out)
+
+
+def headline_markdown(summary: pd.DataFrame) -> str:
+    """Δcos at the protocol's batch size: one row per headline weighting and the oracle, one
+    column per snapshot ("Δcos [CI]")."""
+    blocks = {snap: b for (snap, k), b in _records(summary).items() if k == PROTOCOL_BATCH}
+    names = [n for n in (*HEADLINE, ORACLE) if all(n in b for b in blocks.values())]
+    lines = ["| Δcos vs none, batch of 4 | " + " | ".join(blocks) + " |", "|---" * (len(blocks) + 1) + "|"]
+    for n in names:
+        cells = [f"{_f(b[n]['dcos'])} {_ci(b[n]['dcos_lo'], b[n]['dcos_hi'])}" for b in blocks.values()]
+        lines.append(f"| {'**oracle ceiling**' if n == ORACLE else n} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def reading(summary: pd.DataFrame) -> str:
+    """The reading, generated from the summary (whichever way it falls)."""
+    out = []
+    for (snap, k), s in _records(summary).items():
+        if k != PROTOCOL_BATCH:
+            continue
+        mods = [n for n in s if n not in ("none", ORACLE) and not n.endswith(SHUFFLED)]
+        up = [n for n in mods if s[n]["dcos_p_holm"] < 0.05 and s[n]["dcos"] > 0]
+        down = [n for n in mods if s[n]["dcos_p_holm"] < 0.05 and s[n]["dcos"] < 0]
+        best = max(mods, key=lambda n: float(s[n]["dcos"]))
+        o, none = s[ORACLE], s["none"]
+        text = (
+            f"**{snap}** (batch size {k}, {none['n_pool']} pool groups, {none['n_live']} with a gradient): "
+            f"equal weights reach cos {none['cos']:.3f} with the reference; the oracle ceiling adds "
+            f"{_f(o['dcos'])} {_ci(o['dcos_lo'], o['dcos_hi'])}. "
+        )
+        if up:
+            text += f"After Holm, {', '.join(up)} point the update closer than equal weights. "
+        else:
+            text += "After Holm, no modulator points the update closer than equal weights. "
+        if down:
+            text += f"{', '.join(down)} point it further away. "
+        b = s[best]
+        share = b["dcos"] / o["dcos"] if o["dcos"] > 0 else float("nan")
+        text += f"The best modulator, {best}, gains {_f(b['dcos'])} {_ci(b['dcos_lo'], b['dcos_hi'])}"
+        text += f", {share:.0%} of the ceiling." if np.isfinite(share) else "."
+        out.append(text)
+    return "\n\n".join(out) + "\n"
+
+
+def restat(out: Path, n_batches: int = N_BATCHES, n_boot: int = N_BOOT) -> None:
+    """Rewrite ``out``'s batch frame, summary and tables from its snapshot frames."""
+    out = Path(out)
+    names = snapshots(out)
+    if not names:
+        raise FileNotFoundError(f"{out}/snapshots holds no finished snapshot (*.groups.parquet)")
+    batches, summaries, groups = [], [], []
+    for name in names:
+        g, K = load_snapshot(out, name)
+        b, s = snapshot_tables(name, g, K, n_batches, n_boot)
+        batches.append(b)
+        summaries.append(s)
+        groups.append(g)
+    summary = pd.concat(summaries, ignore_index=True)
+    pd.concat(batches, ignore_index=True).to_parquet(out / "batches.parquet", index=False)
+    pd.concat(groups, ignore_index=True).to_parquet(out / "groups.parquet", index=False)
+    summary.to_parquet(out / "summary.parquet", index=False)
+    (out / "alignment.md").write_text(alignment_markdown(summary))
+    (out / "headline.md").write_text(headline_markdown(summary))
+    (out / "reading.md").write_text(reading(summary))
+    cards = {n: json.loads(snapshot_paths(out, n)["card"].read_text()) for n in names}
+    settings = dict(batch_sizes=list(BATCH_SIZES), n_batches=n_batches, n_boot=n_boot, level=LEVEL)
+    (out / "card.json").write_text(
+        json.dumps({"restat": settings, "snapshots": cards}, indent=1, sort_keys=True) + "\n"
+    )

@@ -1,0 +1,286 @@
+"""``gcpo align``: the update-alignment study at one snapshot of a policy (issue 36), resumable.
+
+    gcpo align --config configs/align_nqa_spans.yaml --snapshot nqa_step20 \\
+        --checkpoint runs/align_nqa_train/checkpoints/step_000020 --output runs/update_alignment
+    gcpo align --restat figures/update_alignment        # the tables again, from the frames alone
+
+A snapshot samples a pool of ``n_pool`` training queries (seeded, the same queries at every
+snapshot of one config), computes each group's gradient (``gradients.group_gradient``) and writes
+it to a float32 memmap row, then the group's part (``work/<snapshot>/parts/group_00012.json``):
+a rerun skips the groups whose part exists. When every group is done it writes the P × P Gram
+(float64, in row blocks of the memmap), the per-group frame (rewards, reward spread, ‖g_q‖²,
+ω(q) of every group-level modulator from ``gcpo_analysis.measures``), deletes the memmap (unless
+``keep_gradients``) and re-runs the statistics over every finished snapshot of ``output``
+(``gcpo_analysis.study.alignment``).
+
+The reference gradient is the leave-batch-out mean of the pool (``n_ref: 0``, the default: every
+group serves as a batch member and as reference for the batches it is not in) or the mean over a
+disjoint reference pool of ``n_ref`` further queries.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from gcpo_analysis.knobs import check_knobs, knob
+
+
+@dataclass
+class AlignConfig:
+    """One snapshot of the update-alignment study (issue 36)."""
+
+    config: str = knob("", "Training config YAML (gcpo train's fields): the run's protocol, decoding and loss.")
+    snapshot: str = knob("", "Name of this snapshot (a file name: letters, digits, '_', '-').")
+    checkpoint: str | None = knob(None, "Checkpoint folder of the run.", none="the base policy (step 0)")
+    output: str = knob("runs/update_alignment", "Study folder (resumable; snapshots accumulate in it).")
+    n_pool: int = knob(128, "P: pool groups whose Gram is kept (batches are drawn from them).", ge=2)
+    n_ref: int = knob(0, "R: a disjoint reference pool of R groups; 0 = the leave-batch-out mean of the pool.", ge=0)
+    seed: int = knob(0, "Seed of the pool's queries and of each group's sampling.", ge=0)
+    keep_gradients: bool = knob(False, "Keep the gradient memmap after the Gram is written.")
+    reverse: bool = knob(
+        False,
+        "Work through the pool from its last position: a second process on the same snapshot "
+        "(each skips the groups the other has done).",
+    )
+    finish_now: bool = knob(
+        False,
+        "Stop sampling: finish the snapshot with the groups done so far (the pool becomes the done "
+        "prefix of pool positions; recorded in the card as n_pool_done). For a run out of time.",
+    )
+    progress: bool = knob(True, "Show a tqdm progress bar.")
+
+    def __post_init__(self):
+        check_knobs(self)
+        if not self.config:
+            raise ValueError("--config: give the training config YAML of the run")
+        if not self.snapshot or not all(c.isalnum() or c in "_-" for c in self.snapshot):
+            raise ValueError(
+                f"--snapshot must be a non-empty name of letters, digits, '_' and '-', got {self.snapshot!r}"
+            )
+
+
+def pool_queries(queries: pd.DataFrame, n: int, seed: int) -> pd.DataFrame:
+    """``n`` distinct queries drawn without replacement (seeded): the pool, then the reference pool."""
+    if n > len(queries):
+        raise ValueError(f"n_pool + n_ref = {n} is more than the {len(queries)} training queries")
+    idx = np.random.default_rng([seed, 36]).choice(len(queries), size=n, replace=False)
+    return queries.iloc[idx].reset_index(drop=True)
+
+
+def group_seed(seed: int, k: int) -> int:
+    """Sampling seed of pool position k (the same at every snapshot: paired rollouts streams)."""
+    return int(np.random.SeedSequence([int(seed), 36, int(k)]).generate_state(1)[0])
+
+
+# how a snapshot is computed, not what: left out of the identity a resumed snapshot must match
+NON_IDENTITY = ("progress", "keep_gradients", "finish_now", "reverse")
+
+
+def _identity(align: dict) -> dict:
+    return {k: v for k, v in align.items() if k not in NON_IDENTITY}
+
+
+def _peak_rss_gb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2  # Linux: KiB
+
+
+def run_snapshot(cfg: AlignConfig) -> Path:
+    """Compute (or resume) one snapshot; returns its folder of work files."""
+    from gcpo_train.align.gradients import group_gradient, load_policy, trainable
+    from gcpo_train.config import load_config
+    from gcpo_train.evaluation.splits import load_split
+    from gcpo_train.sampling.kernels import make_kernels
+
+    tqdm = __import__("tqdm").tqdm
+    train = load_config(cfg.config)
+    out = Path(cfg.output)
+    work = out / "work" / cfg.snapshot
+    (work / "parts").mkdir(parents=True, exist_ok=True)
+    card_path = work / "align.json"
+    identity = {"align": _identity(asdict(cfg)), "train": train.to_dict()}
+    if card_path.exists():
+        saved = json.loads(card_path.read_text())["identity"]
+        if {"align": _identity(saved["align"]), "train": saved["train"]} != identity:
+            raise ValueError(
+                f"{work} holds a snapshot of other settings ({card_path}); use another --snapshot or --output"
+            )
+    else:
+        card_path.write_text(json.dumps({"identity": identity}, indent=1, sort_keys=True))
+    if cfg.finish_now:
+        if cfg.n_ref:
+            raise ValueError("--finish-now needs the leave-batch-out reference (n_ref 0)")
+        done = [k for k in range(cfg.n_pool) if (work / "parts" / f"group_{k:05d}.json").exists()]
+        if len(done) < 2:
+            raise ValueError(f"{work}: fewer than 2 groups done; nothing to finish")
+        dim = int(np.load(work / "gradients.npy", mmap_mode="r").shape[1])
+        finish_snapshot(cfg, train, work, dim, done)
+        return work
+    queries = pool_queries(load_split(train, train.train_split), cfg.n_pool + cfg.n_ref, cfg.seed)
+    model, tok = load_policy(train, cfg.checkpoint)
+    dim = sum(p.numel() for p in trainable(model))
+    sizes = {"trained_parameters": dim, "all_parameters": sum(p.numel() for p in model.parameters())}
+    (work / "sizes.json").write_text(json.dumps(sizes))
+    kernels = make_kernels(train.sampling_kernels)
+    n = len(queries)
+    grads = np.lib.format.open_memmap(
+        work / "gradients.npy",
+        mode="r+" if (work / "gradients.npy").exists() else "w+",
+        dtype=np.float32,
+        shape=(n, dim),
+    )
+    todo = [k for k in range(n) if not (work / "parts" / f"group_{k:05d}.json").exists()]
+    if cfg.reverse:
+        todo = todo[::-1]
+    for k in tqdm(todo, desc=f"align {cfg.snapshot}", disable=not cfg.progress, initial=n - len(todo), total=n):
+        if (work / "parts" / f"group_{k:05d}.json").exists():  # done meanwhile by a second process
+            continue
+        row = queries.iloc[k].to_dict()
+        g = group_gradient(model, tok, train, row, group_seed(cfg.seed, k), kernels=kernels)
+        grads[k] = g.gradient
+        grads.flush()  # the row is on disk before its part says it is done
+        part = dict(
+            position=k,
+            role="pool" if k < cfg.n_pool else "reference",
+            query_id=str(row["query_id"]),
+            rewards=g.rewards.tolist(),
+            texts=g.texts,
+            answers=g.answers,
+            token_entropy=g.token_entropy.tolist(),
+            seq_logprob=g.seq_logprob.tolist(),
+            n_tokens=g.n_tokens.tolist(),
+            grad_norm2=float(np.dot(g.gradient.astype(np.float64), g.gradient.astype(np.float64))),
+            seconds_generate=g.seconds_generate,
+            seconds_gradient=g.seconds_gradient,
+        )
+        tmp = work / "parts" / f".group_{k:05d}.json.tmp"
+        tmp.write_text(json.dumps(part))
+        os.replace(tmp, work / "parts" / f"group_{k:05d}.json")
+    del grads
+    if all((work / "parts" / f"group_{k:05d}.json").exists() for k in range(n)):
+        finish_snapshot(cfg, train, work, dim, list(range(n)))
+    return work
+
+
+def gram_of(path: Path, rows: list[int], block: int = 16) -> np.ndarray:
+    """K = X Xᵀ of the rows ``rows`` of the (·, D) float32 memmap at ``path``, in float64,
+    ``block`` rows at a time (peak memory about 2 · block · D · 8 bytes)."""
+    X = np.load(path, mmap_mode="r")
+    n = len(rows)
+    order = np.asarray(rows)
+    K = np.zeros((n, n))
+    for i in range(0, n, block):
+        A = np.asarray(X[order[i : i + block]], dtype=np.float64)
+        for j in range(i, n, block):
+            B = A if j == i else np.asarray(X[order[j : j + block]], dtype=np.float64)
+            K[i : i + block, j : j + block] = A @ B.T
+            K[j : j + block, i : i + block] = K[i : i + block, j : j + block].T
+    return K
+
+
+def finish_snapshot(cfg: AlignConfig, train, work: Path, dim: int, done: list[int]) -> None:
+    """The Gram, the per-group frame and the card of a snapshot from its groups ``done``."""
+    from gcpo_analysis.study.alignment import restat, snapshot_paths
+    from gcpo_train.align.weights import group_weights
+
+    t0 = time.perf_counter()
+    parts = [json.loads((work / "parts" / f"group_{k:05d}.json").read_text()) for k in done]
+    K = gram_of(work / "gradients.npy", done)
+    frame = group_weights(parts, train)
+    frame.insert(0, "snapshot", cfg.snapshot)
+    paths = snapshot_paths(Path(cfg.output), cfg.snapshot)
+    paths["gram"].parent.mkdir(parents=True, exist_ok=True)
+    np.save(paths["gram"], K, allow_pickle=False)
+    frame.to_parquet(paths["groups"], index=False)
+    seconds = {
+        "generate": float(sum(p["seconds_generate"] for p in parts)),
+        "gradient": float(sum(p["seconds_gradient"] for p in parts)),
+        "gram_and_weights": time.perf_counter() - t0,
+    }
+    card = {
+        "snapshot": cfg.snapshot,
+        "checkpoint": cfg.checkpoint,
+        "config_file": cfg.config,
+        "train_config": train.to_dict(),
+        "n_pool_target": cfg.n_pool,
+        "n_pool_done": sum(p["role"] == "pool" for p in parts),
+        "n_ref": cfg.n_ref,
+        "reference": "leave-batch-out mean of the pool" if cfg.n_ref == 0 else f"mean of {cfg.n_ref} disjoint groups",
+        "seed": cfg.seed,
+        **json.loads((work / "sizes.json").read_text()),
+        "gradient_memmap_gb": round((cfg.n_pool + cfg.n_ref) * dim * 4 / 1e9, 3),
+        "full_finetuning_gb_per_group": round(
+            json.loads((work / "sizes.json").read_text())["all_parameters"] * 4 / 1e9, 3
+        ),
+        # of the process that finished the snapshot (the Gram, in blocks); a sampling process's is
+        # the model's plus one gradient
+        "peak_rss_gb_finishing_process": round(_peak_rss_gb(), 3),
+        "wall_seconds": seconds,  # summed over the groups (each process's own clock; the CPU is shared)
+        "loss": "grpo_loss with beta = 0, n_seqs = G, n_tokens = G * max_new_tokens (gcpo_train.align.gradients)",
+    }
+    paths["card"].write_text(json.dumps(card, indent=1, sort_keys=True) + "\n")
+    if not cfg.keep_gradients:
+        (work / "gradients.npy").unlink()
+    restat(Path(cfg.output))
+
+
+def add_parser(subparsers):
+    import argparse
+
+    p = subparsers.add_parser(
+        "align",
+        help="the update-alignment study: does a weighting point the batch gradient at the expected one?",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+    p.add_argument("--restat", default=None, metavar="DIR", help="rewrite DIR's batch frame and tables from its frames")
+    p.add_argument("--config", default=None, help=AlignConfig.__dataclass_fields__["config"].metadata["help"])
+    for name in ("snapshot", "checkpoint", "output", "n_pool", "n_ref", "seed"):
+        field = AlignConfig.__dataclass_fields__[name]
+        kind = int if name in ("n_pool", "n_ref", "seed") else str
+        p.add_argument(
+            f"--{name}",
+            f"--{name.replace('_', '-')}",
+            dest=name,
+            type=kind,
+            default=field.default,
+            help=f"{field.metadata['help']} (default: {field.default!r})",
+        )
+    p.add_argument("--keep-gradients", action="store_true", help="keep the gradient memmap")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--reverse", action="store_true", help=AlignConfig.__dataclass_fields__["reverse"].metadata["help"])
+    p.add_argument(
+        "--finish-now", action="store_true", help=AlignConfig.__dataclass_fields__["finish_now"].metadata["help"]
+    )
+    p.set_defaults(func=run_align)
+    return p
+
+
+def run_align(args) -> None:
+    if args.restat is not None:
+        from gcpo_analysis.study.alignment import restat
+
+        restat(Path(args.restat))
+        return
+    cfg = AlignConfig(
+        config=args.config or "",
+        snapshot=args.snapshot or "",
+        checkpoint=args.checkpoint,
+        output=args.output,
+        n_pool=args.n_pool,
+        n_ref=args.n_ref,
+        seed=args.seed,
+        keep_gradients=args.keep_gradients,
+        progress=not args.no_progress,
+        finish_now=args.finish_now,
+        reverse=args.reverse,
+    )
+    run_snapshot(cfg)
