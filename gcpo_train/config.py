@@ -23,7 +23,7 @@ from gcpo_analysis.datasets import math_datasets
 from gcpo_analysis.errors import did_you_mean
 from gcpo_analysis.knobs import check_knobs, knob, shared
 from gcpo_analysis.vocab import PACKAGED_POLICY, PAPER_POLICY, full_completion
-from gcpo_train.modulation import ModulationSettings
+from gcpo_train.modulation import ModulationSettings, stated_reward_range
 from gcpo_train.sampling.registry import DEFAULT_SAMPLER, sampler, sampler_names
 
 BACKENDS = ("gcpo", "trl", "hf", "vllm")
@@ -237,6 +237,7 @@ class TrainConfig(ModulationSettings):
         every field against its declaration (``check_knobs``: type, range, choices; "1e-4" for a
         float field is read as the float YAML 1.1 leaves as a string; ``steps: '3'``,
         ``use_lora: 'no'``, ``group_size: 2.5`` are refused), then the rules between fields."""
+        stated_reward_range(self)
         check_knobs(self)
         self.modulator_params = check_modulator_params(self.modulator_params)
         from gcpo_train.reporting import check_report_to

@@ -35,8 +35,21 @@ class GroupWeightSettings(MeasurementTools):
 
     modulator: str = shared("modulator")
     alpha_base: float = shared("alpha_base")
-    r_min: float = shared("r_min")
-    r_max: float = shared("r_max")
+    r_min: float | None = shared(
+        "r_min",
+        None,
+        help="Lower end of the reward range RD and Q-Hawkeye normalise by; rewards outside [r_min, r_max] are "
+        "refused. Stating either end fixes the range (the other keeps its default, 0 or 2).",
+        none="not stated: gcpo's own loop reads the paper's 0; under TRL (GCPOConfig) reward_range says where "
+        "the range comes from",
+    )
+    r_max: float | None = shared(
+        "r_max",
+        None,
+        help="Upper end of the reward range (> r_min; 1 for 0/1 rewards, the paper's are on [0, 2]).",
+        none="not stated: gcpo's own loop reads the paper's 2; under TRL (GCPOConfig) reward_range says where "
+        "the range comes from",
+    )
     q_hawkeye_alpha: float = shared("q_hawkeye_alpha")
     modulator_params: dict | None = shared("modulator_params")
     use_full_completion: bool | None = shared(
@@ -60,6 +73,7 @@ class ModulationSettings(GroupWeightSettings):
     empo_high: float = shared("empo_high")
 
     def __post_init__(self):
+        stated_reward_range(self)
         check_knobs(self)
 
     @classmethod
@@ -73,6 +87,18 @@ class ModulationSettings(GroupWeightSettings):
         if missing and not missing_ok:
             raise ValueError(f"{type(config).__name__} lacks the modulation settings {missing}")
         return cls(**{n: getattr(config, n) for n in names if n not in missing})
+
+
+def stated_reward_range(settings: Any) -> None:
+    """The own loop's reward range: an end left unstated (None) takes the paper's default (0 or 2),
+    so a run's recorded config holds numbers, as before r_min/r_max could be null (TRL's
+    ``GCPOConfig`` resolves them per trainer instead: ``gcpo_train.trl.reward_range``)."""
+    from gcpo_analysis.vocab import R_MAX, R_MIN
+
+    if settings.r_min is None:
+        settings.r_min = R_MIN
+    if settings.r_max is None:
+        settings.r_max = R_MAX
 
 
 def modulator_params(config: Any) -> dict:

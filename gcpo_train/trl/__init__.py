@@ -43,10 +43,11 @@ import torch
 from accelerate.utils import gather_object
 from trl import GRPOConfig, GRPOTrainer
 
-from gcpo_analysis.knobs import check_knobs, knob, shared
+from gcpo_analysis.knobs import check_knobs, check_reward_range, knob, shared
 from gcpo_analysis.measures.modulators import MODULATORS
-from gcpo_analysis.vocab import R_MIN, TRL_USE_FULL_COMPLETION
+from gcpo_analysis.vocab import R_MAX, R_MIN, TRL_USE_FULL_COMPLETION
 from gcpo_train.modulation import GroupWeightSettings, ModulationSettings
+from gcpo_train.trl.reward_range import REWARD_RANGES, RunningRange, range_source
 from gcpo_train.trl.shared_prompt import SharedPromptMixin
 
 
@@ -82,6 +83,15 @@ class GCPOConfig(GroupWeightSettings, GRPOConfig):
     Every field is checked by the same validator as TrainConfig's (``check_knobs``).
     ``HfArgumentParser``/``TrlParser`` read it as they read GRPOConfig."""
 
+    reward_range: str = knob(
+        "declared",
+        "Where RD's and Q-Hawkeye's reward range comes from when r_min/r_max are not stated: 'declared', the "
+        "reward functions' reward_bounds = (low, high) combined with reward_weights (an error when the trainer "
+        "is built if one declares none and the modulator reads the range), or 'running', the min and max of "
+        "every reward of the run so far (logged as gcpo/r_min, gcpo/r_max; RD_max then measures against the "
+        "rewards seen so far).",
+        choices=REWARD_RANGES,
+    )
     share_prompt: bool = shared(
         "share_prompt",
         help="Run each group's prompt once in TRL's log-prob passes (training forward and backward, old-policy"
@@ -103,15 +113,26 @@ class GCPOConfig(GroupWeightSettings, GRPOConfig):
         check_knobs(self, gcpo_config_fields())  # TRL checks its own fields
         if self.use_full_completion is None:  # auto: a TRL dataset has no name (vocab says why)
             self.use_full_completion = TRL_USE_FULL_COMPLETION
+        check_reward_range(
+            R_MIN if self.r_min is None else self.r_min, R_MAX if self.r_max is None else self.r_max
+        )  # one stated end against the other's default
         check_trl_modulator(self.modulator)
         from gcpo_train.config import check_modulator_params
 
         self.modulator_params = check_modulator_params(self.modulator_params)
 
-    def modulation_settings(self) -> ModulationSettings:
-        """What ``GroupModulator`` reads. eps is the default (TRL makes the advantages; we only
-        scale them), and the per-rollout modulators' knobs keep their defaults: those are refused."""
-        return ModulationSettings.from_config(self, missing_ok=True)
+    def modulation_settings(self, reward_range: tuple[float, float] | None = None) -> ModulationSettings:
+        """What ``GroupModulator`` reads, with the reward range the trainer resolved
+        (``reward_range.range_source``; None: the stated one, an unstated end at its default).
+        eps is the default (TRL makes the advantages; we only scale them), and the per-rollout
+        modulators' knobs keep their defaults: those are refused."""
+        names = [f.name for f in dataclasses.fields(ModulationSettings)]
+        values = {n: getattr(self, n) for n in names if hasattr(self, n)}
+        low, high = reward_range or (
+            R_MIN if self.r_min is None else self.r_min,
+            R_MAX if self.r_max is None else self.r_max,
+        )
+        return ModulationSettings(**{**values, "r_min": low, "r_max": high})
 
 
 def completion_text(completion) -> str:
@@ -139,9 +160,14 @@ def modulation_settings(config) -> ModulationSettings:
 class GCPOTrainer(SharedPromptMixin, GRPOTrainer):
     """``trl.GRPOTrainer`` whose advantages are multiplied by the GCPO group weights.
 
-    Same constructor as TRL's; ``args`` must be a ``GCPOConfig``. ``embedder`` / ``judge``
+    Same constructor as TRL's; ``args`` is a ``GCPOConfig``, or None for the default one named
+    as TRL names its default (``output_dir`` "<model name>-GCPO"; TRL's is "<model name>-GRPO"),
+    whose reward range is ``reward_range="running"`` when the reward functions declare no bounds
+    (a warning says so). ``embedder`` / ``judge``
     (keyword-only) inject ready objects (tests, offline runs); otherwise they are built from
     the config on first use, so ``modulator="none"``/``"rd"`` never loads an embedding model.
+    The reward range RD and Q-Hawkeye read is resolved here (``gcpo_train.trl.reward_range``):
+    ``gcpo_reward_range`` holds (source, range).
     """
 
     # The model card's name, tags and citation, as TRL's trainers set them (else it would say GRPO).
@@ -159,12 +185,26 @@ class GCPOTrainer(SharedPromptMixin, GRPOTrainer):
 
     def __init__(self, *args, embedder=None, judge=None, **kwargs):
         config = kwargs.get("args", args[2] if len(args) > 2 else None)
+        funcs = kwargs.get("reward_funcs", args[1] if len(args) > 1 else None)
+        funcs = [] if funcs is None else list(funcs) if isinstance(funcs, (list, tuple)) else [funcs]
+        if config is None:
+            config = default_config(kwargs.get("model", args[0] if args else None), funcs)
+            if len(args) > 2:
+                args = (*args[:2], config, *args[3:])
+            else:
+                kwargs["args"] = config
         if not isinstance(config, GCPOConfig):
-            raise TypeError(f"GCPOTrainer needs args=GCPOConfig(...), got {type(config).__name__}")
+            raise TypeError(f"GCPOTrainer needs args=GCPOConfig(...) or None, got {type(config).__name__}")
         check_trl_modulator(config.modulator)
         from gcpo_train.modulation import GroupModulator
 
-        self.group_modulator = GroupModulator(config.modulation_settings(), embedder=embedder, judge=judge)
+        self.gcpo_reward_range = range_source(
+            config.r_min, config.r_max, config.reward_range, config.modulator, funcs, config.reward_weights
+        )
+        self._gcpo_running = RunningRange()
+        self.group_modulator = GroupModulator(
+            config.modulation_settings(self.gcpo_reward_range[1]), embedder=embedder, judge=judge
+        )
         self._gcpo_batch = None
         self.gcpo_last = None  # the last step's gathered texts, rewards and weights (for tests and logs)
         super().__init__(*args, **kwargs)
@@ -183,6 +223,12 @@ class GCPOTrainer(SharedPromptMixin, GRPOTrainer):
         texts, rewards_per_func = self._gcpo_batch
         rewards = (rewards_per_func * self.reward_weights.to(rewards_per_func.device).unsqueeze(0)).nansum(dim=1)
         rewards = rewards.detach().cpu().double().numpy()
+        if self.gcpo_reward_range[0] == "running":  # this step's rewards widen the range first
+            low, high = self._gcpo_running.update(rewards)
+            self.group_modulator.config = dataclasses.replace(self.group_modulator.config, r_min=low, r_max=high)
+            self.gcpo_reward_range = ("running", (low, high))
+            self._metrics[mode]["gcpo/r_min"].append(low)
+            self._metrics[mode]["gcpo/r_max"].append(high)
         t0 = time.perf_counter()
         weights, rows = self._group_weights_of_batch(texts, rewards, G)
         self._metrics[mode]["gcpo/time_weights"].append(time.perf_counter() - t0)  # the measurement overhead
@@ -204,7 +250,7 @@ class GCPOTrainer(SharedPromptMixin, GRPOTrainer):
             G,
             group_modulator=self.group_modulator,
             modulator=a.modulator,
-            r_min=a.r_min,
+            r_min=self.group_modulator.config.r_min,
             use_full_completion=a.use_full_completion,
         )
 
@@ -226,6 +272,28 @@ class GCPOTrainer(SharedPromptMixin, GRPOTrainer):
             write_frame(
                 frame, Path(str(args.output_dir)) / "gcpo_groups" / f"{mode}_step_{self.state.global_step:06d}.parquet"
             )
+
+
+def default_config(model, reward_funcs) -> GCPOConfig:
+    """The config of ``GCPOTrainer(model, reward_funcs)`` without ``args``: named as TRL 1.16's
+    GRPOTrainer names its default (the model id's last part, "<name>-GRPO"), with "-GCPO"; the
+    running reward range when a range-reading modulator meets reward functions without bounds."""
+    import logging
+
+    from trl.trainer.utils import get_config_model_id
+
+    name = model if isinstance(model, str) else get_config_model_id(model.config)
+    config = GCPOConfig(f"{name.split('/')[-1]}-GCPO")
+    try:
+        range_source(None, None, config.reward_range, config.modulator, reward_funcs, config.reward_weights)
+    except ValueError:
+        config.reward_range = "running"
+        logging.getLogger(__name__).warning(
+            "GCPOTrainer without args: the reward functions declare no reward_bounds, so %s normalises by the "
+            "running reward range (reward_range='running', logged as gcpo/r_min and gcpo/r_max)",
+            config.modulator,
+        )
+    return config
 
 
 def group_weights(

@@ -31,12 +31,17 @@ checkpointing off for the old-policy and reference passes, which still share); D
 or FSDP (sharded parameters, not tested here); a model whose forward takes no key/value cache
 (``cache``, or ``past_key_values`` before transformers 5.24); a prompt-learning PEFT adapter;
 multimodal inputs; TRL's MoE aux loss; TRL's entropy bonus (it needs gradients through the entropy).
+The shared prefill also falls back (metric ``gcpo/shared_prefill``) for a generation setting it
+does not implement (``generation_config_fallback``: beam search and every mode but greedy and
+sampling, ``num_return_sequences`` > 1, ``use_cache=False``) and for a ``generate`` replaced on
+the model instance (a test's ``patch.object``), which then receives TRL's own call.
 """
 
 from __future__ import annotations
 
 import inspect
 import logging
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -197,6 +202,11 @@ def prefill_plan(input_ids, attention_mask):
     return [rows[0] for rows in groups], index.to(input_ids.device)
 
 
+# generate's keyword arguments that change the decoding away from one row per prompt row (the
+# trainer's check reads its GenerationConfig; these guard a direct call of the wrapper)
+WIDENING_ARGUMENTS = ("num_beams", "num_return_sequences", "assistant_model", "prompt_lookup_num_tokens", "use_cache")
+
+
 def shared_prefill_generate(model, generate):
     """``generate`` (a model's bound method, TRL's call ``generate(input_ids=..., attention_mask=...,
     generation_config=...)``) whose prompts' prefill runs once per distinct prompt: all but the
@@ -211,7 +221,12 @@ def shared_prefill_generate(model, generate):
     def wrapped(*args, input_ids=None, attention_mask=None, **kwargs):
         plan = (
             None
-            if (args or attention_mask is None or any(k in kwargs for k in CACHE_ARGUMENTS))
+            if (
+                args
+                or attention_mask is None
+                or any(k in kwargs for k in CACHE_ARGUMENTS + WIDENING_ARGUMENTS)
+                or generation_config_fallback(kwargs.get("generation_config")) is not None
+            )
             else prefill_plan(input_ids, attention_mask)
         )
         if plan is None:
@@ -235,6 +250,23 @@ def shared_prefill_generate(model, generate):
     return wrapped
 
 
+@contextmanager
+def wrapped_generate(target):
+    """``target.generate`` wrapped by ``shared_prefill_generate`` inside the block; afterwards the
+    instance holds exactly what it held before: its own ``generate`` (a test's ``patch.object``)
+    put back, or none, so the class's method shows through again."""
+    missing = object()
+    before = vars(target).get("generate", missing)
+    target.generate = shared_prefill_generate(target, target.generate)
+    try:
+        yield
+    finally:
+        if before is missing:
+            del target.generate
+        else:
+            target.generate = before
+
+
 def generation_fallback(trainer, images, multimodal_fields) -> str | None:
     """Why TRL's generation keeps its G prefills per prompt (None: one prefill per prompt)."""
     if getattr(trainer, "use_vllm", False):
@@ -245,6 +277,36 @@ def generation_fallback(trainer, images, multimodal_fields) -> str | None:
         return "multimodal inputs"
     if getattr(trainer.generation_config, "cache_implementation", None) is not None:
         return f"cache_implementation={trainer.generation_config.cache_implementation!r}"
+    reason = generation_config_fallback(trainer.generation_config)
+    if reason is not None:
+        return reason
+    target = trainer.accelerator.unwrap_model(trainer.model_wrapped)
+    if "generate" in vars(target):
+        return "model.generate is replaced on the instance (a patch receives TRL's call unchanged)"
+    return None
+
+
+# the decoding modes whose batch stays one row per prompt row, continuing from a given cache
+SHARED_PREFILL_MODES = ("greedy_search", "sample")
+
+
+def generation_config_fallback(config) -> str | None:
+    """Why a ``GenerationConfig`` is one the shared prefill does not implement (None: it is):
+    beam search and the other modes widen or reorder the batch (B x num_beams rows, candidate
+    tokens, contrastive look-ahead) past the B-row cache; ``num_return_sequences`` > 1 repeats
+    each row; ``use_cache=False`` decodes without a cache."""
+    if config is None:
+        return None
+    mode = config.get_generation_mode()
+    if str(getattr(mode, "value", mode)) not in SHARED_PREFILL_MODES:
+        return (
+            f"the generation mode {getattr(mode, 'value', mode)} (num_beams={config.num_beams}; "
+            f"the shared prefill implements {' and '.join(SHARED_PREFILL_MODES)} only)"
+        )
+    if (config.num_return_sequences or 1) > 1:
+        return f"num_return_sequences={config.num_return_sequences} (the shared prefill keeps one row per prompt row)"
+    if config.use_cache is False:
+        return "use_cache=False (generation keeps no cache to share)"
     return None
 
 
@@ -281,13 +343,10 @@ class SharedPromptMixin:
             )
         # TRL generates with accelerator.unwrap_model(model_wrapped): wrap that object's generate for this call
         target = self.accelerator.unwrap_model(self.model_wrapped)
-        target.generate = shared_prefill_generate(target, target.generate)
-        try:
+        with wrapped_generate(target):
             return super()._generate_single_turn(
                 prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs
             )
-        finally:
-            del target.generate
 
     def _gcpo_static_fallback(self):
         if not hasattr(self, "_gcpo_static"):

@@ -9,6 +9,9 @@ def word_reward(completions, **kwargs):
     return [2.0 * sum(t in WORDS for t in c.split()) / max(1, len(c.split())) for c in completions]
 
 
+word_reward.reward_bounds = (0.0, 2.0)  # type: ignore[attr-defined]  # GCPOTrainer's declared reward range
+
+
 def recording_advantages(method, store: list):
     """``method`` (a trainer's ``_generate_and_score_completions``) that also appends a copy of
     each batch's advantages to ``store``."""

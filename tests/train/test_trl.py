@@ -62,16 +62,29 @@ def _logged(trainer):
     return [(h["loss"], h["grad_norm"]) for h in trainer.state.log_history if "loss" in h]
 
 
+def _history(trainer):
+    """Every logged number but the timings (loss, grad_norm, kl, rewards, clip ratios, entropy...)."""
+    return [
+        {k: v for k, v in h.items() if "time" not in k and "per_second" not in k} for h in trainer.state.log_history
+    ]
+
+
 @pytest.mark.slow
 @pytest.mark.trl
-def test_modulator_none_is_exactly_trl(model_dir, tmp_path, record):
-    base = _run(trl.GRPOTrainer, trl.GRPOConfig, model_dir, tmp_path / "trl")
+@pytest.mark.parametrize("bf16", [False, True])
+def test_modulator_none_is_exactly_trl(model_dir, tmp_path, record, bf16):
+    # beta > 0 (reference pass), num_iterations = 2 (old-policy pass), 3 steps, fp32 and bf16 autocast
+    kw = dict(beta=0.04, num_iterations=2, max_steps=3, bf16=bf16)
+    base = _run(trl.GRPOTrainer, trl.GRPOConfig, model_dir, tmp_path / "trl", **kw)
     trl_adv = [a.clone() for a in record]
     record.clear()
-    # TRL's own log-prob pass: exact equality (share_prompt's rounding is tested in test_trl_shared_prompt.py)
-    ours = _run(GCPOTrainer, GCPOConfig, model_dir, tmp_path / "gcpo", modulator="none", share_prompt=False)
-    assert len(_logged(base)) == 2 and _logged(base) == _logged(ours)
-    assert len(trl_adv) == len(record) == 2
+    # TRL's own log-prob pass: bit-identical (share_prompt's rounding is tested in test_trl_shared_prompt.py)
+    ours = _run(GCPOTrainer, GCPOConfig, model_dir, tmp_path / "gcpo", modulator="none", share_prompt=False, **kw)
+    assert len(_logged(base)) == 3 and _logged(base) == _logged(ours)
+    assert all(h["kl"] > 0 for h in base.state.log_history if "kl" in h)
+    theirs = _history(base)
+    assert [{k: v for k, v in h.items() if not k.startswith("gcpo/")} for h in _history(ours)] == theirs
+    assert len(trl_adv) == len(record) == 2  # a generation batch every num_iterations steps
     for a, b in zip(trl_adv, record):
         assert (a == b).all()
     assert np.all(ours.gcpo_last["weights"] == 1.0)
@@ -151,6 +164,7 @@ def test_every_gcpo_field_has_help():
         "modulator_params",
         "log_group_measures",
         "share_prompt",
+        "reward_range",
     }
     assert all(len(fields[n].metadata.get("help", "")) > 20 for n in added)
 
