@@ -5,7 +5,7 @@ hold (temperature 1e-45, a subnormal), integers too large for a float."""
 import pytest
 
 from gcpo_analysis.cli import main
-from gcpo_analysis.knobs import FLOAT32_MAX, FLOAT32_TINY, Knob, check_value
+from gcpo_analysis.knob import FLOAT32_MAX, FLOAT32_TINY, Knob, check_value
 from gcpo_analysis.study import StudyConfig
 
 
