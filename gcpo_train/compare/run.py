@@ -557,7 +557,7 @@ def run_cli(args) -> int:
     overrides = overrides_from(args)
     if args.backend is not None:
         overrides["backend"] = args.backend
-    given = [k for k in COMPARE_DEFAULTS if getattr(args, k) is not None]
+    given = [k for k in COMPARE_DEFAULTS if getattr(args, k, None) is not None]  # not every setting is a flag
     base, settings = load_compare_config(args.config, overrides, flags=given)
     if args.plan:
         from gcpo_train.compare.plan import write_plan

@@ -191,7 +191,7 @@ def load_policy(source, config=None, tokenizer=None, device=None):
 def pick_kernels(model, config=None, kernels=None):
     """The decoding kernels: those given, else the config's ``sampling_kernels`` (so a run's base
     policy and its checkpoints decode alike), None for transformers' generate ('exact')."""
-    if kernels is None and config is not None and getattr(config, "sampling_kernels", "exact") != "exact":
+    if kernels is None and config is not None:
         from gcpo_train.sampling.registry import make_kernels, sampler
 
         # never evaluate in bf16 (issue 35): a bf16 logit row has ~2% exact ties, so greedy
