@@ -109,6 +109,17 @@ def looks_like_path(name: str) -> bool:
     return name.startswith(("/", "./", "../", "~", "\\")) or name.count("/") > 1 or name in (".", "..")
 
 
+def check_model_folder(name: str) -> None:
+    """A model named by a path that does not exist is refused as a missing folder: no hub name has
+    that form, so the hub (or its cache) is not the answer."""
+    from pathlib import Path
+
+    if looks_like_path(name) and not Path(name).expanduser().exists():
+        raise FileNotFoundError(
+            f"model {name!r}: no such folder; pass an existing model folder, or a hub name (org/name)"
+        )
+
+
 def offline_first(name: str) -> dict:
     """from_pretrained keyword arguments for ``name``: a hub name is read from the local cache only
     (no HTTP retries for a minute) when HF_HUB_OFFLINE is set or the hub does not answer within
@@ -118,10 +129,7 @@ def offline_first(name: str) -> dict:
 
     if Path(name).expanduser().exists():
         return {}
-    if looks_like_path(name):  # no hub name has this form: the folder is missing, the hub is not the answer
-        raise FileNotFoundError(
-            f"model {name!r}: no such folder; pass an existing model folder, or a hub name (org/name)"
-        )
+    check_model_folder(name)
     if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
         return {"local_files_only": True, "_why": "HF_HUB_OFFLINE is set"}
     if not hub_reachable():

@@ -324,6 +324,10 @@ def evaluate(
     from gcpo_train.sampling.registry import kernels_name
 
     source = checkpoint_or_model if isinstance(checkpoint_or_model, (str, Path)) else None
+    if source is not None:  # before the settings and the data: a typo in the path is the error to report
+        from gcpo_analysis.models import check_model_folder
+
+        check_model_folder(str(source))
     if output is not None:  # never over the checkpoint, the data file, a config or a paired evaluation
         model_path = source if source is not None and Path(source).exists() else None  # not a hub name
         guard_outputs(output, {"the model": model_path, "--data_path": data_path, **(inputs or {})}, paired)
