@@ -28,7 +28,7 @@ SCORE_KNOBS = {
 
 
 def _add_score(sub):
-    from .measures.registry import SCORE_CLI_MEASURES, measure_help
+    from .measures.registry import measure_help
 
     p = sub.add_parser(
         "score",
@@ -41,8 +41,9 @@ def _add_score(sub):
     p.add_argument("-o", "--output", required=True, help="groups frame to write (.parquet)")
     p.add_argument(
         "--measures",
-        default=",".join(SCORE_CLI_MEASURES),
-        help=measure_help(),
+        default=None,
+        help=measure_help() + "; default: the registry's defaults that need no logprob column "
+        "(measures.registry.score_cli_measures, a plug-in's default measure included)",
     )
     for name, annotation in SCORE_KNOBS.items():  # declared once, in gcpo_analysis.knobs
         spec = SHARED[name]
@@ -78,10 +79,11 @@ def _add_score(sub):
 
 def _run_score(args) -> int:
     from .frames import note_logprob_convention, write_frame, write_text
-    from .measures.registry import rollouts_columns
+    from .measures.registry import rollouts_columns, score_cli_measures
     from .measures.score import parse_measures, score_groups
 
-    measures = parse_measures(args.measures)  # fail on a typo before any model loads
+    # fail on a typo before any model loads; the default read now, after the plug-ins registered
+    measures = parse_measures(args.measures if args.measures is not None else score_cli_measures())
     _refuse_unread(args, measures)
     for name in SCORE_KNOBS:
         if getattr(args, name) is None:
@@ -265,6 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--traceback", action="store_true", help="on an error, show the full Python traceback instead of one line"
     )
+    _add_plugin_flag(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, target in SUBCOMMANDS.items():
         try:
@@ -275,7 +278,21 @@ def build_parser() -> argparse.ArgumentParser:
             p.set_defaults(func=lambda args, msg=msg: sys.exit(msg))
         else:
             add(sub)
+        _add_plugin_flag(sub.choices[name])
     return parser
+
+
+def _add_plugin_flag(parser: argparse.ArgumentParser) -> None:
+    """``--plugin MODULE`` on the main parser and every subcommand. ``main`` has loaded the
+    modules before the parser was built (``plugins.plugin_flags``); the parser only accepts them."""
+    parser.add_argument(
+        "--plugin",
+        action="append",
+        metavar="MODULE",
+        default=argparse.SUPPRESS,
+        help="import this module first, to register its measures, modulators or datasets (repeatable; "
+        "also the GCPO_PLUGINS variable, comma-separated, and installed `gcpo.plugins` entry points)",
+    )
 
 
 def _version() -> str:
@@ -325,11 +342,24 @@ def configure_logging(level: int = logging.INFO) -> None:
             logger.setLevel(level)
 
 
+def _load_plugins(argv: list[str]) -> int:
+    from .plugins import load_plugins, plugin_flags
+
+    load_plugins(plugin_flags(argv))
+    return 0
+
+
 def main(argv=None) -> int:
     configure_logging()
+    from .errors import did_you_mean, run_one_line
+
+    argv = sys.argv[1:] if argv is None else list(argv)
+    # the plug-ins first: the parser's help and choices read the registries they fill
+    failed = run_one_line(lambda: _load_plugins(argv), "gcpo", "--traceback" in argv)
+    if failed:
+        return failed
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
-    from .errors import did_you_mean, run_one_line
 
     if extra:  # an unknown flag: name it with close matches
         sub = getattr(args, "_parser", None) or parser

@@ -16,8 +16,9 @@ with what they configure:
 
 Choices that are a registry (datasets, prompts, modulators) are read when a value is checked, so
 a later registration (a plug-in) is a choice; a knob whose rule is another module's (the judge
-spec) names that rule as its ``check``. This module imports the measures only inside those
-functions, and the measures never import it: no circle.
+spec) names that rule as its ``check``. This module imports the parameters' declarations
+(``measures/params.py``, no numpy) at import, and the registries and the judges only inside
+those functions; the measures never import it, so there is no circle.
 """
 
 from __future__ import annotations

@@ -73,7 +73,7 @@ _WHERE = {
     "judges": ["NLIJudge", "EmbeddingJudge", "LexicalJudge", "MathJudge", "make_judge"],
     "embed": ["Embedder", "make_embedder", "embed_groups"],
     "prepare": ["prepare_groups", "measurement_tools", "judge_shares_embedder"],
-    "registry": ["Measure", "MEASURE_REGISTRY", "register_measure", "DEFAULT_MEASURES"],
+    "registry": ["Measure", "MEASURE_REGISTRY", "register_measure", "default_measures"],
     "score": ["score_groups", "MEASURES", "parse_measures"],
 }
 _NAME_TO_MODULE = {name: mod for mod, names in _WHERE.items() for name in names}

@@ -325,9 +325,9 @@ def rollouts_columns(measures: Iterable[str]) -> set[str]:
     return {c for m in measures if m in MEASURE_REGISTRY for c in MEASURE_REGISTRY[m].columns}
 
 
-# The built-in defaults, as the settings' defaults read them at import (StudyConfig.measures,
-# score_groups, gap_study). `gcpo score`'s default differs on purpose: it takes any tool's rollouts
-# frame, and a measure that reads the ``logprob`` column (se_lw) needs a column such frames often
-# lack (the study and score_groups' callers have it).
-DEFAULT_MEASURES = default_measures()
-SCORE_CLI_MEASURES = tuple(m for m in DEFAULT_MEASURES if "logprob" not in MEASURE_REGISTRY[m].columns)
+def score_cli_measures() -> tuple[str, ...]:
+    """`gcpo score`'s default measures, read when it runs: the defaults (``default_measures``, a
+    plug-in's ``default=True`` included) but those that read the ``logprob`` column (se_lw). It
+    differs on purpose: it takes any tool's rollouts frame, and such frames often lack that column
+    (the study and score_groups' callers have it)."""
+    return tuple(m for m in default_measures() if "logprob" not in MEASURE_REGISTRY[m].columns)

@@ -26,7 +26,7 @@ from ..vocab import (
     full_completion,
 )
 from .dispersion import ALPHA_BASE, R_MAX, R_MIN, check_alpha_base
-from .registry import DEFAULT_MEASURES, FEATURE_OF_COLUMN, MEASURE_REGISTRY, RegistryView, frame_order
+from .registry import FEATURE_OF_COLUMN, MEASURE_REGISTRY, RegistryView, default_measures, frame_order
 
 # measure -> what it needs computed, named as Modulator.needs names it (the registry's ``needs``),
 # read from the registry at each access (a measure registered later is in it)
@@ -48,7 +48,7 @@ def parse_measures(measures: str | Iterable[str]) -> list[str]:
 
 def score_groups(
     rollouts: pd.DataFrame,
-    measures: str | Iterable[str] = DEFAULT_MEASURES,
+    measures: str | Iterable[str] | None = None,
     *,
     embedder: Any = None,
     judge: Any = JUDGE,
@@ -82,7 +82,7 @@ def score_groups(
     from ..rewards import math_fallbacks
     from .prepare import measurement_tools, prepare_groups
 
-    measures = parse_measures(measures)
+    measures = parse_measures(default_measures() if measures is None else measures)
     chosen = [MEASURE_REGISTRY[m] for m in measures]
     check_alpha_base(alpha_base)
     fallbacks_before = math_fallbacks()

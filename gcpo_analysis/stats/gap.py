@@ -38,7 +38,7 @@ from numpy.typing import ArrayLike
 from scipy import stats as sps
 
 from ..frames import write_frame, write_json
-from ..measures.registry import DEFAULT_MEASURES, MEASURE_REGISTRY, RegistryView, table_order
+from ..measures.registry import MEASURE_REGISTRY, RegistryView, default_measures, table_order
 from .decomposition import paired_retrieval_bootstrap, v_zero_decomposition
 from .rank import _paired_frame, _percentile_ci, _point_rhos, bootstrap_rhos, retrieval, spearman
 from .size_control import NORM_COLUMN, add_holm, size_control
@@ -306,7 +306,7 @@ def _check_study_input(groups: pd.DataFrame, target: str, n_boot: int) -> None:
 
 def gap_study(
     groups: pd.DataFrame,
-    measures: Sequence[str] = DEFAULT_MEASURES,
+    measures: Sequence[str] | None = None,
     target: str = "grad_var",
     reference: str = "bot",
     trim: float = 0.02,
@@ -333,7 +333,7 @@ def gap_study(
     bad-input policy.
     """
     _check_study_input(groups, target, n_boot)
-    measures = list(measures)
+    measures = list(default_measures() if measures is None else measures)
     known_missing = [m for m in measures if m not in groups.columns and m in MEASURE_LABELS]
     unknown = [m for m in measures if m not in groups.columns and m not in MEASURE_LABELS]
     if unknown:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..knobs import MeasurementTools, check_knobs, knob, shared
-from ..measures.registry import DEFAULT_MEASURES, MEASURE_REGISTRY
+from ..measures.registry import MEASURE_REGISTRY, default_measures
 from ..measures.score import parse_measures
 from ..models import resolve_policy
 from ..vocab import PAPER_JUDGE, PAPER_POLICY, TEMPERATURE
@@ -36,7 +36,9 @@ class StudyConfig(MeasurementTools):
     max_context_tokens: int = shared("max_context_tokens", 64)
     params: str = knob("all", "Parameters of the gradient variance.", choices=("all", "lora"))
     measures: str = knob(
-        ",".join(DEFAULT_MEASURES), "Measures to compare (comma-separated names of the measures registry, or 'all')."
+        None,
+        "Measures to compare (comma-separated names of the measures registry, or 'all').",
+        none="the registry's default measures (Measure.default, a plug-in's included), read when the config is made",
     )
     reference: str = knob("bot", "Reference measure of the paired bootstrap.", choices=_measures)
     target: str = knob("grad_var", "Target of the statistics (grad_var or success_rate, or a column of --target-from).")
@@ -66,6 +68,8 @@ class StudyConfig(MeasurementTools):
     device: str | None = shared("device")
 
     def __post_init__(self):
+        if self.measures is None:  # read now, not at import: a measure registered since counts
+            self.measures = ",".join(default_measures())
         check_knobs(self)
         parse_measures(self.measures)  # a typo is refused here, not after the rollouts
         self.model = resolve_policy(self.model)  # 'packaged' is the default policy (None): one settings hash

@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from ..frames import note_logprob_convention, write_figure, write_frame, write_json, write_text
-from ..measures.registry import DEFAULT_MEASURES, rollouts_columns
+from ..measures.registry import default_measures, rollouts_columns
 from ..vocab import JUDGE, full_completion
 
 log = logging.getLogger(__name__)
@@ -233,7 +233,7 @@ def run_training_study(
     run = _check_run_folder(run)  # before anything is created under it
     out = Path(output) if output else run / "training_study"
     out.mkdir(parents=True, exist_ok=True)
-    measures = list(measures or DEFAULT_MEASURES)
+    measures = list(measures or default_measures())
     rollouts, group_cols, notes = read_training_run(run)
     info = json.loads((run / "run.json").read_text()) if (run / "run.json").exists() else {}
     dataset = info.get("config", {}).get("dataset", "narrativeqa")

@@ -251,7 +251,8 @@ class GCPOTrainer(SharedPromptMixin, GRPOTrainer):
             group_modulator=self.group_modulator,
             modulator=a.modulator,
             r_min=self.group_modulator.config.r_min,
-            use_full_completion=a.use_full_completion,
+            # auto (None) is resolved when the config is made; set to None after, it is auto again
+            use_full_completion=TRL_USE_FULL_COMPLETION if a.use_full_completion is None else a.use_full_completion,
         )
 
     def _log_gcpo(self, mode: str, weights: np.ndarray, rows: list[dict]) -> None:

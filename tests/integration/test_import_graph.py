@@ -43,7 +43,7 @@ LAYER_OF_PREFIX = {
     "gcpo_analysis.tiny_models": "base",
     "gcpo_analysis.tokens": "base",
     "gcpo_analysis.prompt_cache": "base",
-    "gcpo_analysis.testing": "base",
+    "gcpo_analysis.plugins": "base",  # loads plug-in modules by name: standard library only
     "gcpo_analysis.rewards": "rewards",
     "gcpo_analysis.measures": "measures",
     "gcpo_analysis.knobs": "settings",  # the shared knobs: choices read the measures' registries
@@ -51,6 +51,7 @@ LAYER_OF_PREFIX = {
     "gcpo_analysis.stats": "stats",
     "gcpo_analysis.theory": "stats",
     "gcpo_analysis.plots": "stats",
+    "gcpo_analysis.checks": "stats",  # the public conformance checks: run the measures and modulators
     "gcpo_analysis.study": "study",
     "gcpo_analysis.study.cli": "cli",
     "gcpo_analysis.cli": "cli",
@@ -252,11 +253,12 @@ def test_no_import_circle():
 
 
 @pytest.mark.slow
-def test_the_trainer_code_does_not_import_test_helpers():
+def test_the_trainer_code_does_not_import_the_conformance_checks():
     g = _graph()
+    assert "gcpo_analysis.checks" in g  # the module exists: the assertion below can fail
     for name, edges in g.items():
         if name.startswith("gcpo_train"):
-            assert "gcpo_analysis.testing" not in edges, name
+            assert "gcpo_analysis.checks" not in edges, name
 
 
 def test_the_layer_contract_holds():

@@ -1,168 +1,37 @@
 """Every registered measure and modulator passes the same checks (scikit-learn's
-``parametrize_with_checks`` habit): a new entry is tested by being registered.
-
-Measures: permutation invariance within a group, G = 1, equal rewards, one cluster and all-distinct
-clusters, NaN/inf refused, float64 preserved, the batched form equals the per-group loop, and the
-measure reaches ``gcpo score``'s frame. Modulators: permutation equivariance of the advantages, G = 1,
-equal rewards (no advantage), finite float64 output, and the TRL bridge's verdict (run or refuse
-with the reason, never a KeyError).
+``parametrize_with_checks`` habit): a new entry is tested by being registered. The checks are the
+public ``gcpo_analysis.checks`` (a plug-in author runs them on their own entry); this file runs
+each on every registered name, plus what is gcpo_train's or a built-in's own: the TRL bridge's
+verdict (run or refuse with the reason, never a KeyError) and RD = 0 for equal rewards.
 """
 
-import dataclasses
-
 import numpy as np
-import pandas as pd
 import pytest
-from helpers.embedders import HashEmbedder
 
-from gcpo_analysis.measures.modulators import MODULATORS, GroupFeatures, modulate
-from gcpo_analysis.measures.registry import MEASURE_REGISTRY, frame_order, table_order
+from gcpo_analysis import checks
+from gcpo_analysis.measures.modulators import MODULATORS
+from gcpo_analysis.measures.registry import MEASURE_REGISTRY
 from gcpo_analysis.measures.score import score_groups
 
 MEASURES = sorted(MEASURE_REGISTRY)
-PER_ROLLOUT_FIELDS = ("rewards", "embeddings", "clusters", "token_entropy", "logprobs", "n_tokens", "ratio_var")
-
-
-def _group(G: int, seed: int = 0, clusters=None, rewards=None) -> GroupFeatures:
-    rng = np.random.default_rng(seed)
-    e = rng.normal(size=(G, 6))
-    return GroupFeatures(
-        rewards=rng.uniform(0, 2, G) if rewards is None else np.asarray(rewards, float),
-        embeddings=e / np.linalg.norm(e, axis=1, keepdims=True),
-        clusters=rng.integers(0, 3, G) if clusters is None else np.asarray(clusters),
-        token_entropy=rng.uniform(0.1, 3, G),
-        logprobs=-rng.uniform(1, 20, G),
-        n_tokens=rng.integers(1, 10, G).astype(float),
-        ratio_var=rng.uniform(0, 0.3, G),
-        answers=[f"a{i}" for i in range(G)],
-    )
-
-
-def _permuted(g: GroupFeatures, perm: np.ndarray) -> GroupFeatures:
-    changes = {f: np.asarray(getattr(g, f))[perm] for f in PER_ROLLOUT_FIELDS if getattr(g, f) is not None}
-    return dataclasses.replace(g, answers=[g.answers[i] for i in perm] if g.answers else None, **changes)
-
-
-def _values(name, groups):
-    return MEASURE_REGISTRY[name].compute(groups, 0.0, 2.0)
-
-
-# ------------------------------------------------------------------------------------ measures
-@pytest.mark.parametrize("name", MEASURES)
-def test_measure_is_invariant_to_the_order_of_rollouts(name):
-    groups = [_group(6, seed) for seed in range(4)]
-    perm = np.random.default_rng(9).permutation(6)
-    np.testing.assert_allclose(_values(name, [_permuted(g, perm) for g in groups]), _values(name, groups), atol=1e-12)
-
-
-@pytest.mark.parametrize("name", MEASURES)
-def test_measure_batched_equals_the_per_group_loop(name):
-    groups = [_group(5, seed) for seed in range(6)]
-    loop = np.concatenate([_values(name, [g]) for g in groups])
-    np.testing.assert_allclose(_values(name, groups), loop, rtol=1e-12, atol=1e-12)
-
-
-@pytest.mark.parametrize("name", MEASURES)
-@pytest.mark.parametrize(
-    "case",
-    ["G=1", "equal rewards", "one cluster", "all distinct"],
-)
-def test_measure_edge_cases_give_finite_float64_and_weight_one_at_G1(name, case):
-    G = 1 if case == "G=1" else 5
-    clusters = np.zeros(G, int) if case == "one cluster" else np.arange(G) if case == "all distinct" else None
-    rewards = np.ones(G) if case == "equal rewards" else None
-    groups = [_group(G, seed, clusters=clusters, rewards=rewards) for seed in range(3)]
-    m = MEASURE_REGISTRY[name]
-    u = _values(name, groups)
-    assert u.dtype == np.float64 and u.shape == (3,) and np.isfinite(u).all()
-    if m.weight is not None:
-        w = np.asarray(m.weight(u, G, 0.6), dtype=float)
-        assert np.isfinite(w).all() and (w >= 0).all()
-        if G == 1:  # alpha_G = 0: no modulation of a group of one
-            np.testing.assert_array_equal(w, 1.0)
-    if case == "equal rewards" and m.rewards and name == "rd":
-        np.testing.assert_array_equal(u, 0.0)
-
-
-@pytest.mark.parametrize("name", MEASURES)
-@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
-def test_measure_refuses_nan_and_inf_in_what_it_reads(name, bad):
-    m = MEASURE_REGISTRY[name]
-    assert m.reads(), f"measure {name!r} reads no number"
-    for field in m.reads():
-        g = _group(4)
-        value = np.array(getattr(g, field), dtype=float)
-        value.flat[1] = bad
-        with pytest.raises(ValueError, match=rf"{name}.*group 0.*{field}"):
-            _values(name, [dataclasses.replace(g, **{field: value})])
-
-
-def _rollouts(n_queries=3, G=4):
-    rows = []
-    rng = np.random.default_rng(0)
-    for q in range(n_queries):
-        for i in range(G):
-            rows.append(
-                dict(
-                    query_id=f"q{q}",
-                    rollout_id=i,
-                    completion=f"Answer: {'abc'[(q + i) % 3]}",
-                    answer="abc"[(q + i) % 3],
-                    reward=float(rng.uniform(0, 2)),
-                    token_entropy=float(rng.uniform(0.1, 2)),
-                    logprob=float(-rng.uniform(1, 9)),
-                    n_tokens=int(rng.integers(1, 6)),
-                )
-            )
-    return pd.DataFrame(rows)
-
-
-@pytest.mark.parametrize("name", MEASURES)
-def test_measure_reaches_the_groups_frame(name):
-    out = score_groups(_rollouts(), [name], embedder=HashEmbedder(), judge="lexical", progress=False)
-    m = MEASURE_REGISTRY[name]
-    assert name in out.columns and out[name].notna().all()
-    assert (m.weight_column in out.columns) if m.weight is not None else True
-    assert name in frame_order() and name in table_order()
-
-
-# ------------------------------------------------------------------------------------ modulators
 MODULATOR_NAMES = sorted(MODULATORS)
 
 
-def _modulate(name, g):
-    return modulate(name, g, r_min=0.0, r_max=2.0)
+@pytest.mark.parametrize("name", MEASURES)
+@pytest.mark.parametrize("check", checks.MEASURE_CHECKS, ids=lambda c: c.__name__)
+def test_measure(check, name):
+    check(name)
 
 
 @pytest.mark.parametrize("name", MODULATOR_NAMES)
-def test_modulator_advantages_follow_a_permutation_of_rollouts(name):
-    g = _group(6, 3)
-    perm = np.random.default_rng(1).permutation(6)
-    a, _ = _modulate(name, g)
-    b, _ = _modulate(name, _permuted(g, perm))
-    np.testing.assert_allclose(b, np.asarray(a)[perm], atol=1e-12)
+@pytest.mark.parametrize("check", checks.MODULATOR_CHECKS, ids=lambda c: c.__name__)
+def test_modulator(check, name):
+    check(name)
 
 
-@pytest.mark.parametrize("name", MODULATOR_NAMES)
-@pytest.mark.parametrize("case", ["G=1", "equal rewards", "one cluster", "all distinct"])
-def test_modulator_edge_cases_are_finite_float64(name, case):
-    G = 1 if case == "G=1" else 5
-    clusters = np.zeros(G, int) if case == "one cluster" else np.arange(G) if case == "all distinct" else None
-    g = _group(G, 4, clusters=clusters, rewards=np.ones(G) if case == "equal rewards" else None)
-    adv, info = _modulate(name, g)
-    adv = np.asarray(adv)
-    assert adv.shape == (G,) and adv.dtype == np.float64 and np.isfinite(adv).all()
-    assert all(np.isfinite(v) for v in info.values())
-    if case in ("G=1", "equal rewards") and name != "empo":  # no spread of rewards: no advantage
-        np.testing.assert_allclose(adv, 0.0, atol=1e-12)
-
-
-@pytest.mark.parametrize("name", MODULATOR_NAMES)
-def test_modulator_refuses_nan_rewards(name):
-    g = _group(4, 5)
-    g.rewards[2] = np.nan
-    with pytest.raises(ValueError):
-        _modulate(name, g)
+def test_rd_of_equal_rewards_is_zero():
+    u = MEASURE_REGISTRY["rd"].compute([checks.toy_group(5, s, rewards=np.ones(5)) for s in range(3)], 0.0, 2.0)
+    np.testing.assert_array_equal(u, 0.0)
 
 
 @pytest.mark.parametrize("name", MODULATOR_NAMES)
@@ -173,8 +42,51 @@ def test_modulator_has_a_verdict_under_trl(name):
     m = MODULATORS[name]
     if m.weight is not None:
         check_trl_modulator(name)
-        weight, _ = m.group_weight(_group(5, 6), r_min=0.0, r_max=2.0)
+        weight, _ = m.group_weight(checks.toy_group(5, 6), r_min=0.0, r_max=2.0)
         assert np.isfinite(weight) and weight >= 0
     else:
         with pytest.raises(ValueError, match=f"{name}.*cannot run inside TRL.*{m.no_weight[:20]}"):
             check_trl_modulator(name)
+
+
+# --- the checks themselves: each must catch what it is built to catch -------------------------
+@pytest.fixture
+def broken():
+    """Registered entries that each break one rule; removed afterwards."""
+    from gcpo_analysis.measures.modulators import register_modulator
+    from gcpo_analysis.measures.registry import register_measure
+
+    @register_measure("bad_order", rewards=True, source="test")
+    def bad_order(groups, r_min, r_max):  # the first rollout's reward: depends on the order
+        return np.array([float(g.rewards[0]) for g in groups])
+
+    # a weight of 1/2 even at G = 1, where alpha_G = 0 leaves a group of one unmodulated
+    @register_measure("bad_weight", rewards=True, source="test", weight=lambda u, G, alpha: np.full(len(u), 0.5))
+    def bad_weight(groups, r_min, r_max):
+        return np.zeros(len(groups))
+
+    @register_modulator("bad_sign", source="test")
+    def bad_sign(g, **_):  # a weight of 1 - r_0: turns with the first rollout
+        return float(1.0 - g.rewards[0] / 2), {}
+
+    yield
+    for name in ("bad_order", "bad_weight"):
+        MEASURE_REGISTRY.pop(name)
+    MODULATORS.pop("bad_sign")
+
+
+def test_the_checks_catch_a_broken_entry(broken):
+    with pytest.raises(AssertionError, match="bad_order: rollouts permuted"):
+        checks.check_measure_is_invariant_to_the_order_of_rollouts("bad_order")
+    with pytest.raises(AssertionError, match="bad_weight at G=1: weights"):
+        checks.check_measure_edge_cases("bad_weight")
+    with pytest.raises(AssertionError, match="bad_sign: advantages of permuted rollouts"):
+        checks.check_modulator("bad_sign")
+    checks.check_measure_batched_equals_the_per_group_loop("bad_order")  # what it does not break passes
+    with pytest.raises(ValueError, match="unknown measure 'no_such_measure'"):
+        checks.check_measure("no_such_measure")
+
+
+def test_the_groups_frame_check_scores_offline():
+    out = score_groups(checks._rollouts(), ["cd"], embedder=checks.HashEmbedder(), judge="lexical", progress=False)
+    assert out["cd"].between(0, 2).all() and len(out) == 3

@@ -157,6 +157,7 @@ def _settings(judge, modulator="bot"):
         empo_low=0.0,
         empo_high=0.5,
         modulator_params=None,
+        use_full_completion=None,
     )
 
 

@@ -7,14 +7,13 @@ import shutil
 import warnings
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
+from helpers.study_folder import study_folder
 
 from gcpo_analysis.cli import main
 from gcpo_analysis.gradvar import gradient_variance
 from gcpo_analysis.measures.advantages import grpo_advantages
-from gcpo_analysis.study.collect import gram_frame
 from gcpo_analysis.study.covariates import group_covariates
 from gcpo_analysis.study.from_training import is_training_folder, restat_training
 from gcpo_analysis.study.output import restat
@@ -24,38 +23,7 @@ MEASURES = ["token_entropy", "se", "bot", "rd"]
 
 
 def _folder(tmp_path, n=30, G=4, cap=6, seed=0):
-    rng = np.random.default_rng(seed)
-    rows, grams, groups = [], [], []
-    for q in range(n):
-        qid = f"q{q}"
-        n_tok = rng.integers(2, cap + 1, size=G)
-        g = rng.normal(size=(G, 7)) * np.sqrt(n_tok)[:, None]
-        K = g @ g.T
-        r = (rng.random(G) < 0.5).astype(float) * 2
-        for i in range(G):
-            rows.append(
-                dict(query_id=qid, rollout_id=i, completion="x", answer="x", reward=r[i], n_tokens=int(n_tok[i]))
-            )
-        grams.append(gram_frame(qid, K))
-        groups.append(
-            dict(
-                query_id=qid,
-                G=G,
-                success_rate=float(np.mean(r > 0)),
-                grad_var=gradient_variance(K, grpo_advantages(r)),
-                grad_norm2_mean=float(np.mean(np.diag(K))),
-                **{m: float(rng.normal()) for m in MEASURES},
-            )
-        )
-    folder = tmp_path / "run"
-    folder.mkdir()
-    pd.DataFrame(rows).to_parquet(folder / "rollouts.parquet")
-    pd.concat(grams, ignore_index=True).to_parquet(folder / "grams.parquet")
-    pd.DataFrame(groups).to_parquet(folder / "groups.parquet")
-    settings = dict(dataset="narrativeqa", measures=",".join(MEASURES), trim=0.1, n_boot=40, k_folds=3, seed=0)
-    settings.update(target="grad_var", reference="bot", max_new_tokens=cap, judge="embedding")
-    (folder / "run_card.json").write_text(json.dumps({"settings": settings}))
-    return folder
+    return study_folder(tmp_path, MEASURES, n=n, G=G, cap=cap, seed=seed)
 
 
 def _tables(folder):
