@@ -54,7 +54,7 @@ class Registry(dict[str, T]):
         """Direct assignment keeps the naming rule too (``add`` checks the name twice, cheaply)."""
         super().__setitem__(check_name(self.kind, name), entry)
 
-    def update(self, *args, **kwargs) -> None:  # type: ignore[override]
+    def update(self, *args, **kwargs) -> None:
         for name, entry in dict(*args, **kwargs).items():
             self[name] = entry
 

@@ -5,8 +5,10 @@ hold (temperature 1e-45, a subnormal), integers too large for a float."""
 import pytest
 
 from gcpo_analysis.cli import main
-from gcpo_analysis.knob import FLOAT32_MAX, FLOAT32_TINY, Knob, check_value
+from gcpo_analysis.knob import Knob, check_value
 from gcpo_analysis.study import StudyConfig
+
+FLOAT32_TINY, FLOAT32_MAX = 1.1754943508222875e-38, 3.4028234663852886e38  # numpy.finfo(float32)
 
 
 @pytest.mark.parametrize(
