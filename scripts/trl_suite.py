@@ -302,9 +302,10 @@ def run_pass(name: str, tests: Path, env: dict, keyword: str | None, log: Path) 
 
 def table(results: dict[str, dict], checkout_desc: str, keyword: str | None) -> str:
     lines = [
-        "# TRL's GRPO tests on GRPOTrainer and on GCPOTrainer",
+        "<!-- written by `scripts/trl_suite.py`: do not edit -->",
         "",
-        f"Written by `scripts/trl_suite.py` (issue 39). Test file: `tests/test_grpo_trainer.py` of {checkout_desc}; "
+        "TRL's GRPO tests on GRPOTrainer and on GCPOTrainer (issue 39). Test file: "
+        f"`tests/test_grpo_trainer.py` of {checkout_desc}; "
         "installed trl "
         + __import__("trl").__version__
         + ", transformers "
@@ -328,7 +329,7 @@ def table(results: dict[str, dict], checkout_desc: str, keyword: str | None) -> 
             continue
         lost = sorted(t for t, (s, _) in base.items() if s == "passed" and res.get(t, ("missing", ""))[0] != "passed")
         gained = sorted(t for t, (s, _) in res.items() if s == "passed" and base.get(t, ("", ""))[0] != "passed")
-        lines += ["", f"## Passes on GRPOTrainer, not on the `{name}` pass ({len(lost)})", ""]
+        lines += ["", f"#### Passes on GRPOTrainer, not on the `{name}` pass ({len(lost)})", ""]
         if lost:
             lines += ["| test | outcome | reason |", "|---|---|---|"]
             for t in lost:
@@ -340,7 +341,7 @@ def table(results: dict[str, dict], checkout_desc: str, keyword: str | None) -> 
             lines += ["", f"Passes on the `{name}` pass, not on GRPOTrainer: " + ", ".join(f"`{t}`" for t in gained)]
     failed = sorted(t for t, (s, _) in base.items() if s == "failed")
     if failed:
-        lines += ["", f"## Failing on GRPOTrainer itself ({len(failed)})", "", "| test | reason |", "|---|---|"]
+        lines += ["", f"#### Failing on GRPOTrainer itself ({len(failed)})", "", "| test | reason |", "|---|---|"]
         lines += [f"| `{t}` | {base[t][1].replace('|', '/')[:240]} |" for t in failed]
     return "\n".join(lines) + "\n"
 

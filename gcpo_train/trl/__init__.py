@@ -27,7 +27,9 @@ Refused at construction, with the reason: ``eg_spo`` (per-rollout gates from tok
 (TRL computes no sequence log-probabilities before the advantages).
 
 Speed (``share_prompt``, on by default): each group's prompt runs once in TRL's log-prob passes
-(``gcpo_train.trl.shared_prompt``); the same numbers as TRL's pass, with named fallbacks.
+(``gcpo_train.trl.shared_prompt``); TRL's numbers up to float rounding (``share_prompt=False``:
+bit for bit), with named fallbacks. The reward range RD and Q-Hawkeye read: stated, running, or
+from the reward functions' declared bounds (``gcpo_train.trl.reward_range``).
 """
 
 from __future__ import annotations
@@ -96,11 +98,17 @@ class GCPOConfig(GroupWeightSettings, GRPOConfig):
         "share_prompt",
         help="Run each group's prompt once in TRL's log-prob passes (training forward and backward, old-policy"
         " and reference) and in transformers generation's prefill: the G rows that share a prompt get its"
-        " keys/values repeated and only their completions run. Same numbers as TRL's pass up to float "
-        "rounding. Falls back to TRL's pass, named in an info log and in the metric gcpo/shared_prompt "
-        "(fraction of passes shared), under gradient checkpointing (TRL's default; the training forward "
-        "only, set gradient_checkpointing=False to share it too), DeepSpeed ZeRO-3, FSDP, multimodal "
-        "inputs, the MoE aux loss, the entropy bonus, prompt-learning PEFT or a model without a cache.",
+        " keys/values repeated and only their completions run. Equal to TRL's numbers up to float rounding,"
+        " not bit for bit: measured over 6 steps on a tiny model with beta=0.04 (bench/results/trl_rounding.md,"
+        " docs/guides/trl.md), max |delta kl| 3e-8 on a kl of 0.04 and max |delta grad_norm| 6e-8 on 0.9 in"
+        " fp32, 7e-4 and 8e-3 under bf16 autocast, and runs drift apart as the rounding feeds the updates;"
+        " share_prompt=False gives GRPOTrainer's numbers bit for bit."
+        " Falls back to TRL's pass, named in a warning and in the metrics gcpo/shared_prompt and"
+        " gcpo/shared_prefill (fraction of passes shared), under gradient checkpointing (TRL's default; the"
+        " training forward only, set gradient_checkpointing=False to share it too), DeepSpeed ZeRO-3, FSDP,"
+        " multimodal inputs, the MoE aux loss, the entropy bonus, prompt-learning PEFT, a model without a"
+        " cache, and in generation for beam search or any setting other than greedy/sampling with one"
+        " sequence per row, or a generate patched on the model instance.",
     )
     log_group_measures: bool = knob(
         False,

@@ -81,7 +81,7 @@ def test_modulator_none_is_exactly_trl(model_dir, tmp_path, record, bf16):
     # TRL's own log-prob pass: bit-identical (share_prompt's rounding is tested in test_trl_shared_prompt.py)
     ours = _run(GCPOTrainer, GCPOConfig, model_dir, tmp_path / "gcpo", modulator="none", share_prompt=False, **kw)
     assert len(_logged(base)) == 3 and _logged(base) == _logged(ours)
-    assert all(h["kl"] > 0 for h in base.state.log_history if "kl" in h)
+    assert any(h["kl"] > 0 for h in base.state.log_history if "kl" in h)  # step 1: policy = reference
     theirs = _history(base)
     assert [{k: v for k, v in h.items() if not k.startswith("gcpo/")} for h in _history(ours)] == theirs
     assert len(trl_adv) == len(record) == 2  # a generation batch every num_iterations steps
@@ -157,6 +157,7 @@ def test_every_gcpo_field_has_help():
         "q_hawkeye_alpha",
         "r_min",
         "r_max",
+        "reward_range",
         "judge",
         "embedder",
         "nli_threshold",
