@@ -131,7 +131,9 @@ def _modulators() -> list[str]:
     arguments here, so an import would tie the two modules in a circle."""
     import importlib
 
-    return list(importlib.import_module("gcpo_analysis.measures.modulators").MODULATORS)
+    registry = importlib.import_module("gcpo_analysis.measures.modulators").MODULATORS
+    shuffled = importlib.import_module("gcpo_analysis.measures.shuffled")
+    return [*registry, *shuffled.shuffled_names(registry)]  # '<name>:shuffled': issue 35's control
 
 
 _WEIGHT_SIGN = "(a negative one flips the sign of the advantages)"
