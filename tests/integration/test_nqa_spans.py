@@ -186,7 +186,7 @@ def test_the_pages_reading_quotes_the_comparison():
     r = table.set_index("arm").loc["bot_rd"]
     assert f"{r.share_between:.0%} of the per-seed deltas' variance is between seeds (τ = {r.tau:.2f} F1" in page
     assert f"3 seeds have power {r.power_at_pilot_seeds:.2f} at δ = {r.delta:.2f}" in page
-    assert f"detect {r.detectable_3:.1f} F1 at 80% power, and {r.seeds_needed} seeds would be needed" in page
+    assert f"detect {r.detectable_3:.1f} F1 at 80% power, and {int(r.seeds_needed)} seeds would be needed" in page
     coupling = pd.read_csv(CMP / "coupling.csv").set_index("step")["identical"]
     assert f"{coupling[2]:.0%} of their completions are identical at step 2 and {coupling[60]:.0%} at step 60" in page
     assert "(22% of `bot_rd`'s steps against 13% of GRPO's)" in page
