@@ -55,7 +55,9 @@ def _modulators() -> list[str]:
     """The registered modulators, read when a value is checked (a later registration counts)."""
     from .measures.modulators import MODULATORS
 
-    return list(MODULATORS)
+    from .measures.shuffled import shuffled_names
+
+    return [*MODULATORS, *shuffled_names(MODULATORS)]  # '<name>:shuffled': issue 35's control
 
 
 def _judge_spec(value: str) -> None:

@@ -23,6 +23,7 @@ import numpy as np
 
 from gcpo_analysis.knobs import MeasurementTools, check_knobs, shared
 from gcpo_analysis.measures.params import PARAM_KNOBS
+from gcpo_analysis.measures.shuffled import split_arm
 
 
 @dataclass
@@ -113,8 +114,9 @@ def modulator_params(config: Any) -> dict:
 def needs_of(name: str) -> frozenset:
     """What the named modulator reads (``Modulator.needs``); refuses unknown names with choices."""
     from gcpo_analysis.measures.modulators import MODULATORS
+    from gcpo_analysis.measures.shuffled import split_arm
 
-    return MODULATORS.lookup(name).needs
+    return MODULATORS.lookup(split_arm(name)[0]).needs
 
 
 class GroupModulator:
@@ -190,12 +192,14 @@ class GroupModulator:
         logprobs=None,
         ratio_var=None,
         n_tokens=None,
+        shuffle_seed: int | None = None,
     ):
         """Modulated advantages and info of each group.
 
         rewards/texts/answers: one entry per group (length G each); token_entropy, logprobs,
         ratio_var, n_tokens: optional per-group arrays, used only when the modulator needs them.
-        Returns (list of (G,) advantages, list of info dicts, stats dict).
+        A '<modulator>:shuffled' arm permutes the step's ω across its groups with ``shuffle_seed``
+        (``gcpo_analysis.measures.shuffled``). Returns (list of (G,) advantages, list of info dicts, stats dict).
         """
         from gcpo_analysis.measures.modulators import modulate
 
@@ -210,6 +214,11 @@ class GroupModulator:
             n_tokens=n_tokens,
         )
         params = modulator_params(cfg)
+        if split_arm(cfg.modulator)[1]:
+            return (
+                *self._shuffled(groups, params, shuffle_seed),
+                {f"cluster_{k}": v for k, v in cluster_stats.items()},
+            )
         advantages, infos = [], []
         for k, group in enumerate(groups):
             adv, info = modulate(
@@ -224,6 +233,25 @@ class GroupModulator:
             advantages.append(adv)
             infos.append(self._info(info, group))
         return advantages, infos, {f"cluster_{k}": v for k, v in cluster_stats.items()}
+
+    def _shuffled(self, groups, params, seed):
+        """Ã_k = ω_{π(k)} · A_k: the step's group weights permuted across its groups with unequal
+        rewards (``shuffle_weights``); info keeps each group's own ω as ``omega_own``."""
+        from gcpo_analysis.measures.advantages import grpo_advantages
+        from gcpo_analysis.measures.modulators import group_weight
+        from gcpo_analysis.measures.shuffled import shuffle_weights
+
+        if seed is None:
+            raise ValueError(f"modulator {self.config.modulator!r} needs the step's shuffle_seed")
+        cfg, name = self.config, split_arm(self.config.modulator)[0]
+        own, infos, adv = [], [], []
+        for group in groups:
+            w, info = group_weight(name, group, alpha_base=cfg.alpha_base, r_min=cfg.r_min, r_max=cfg.r_max, **params)
+            own.append(float(w))
+            infos.append(self._info({**info, "omega_own": float(w)}, group))
+            adv.append(np.asarray(grpo_advantages(group.rewards, cfg.eps), dtype=np.float64))
+        omega = shuffle_weights(own, [bool(np.any(a != 0)) for a in adv], seed)
+        return [a * w for a, w in zip(adv, omega, strict=True)], infos
 
     def weigh_groups(
         self, rewards: list[np.ndarray], texts: list[list[str]], answers: list[list[str]]

@@ -35,26 +35,27 @@ import itertools
 import math
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 VERDICTS = ("better", "worse", "equivalent within ±δ", "inconclusive")
 EXACT_SIGN_FLIPS_MAX = 16  # 2^16 = 65,536 sign vectors: exact below this, Monte Carlo above
 
 
-def _deltas(d) -> np.ndarray:
+def _deltas(d: ArrayLike) -> np.ndarray:
     d = np.asarray(d, dtype=float)
     if d.ndim != 1 or d.size < 2 or not np.isfinite(d).all():
         raise ValueError(f"per-seed deltas must be a finite 1-d array of at least 2 seeds, got shape {d.shape}")
     return d
 
 
-def _matrix(d) -> np.ndarray:
+def _matrix(d: ArrayLike) -> np.ndarray:
     d = np.asarray(d, dtype=float)
     if d.ndim != 2 or d.shape[0] < 2 or d.shape[1] < 1 or not np.isfinite(d).all():
         raise ValueError(f"d must be a finite (seeds, queries) array with at least 2 seeds, got shape {d.shape}")
     return d
 
 
-def paired_t(deltas, confidence: float = 0.95) -> dict:
+def paired_t(deltas: ArrayLike, confidence: float = 0.95) -> dict:
     """Paired t of the per-seed deltas D: {"mean", "low", "high", "p", "df", "sd"} (two-sided p of
     Δ = 0; interval mean ± t_{S−1, (1+c)/2} · sd/√S)."""
     from scipy import stats
@@ -75,7 +76,7 @@ def paired_t(deltas, confidence: float = 0.95) -> dict:
     }
 
 
-def sign_flip_p(deltas, n_resamples: int = 65_536, seed: int = 0) -> float:
+def sign_flip_p(deltas: ArrayLike, n_resamples: int = 65_536, seed: int = 0) -> float:
     """Two-sided randomisation p of the mean of D under sign flips: exact (all 2^S sign vectors)
     for S ≤ 16, else ``n_resamples`` random sign vectors (the observed one counted in, so p > 0)."""
     d = _deltas(deltas)
@@ -91,7 +92,7 @@ def sign_flip_p(deltas, n_resamples: int = 65_536, seed: int = 0) -> float:
 
 
 def two_level_bootstrap(
-    d, n_resamples: int = 10_000, confidence: float = 0.95, seed: int = 0, chunk: int = 500
+    d: ArrayLike, n_resamples: int = 10_000, confidence: float = 0.95, seed: int = 0, chunk: int = 500
 ) -> tuple[float, float]:
     """Percentile interval of mean d over resamples that draw S seeds with replacement and then,
     for each drawn seed, Q of its queries with replacement (d: seeds x queries)."""
@@ -109,7 +110,7 @@ def two_level_bootstrap(
     return float(low), float(high)
 
 
-def tost(deltas, margin: float) -> float:
+def tost(deltas: ArrayLike, margin: float) -> float:
     """p of the two one-sided t tests of H0: |Δ| ≥ margin (statsmodels ``ttost_paired`` of D
     against 0, bounds ±margin): the larger of the two one-sided p-values."""
     from statsmodels.stats.weightstats import ttost_paired
@@ -136,7 +137,7 @@ def verdict(low: float, high: float, tost_p: float, alpha: float = 0.05) -> str:
     return "inconclusive"
 
 
-def seed_level(d, margin: float, confidence: float = 0.95, n_resamples: int = 10_000, seed: int = 0) -> dict:
+def seed_level(d: ArrayLike, margin: float, confidence: float = 0.95, n_resamples: int = 10_000, seed: int = 0) -> dict:
     """Every seed-level statistic of one arm against the reference from d (seeds x queries):
     the paired t interval, the sign-flip p, the two-level bootstrap interval, the TOST p at ±margin
     and the verdict (α = 1 − confidence)."""
@@ -161,7 +162,7 @@ def seed_level(d, margin: float, confidence: float = 0.95, n_resamples: int = 10
 
 
 # ---------------------------------------------------------------------- planning the seeds
-def variance_components(d) -> dict:
+def variance_components(d: ArrayLike) -> dict:
     """τ² and σ_q² of the model in the module docstring from d (seeds x queries), by the moment
     method of the one-way random-effects ANOVA: σ_q² = mean_s var_q(d[s, :]) (ddof 1), and
     τ² = max(0, var_s(D_s) − σ_q²/Q). Returns {"tau", "sigma_q", "sd_delta", "share_between",

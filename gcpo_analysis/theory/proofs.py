@@ -415,6 +415,9 @@ def check_all(n_instances: int = 2000, seed: int = 0) -> pd.DataFrame:
     ):
         out = check(rng, n_instances)
         rows.extend(out if isinstance(out, list) else [out])
+    from .adam_invariance import check_adam_invariance  # torch, imported only here
+
+    rows.extend(check_adam_invariance(rng, n_instances, _row))
     return pd.DataFrame(
         rows, columns=["claim", "where", "instances", "worst_violation", "holds", "note", "worst_ratio", "median"]
     )

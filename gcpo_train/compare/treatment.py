@@ -30,7 +30,7 @@ def omega_groups(rollouts: pd.DataFrame, eps: float = 1e-6) -> pd.DataFrame:
     from gcpo_analysis.measures.advantages import grpo_advantages
 
     rows = []
-    for (step, query), g in rollouts.groupby(["step", "query_id"], sort=False):
+    for (_, query), g in rollouts.groupby(["step", "query_id"], sort=False):
         A = grpo_advantages(g["reward"].to_numpy(float), eps)
         if not np.any(A != 0):
             continue
@@ -38,7 +38,7 @@ def omega_groups(rollouts: pd.DataFrame, eps: float = 1e-6) -> pd.DataFrame:
             omega = float(g["weight"].iloc[0])
         else:
             omega = float(np.dot(g["advantage"].to_numpy(float), A) / np.dot(A, A))
-        rows.append((int(step), str(query), omega))
+        rows.append((int(g["step"].iloc[0]), str(query), omega))
     return pd.DataFrame(rows, columns=["step", "query_id", "omega"])
 
 

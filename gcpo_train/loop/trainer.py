@@ -75,6 +75,11 @@ from gcpo_train.sampling.generate import generate_groups
 from gcpo_train.sampling.registry import make_kernels
 
 
+# the third entry of step_seed for the shuffled arms' permutation: far above any group position
+# (the sampling seeds are step_seed(seed, step, position)), so the two never share a seed
+SHUFFLE_STREAM = 2**31 - 1
+
+
 def step_seed(seed: int, step: int, *more: int) -> int:
     """A 32-bit seed derived from (seed, step, ...) with numpy's SeedSequence."""
     return int(np.random.SeedSequence([int(seed), int(step), *map(int, more)]).generate_state(1)[0])
@@ -194,7 +199,7 @@ class GCPOLoopTrainer:
         with timer("logprobs"):
             before = self._logprobs_before_update(rollouts.batch)
         with timer("measure"):
-            advantages, infos, cluster_stats = self._modulate(rollouts, before)
+            advantages, infos, cluster_stats = self._modulate(rollouts, before, step)
         study = None
         if self.config.track_gradvar == "full":  # the study's V at θ_old, its own pass per group
             from gcpo_train.loop.gradvar_tracking import study_variances
@@ -286,7 +291,7 @@ class GCPOLoopTrainer:
             before.ratio_var = masked_var(torch.exp(before.old_logp - before.ref_logp), mask).cpu().numpy()
         return before
 
-    def _modulate(self, rollouts: StepRollouts, before: BeforeUpdate):
+    def _modulate(self, rollouts: StepRollouts, before: BeforeUpdate, step: int = 0):
         """Modulated advantages Ã of every rollout (``modulate`` per group, Section 3.4)."""
         torch = require("torch")
         cfg, G, n_groups = self.config, self.config.group_size, len(rollouts.queries)
@@ -303,6 +308,7 @@ class GCPOLoopTrainer:
             logprobs=by_group(before.seq_logprob),
             ratio_var=by_group(before.ratio_var),
             n_tokens=by_group(before.n_tokens),
+            shuffle_seed=step_seed(cfg.seed, step, SHUFFLE_STREAM),  # used by '<modulator>:shuffled' arms only
         )
         advantages = torch.tensor(
             np.concatenate(advantages), dtype=torch.float32, device=rollouts.batch.completion_mask.device

@@ -172,10 +172,25 @@ def test_the_pages_reading_quotes_the_comparison():
     gaps = _join([f"{_signed(per_seed.loc[s, 'bot_rd'] - per_seed.loc[s, 'none'])} in seed {s}" for s in seeds])
     assert f"query: {gaps}." in page
     none_mean = summary.loc["none", "heldout_mean"]
-    assert (
-        f"about 10% ({_signed(0.1 * none_mean)} F1 on GRPO's {none_mean:.2f}) and a loss of {-g.delta_low:.2f}" in page
-    )
+    assert f"`bot_rd` − `none` = {delta} over {len(seeds)} seeds (seed-level paired t, df {int(g.df)})" in page
+    assert f"a loss of {-g.delta_low:.2f} F1 to a gain of {g.delta_high:.2f}" in page
+    assert f"(δ = {g.margin:.2f} F1 on GRPO's {none_mean:.2f}); TOST at ±{g.margin:.2f} gives p {g.p_tost:.3f}" in page
+    assert g.verdict == "inconclusive" and 'so the verdict is "inconclusive"' in page
+    assert f"The interval reported before, [{_signed(g.pooled_low, 2)}, {_signed(g.pooled_high, 2)}]" in page
     assert g.delta_low < 0 < g.delta_high and "**not distinguishable from 0**" in page
+    # τ, power and seeds quoted are the committed plan's, which is what write_plan computes
+    from gcpo_train.compare.plan import plan, plan_markdown
+
+    table = plan(res, seeds=16)
+    assert (CMP / "plan.md").read_text() == plan_markdown(table, "figures/train_compare/nqa_spans", 0.1, 16)
+    r = table.set_index("arm").loc["bot_rd"]
+    assert f"{r.share_between:.0%} of the per-seed deltas' variance is between seeds (τ = {r.tau:.2f} F1" in page
+    assert f"3 seeds have power {r.power_at_pilot_seeds:.2f} at δ = {r.delta:.2f}" in page
+    assert f"detect {r.detectable_3:.1f} F1 at 80% power, and {int(r.seeds_needed)} seeds would be needed" in page
+    coupling = pd.read_csv(CMP / "coupling.csv").set_index("step")["identical"]
+    assert f"{coupling[2]:.0%} of their completions are identical at step 2 and {coupling[60]:.0%} at step 60" in page
+    assert "(22% of `bot_rd`'s steps against 13% of GRPO's)" in page
+    assert [round(summary.loc[a, "clipped_share"], 2) for a in ("bot_rd", "none")] == [0.22, 0.13]
     f1s = _join([r["F1"] for r in grpo])
     assert f"(GRPO: {f1s})" in page
     assert f"stayed within {g.omega_p5:.2f}–{g.omega_p95:.2f}" in page

@@ -3,7 +3,8 @@
 (trained) |" is BoolQ's (figures/train_compare/compare/), "| arm (trained, SIQA) |" SIQA's
 (figures/train_compare/siqa/), "| arm (trained, NarrativeQA spans) |" the reading task's
 (figures/train_compare/nqa_spans/). A rerun or resumed comparison that changes a summary, or an
-edit that drifts, fails here."""
+edit that drifts, fails here. The interval is the seed-level paired t (issue 35), recomputed here
+from results.parquet with scipy."""
 
 import re
 from pathlib import Path
@@ -45,9 +46,38 @@ def test_compare_headline_table(header):
         mean, sd = (_f(x) for x in re.fullmatch(rf"({NUM}) ± ({NUM})", cells[1]).groups())
         assert [mean, sd] == [round(s.heldout_mean, 2), round(s.heldout_sd, 2)], (page, arm)
         if arm == "none":
-            assert cells[2] == "—", page
-        else:
-            shown = [_f(x) for x in re.fullmatch(rf"({NUM}) \[({NUM}), ({NUM})\]", cells[2]).groups()]
+            assert cells[2] == cells[3] == "—", page
+        else:  # the seed-level paired t interval (issue 35), its df and the verdict at ±δ
+            m = re.fullmatch(rf"({NUM}) \[({NUM}), ({NUM})\] \(df (\d+)\)", cells[2])
+            shown = [_f(x) for x in m.groups()[:3]]
             assert shown == [round(s.delta, 2), round(s.delta_low, 2), round(s.delta_high, 2)], (page, arm)
-        low, high = (_f(x) for x in cells[3].split("–"))
+            assert int(m.group(4)) == int(s.df) == int(s.seeds) - 1, (page, arm)
+            verdict = s.verdict.replace("±δ", f"±{s.margin:.2f}")
+            assert cells[3] == verdict, (page, arm)
+            assert s.margin == 0.1 * summary.loc["none", "heldout_mean"]
+        low, high = (_f(x) for x in cells[4].split("–"))
         assert [low, high] == [round(s.omega_p5, 2), round(s.omega_p95, 2)], (page, arm)
+
+
+@pytest.mark.parametrize("header", sorted(SUMMARIES))
+def test_the_seed_level_columns_are_recomputed_from_the_committed_results(header):
+    """summary.csv's seed-level numbers against a recomputation from results.parquet with scipy
+    alone (paired t of the per-seed deltas; TOST as two one-sided t tests)."""
+    from scipy import stats
+
+    folder = SUMMARIES[header].parent
+    summary = pd.read_csv(SUMMARIES[header]).set_index("arm")
+    res = pd.read_parquet(folder / "results.parquet").query("arm != 'base'")
+    res = res[res["step"] == res.groupby(["arm", "seed"])["step"].transform("max")]
+    per_seed = res.groupby(["arm", "seed"])["score"].mean().unstack(0)
+    for arm in summary.index.drop("none"):
+        d = (per_seed[arm] - per_seed["none"]).to_numpy()
+        ci = stats.ttest_1samp(d, 0.0).confidence_interval(0.95)
+        s = summary.loc[arm]
+        assert [s.delta, s.delta_low, s.delta_high] == pytest.approx([d.mean(), ci.low, ci.high], rel=1e-9)
+        margin = 0.1 * per_seed["none"].mean()
+        tost = max(
+            stats.ttest_1samp(d, -margin, alternative="greater").pvalue,
+            stats.ttest_1samp(d, margin, alternative="less").pvalue,
+        )
+        assert s.p_tost == pytest.approx(tost, rel=1e-8)

@@ -1,0 +1,40 @@
+"""The shuffled control of a group-level modulator (issue 35): ``<modulator>:shuffled`` keeps each
+step's weights ω but permutes them across that step's groups, so the arm has the same
+distribution of ω, step by step, and no link between a group and its own ω. If ``bot_rd`` beats
+GRPO but not ``bot_rd:shuffled``, what helps is the reweighting's size, not the measure's
+information about the group.
+
+Only groups with unequal rewards take part (the others have A = 0: an ω on them changes
+nothing, and moving one there would drop it from the step). Ã_k = ω_{π(k)} · A_k, with π a
+permutation of the step's eligible groups drawn from ``numpy.random.default_rng(seed)``; the
+trainer seeds it from (run seed, step), so a resumed run draws the same permutations.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+SHUFFLED = ":shuffled"
+
+
+def split_arm(name: str) -> tuple[str, bool]:
+    """(the modulator, whether its weights are shuffled) of an arm name such as 'bot_rd:shuffled'."""
+    if name.endswith(SHUFFLED):
+        return name[: -len(SHUFFLED)], True
+    return name, False
+
+
+def shuffled_names(modulators) -> list[str]:
+    """'<name>:shuffled' for every group-level modulator of a registry (``MODULATORS``) but none."""
+    return [f"{name}{SHUFFLED}" for name, m in modulators.items() if m.weight is not None and name != "none"]
+
+
+def shuffle_weights(weights, eligible, seed: int) -> np.ndarray:
+    """``weights`` with the entries where ``eligible`` is True permuted among themselves
+    (``default_rng(seed).permutation``); the others unchanged."""
+    w = np.asarray(weights, dtype=np.float64).copy()
+    if w.ndim != 1 or len(eligible) != w.size:
+        raise ValueError(f"weights and eligible must be 1-d of one length, got {w.shape} and {len(eligible)}")
+    idx = np.flatnonzero(np.asarray(eligible, dtype=bool))
+    w[idx] = w[np.random.default_rng(seed).permutation(idx)]
+    return w

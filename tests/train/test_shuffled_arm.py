@@ -1,0 +1,87 @@
+"""The shuffled control '<modulator>:shuffled' (issue 35): each step keeps the multiset of ω of
+the modulator's groups and permutes it across them, on a tiny model; the permutation is the
+seeded one, and a name without a group weight is refused."""
+
+import numpy as np
+import pytest
+
+from gcpo_analysis.measures.shuffled import shuffle_weights, shuffled_names, split_arm
+
+pytest.importorskip("torch")
+pytest.importorskip("peft")
+pytest.importorskip("accelerate")
+
+
+def test_shuffle_weights_permutes_only_the_eligible_groups():
+    w = np.array([1.1, 1.2, 9.0, 1.3, 1.4])
+    out = shuffle_weights(w, [True, True, False, True, True], seed=3)
+    assert out[2] == 9.0 and sorted(out[[0, 1, 3, 4]]) == [1.1, 1.2, 1.3, 1.4]
+    perm = np.random.default_rng(3).permutation([0, 1, 3, 4])
+    np.testing.assert_array_equal(out[[0, 1, 3, 4]], w[perm])  # numpy's seeded permutation, by hand
+    assert not np.array_equal(shuffle_weights(np.arange(8.0), [True] * 8, seed=0), np.arange(8.0))
+    with pytest.raises(ValueError, match="one length"):
+        shuffle_weights(w, [True], seed=0)
+
+
+def test_names():
+    from gcpo_analysis.measures.modulators import MODULATORS
+
+    assert split_arm("bot_rd:shuffled") == ("bot_rd", True) and split_arm("bot_rd") == ("bot_rd", False)
+    names = shuffled_names(MODULATORS)
+    assert "bot_rd:shuffled" in names and "none:shuffled" not in names
+    assert all(MODULATORS[split_arm(n)[0]].weight is not None for n in names)  # per-rollout ones have no ω
+
+
+def _omegas(frame):
+    from gcpo_train.compare.treatment import omega_groups
+
+    return omega_groups(frame).set_index("query_id")["omega"]
+
+
+def test_the_shuffled_arm_keeps_each_steps_multiset_of_omega(tmp_path):
+    """Step 1 samples the same rollouts in both arms (common random numbers): the shuffled arm's ω
+    read back from its advantages are bot_rd's, permuted across the groups; at every step the
+    multiset is the step's own ω (logged in info as omega_own)."""
+    from helpers.loop_setup import make
+
+    from gcpo_train.config import TrainConfig
+
+    kw = dict(steps=3, queries_per_step=4, group_size=4)
+    plain = make(tmp_path, "plain", modulator="bot_rd", **kw)
+    shuffled = make(tmp_path, "shuffled", modulator="bot_rd:shuffled", **kw)
+    _, a = plain.train_step(1)
+    _, b = shuffled.train_step(1)
+    assert a["completion"].tolist() == b["completion"].tolist()
+    wa, wb = _omegas(a), _omegas(b)
+    assert len(wa) >= 2
+    np.testing.assert_allclose(np.sort(wa.to_numpy()), np.sort(wb.to_numpy()), rtol=1e-6)
+    for step in (2, 3):
+        _, frame = shuffled.train_step(step)
+        omega = _omegas(frame)
+        assert len(omega) == 0 or omega.to_numpy().min() > 0
+    with pytest.raises(ValueError, match="modulator must be one of"):
+        TrainConfig(modulator="eg_spo:shuffled").validate()
+
+
+def test_the_shuffled_advantages_are_the_step_permutation_of_own_omega(tmp_path):
+    """Ã = ω_π(k) · A_k exactly, with π the permutation seeded by (seed, step) (an independent
+    recomputation from the group_weight of each group)."""
+    from helpers.loop_setup import make
+
+    from gcpo_analysis.measures.advantages import grpo_advantages
+    from gcpo_train.loop.trainer import SHUFFLE_STREAM, step_seed
+
+    tr = make(tmp_path, "s", modulator="bot_rd:shuffled", steps=2, queries_per_step=4, group_size=4, seed=3)
+    plain = make(tmp_path, "p", modulator="bot_rd", steps=2, queries_per_step=4, group_size=4, seed=3)
+    _, frame = tr.train_step(1)
+    _, ref = plain.train_step(1)  # the same samples: its ω are each group's own
+    order = list(dict.fromkeys(frame["query_id"]))
+    own = _omegas(ref)
+    adv = {q: grpo_advantages(g["reward"].to_numpy(float), 1e-6) for q, g in frame.groupby("query_id", sort=False)}
+    eligible = [bool(np.any(adv[q] != 0)) for q in order]
+    w = np.array([own.get(q, 1.0) for q in order])
+    expected = shuffle_weights(w, eligible, step_seed(tr.config.seed, 1, SHUFFLE_STREAM))
+    assert sum(eligible) >= 2 and not np.allclose(expected, w)  # this step's permutation moves ω
+    for q, omega in zip(order, expected, strict=True):
+        got = frame.loc[frame["query_id"] == q, "advantage"].to_numpy()
+        np.testing.assert_allclose(got, adv[q] * omega, rtol=1e-5, atol=1e-7)
