@@ -207,8 +207,9 @@ def reading(summary: pd.DataFrame) -> str:
         text = (
             f"**{snap}** (batch size {k}, {none['n_pool']} pool groups, {none['n_live']} with a gradient): "
             f"equal weights reach cos {none['cos']:.3f} with the reference; the oracle ceiling adds "
-            f"{_f(o['dcos'])} {_ci(o['dcos_lo'], o['dcos_hi'])}. "
+            f"{_f(o['dcos'])} {_ci(o['dcos_lo'], o['dcos_hi'])}"
         )
+        text += f" ({o['dcos'] / none['cos']:+.0%} of it). " if none["cos"] > 0 else ". "
         if up:
             text += f"After Holm, {', '.join(up)} point the update closer than equal weights. "
         else:

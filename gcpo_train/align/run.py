@@ -193,6 +193,7 @@ def finish_snapshot(cfg: AlignConfig, train, work: Path, dim: int, done: list[in
     t0 = time.perf_counter()
     parts = [json.loads((work / "parts" / f"group_{k:05d}.json").read_text()) for k in done]
     K = gram_of(work / "gradients.npy", done)
+    sizes = json.loads((work / "sizes.json").read_text())
     frame = group_weights(parts, train)
     frame.insert(0, "snapshot", cfg.snapshot)
     paths = snapshot_paths(Path(cfg.output), cfg.snapshot)
@@ -214,11 +215,10 @@ def finish_snapshot(cfg: AlignConfig, train, work: Path, dim: int, done: list[in
         "n_ref": cfg.n_ref,
         "reference": "leave-batch-out mean of the pool" if cfg.n_ref == 0 else f"mean of {cfg.n_ref} disjoint groups",
         "seed": cfg.seed,
-        **json.loads((work / "sizes.json").read_text()),
+        **sizes,
         "gradient_memmap_gb": round((cfg.n_pool + cfg.n_ref) * dim * 4 / 1e9, 3),
-        "full_finetuning_gb_per_group": round(
-            json.loads((work / "sizes.json").read_text())["all_parameters"] * 4 / 1e9, 3
-        ),
+        # full fine-tuning: a float32 gradient of every weight of the base model per group
+        "full_finetuning_gb_per_group": round((sizes["all_parameters"] - sizes["trained_parameters"]) * 4 / 1e9, 3),
         # of the process that finished the snapshot (the Gram, in blocks); a sampling process's is
         # the model's plus one gradient
         "peak_rss_gb_finishing_process": round(_peak_rss_gb(), 3),
