@@ -74,7 +74,6 @@ from gcpo_train.runfiles.run_folder import RunFolder, write_run_info
 from gcpo_train.sampling.generate import generate_groups
 from gcpo_train.sampling.registry import make_kernels
 
-
 # the third entry of step_seed for the shuffled arms' permutation: far above any group position
 # (the sampling seeds are step_seed(seed, step, position)), so the two never share a seed
 SHUFFLE_STREAM = 2**31 - 1

@@ -165,7 +165,6 @@ def test_every_gcpo_field_has_help():
         "modulator_params",
         "log_group_measures",
         "share_prompt",
-        "reward_range",
     }
     assert all(len(fields[n].metadata.get("help", "")) > 20 for n in added)
 
