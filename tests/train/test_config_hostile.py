@@ -94,8 +94,8 @@ def test_report_to_refuses_a_backend_that_is_not_installed_and_logs_to_one_that_
 def test_report_to_lists_each_backend_once_even_after_replace(monkeypatch):
     import dataclasses
 
-    from gcpo_train.config import TrainConfig
     from gcpo_train import reporting
+    from gcpo_train.config import TrainConfig
 
     monkeypatch.setattr(reporting, "installed", lambda module: True)
     cfg = TrainConfig(tensorboard=True, report_to=["tensorboard", "wandb"])
