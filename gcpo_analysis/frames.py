@@ -491,6 +491,19 @@ def write_frame(df: pd.DataFrame, path: str | Path) -> Path:
     return path
 
 
+# Tables (CSV) keep 10 significant digits: a full float repr's last digits change with the CPU's
+# summation order (a bootstrap quantile, a regression), and a study's tables must regenerate byte
+# for byte on another machine; the frames (Parquet) keep full precision.
+TABLE_FLOAT_FORMAT = "%.10g"
+
+
+def write_table(df: pd.DataFrame, path: str | Path, index: bool = False) -> Path:
+    """A table as CSV, atomically (``write_frame``'s rename), floats at ``TABLE_FLOAT_FORMAT``."""
+    path = Path(path)
+    _atomic(path, lambda f: df.to_csv(f, index=index, float_format=TABLE_FLOAT_FORMAT))
+    return path
+
+
 def write_text(path: str | Path, text: str) -> Path:
     """``write_frame``'s atomic write for a text file (sidecars, run cards)."""
     path = Path(path)

@@ -37,7 +37,7 @@ import pandas as pd
 from numpy.typing import ArrayLike
 from scipy import stats as sps
 
-from ..frames import write_frame, write_json
+from ..frames import write_json, write_table
 from ..measures.registry import MEASURE_REGISTRY, RegistryView, default_measures, table_order
 from .decomposition import paired_retrieval_bootstrap, v_zero_decomposition
 from .rank import _paired_frame, _percentile_ci, _point_rhos, bootstrap_rhos, retrieval, spearman
@@ -218,7 +218,7 @@ class GapStudyResult:
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         for key, table in self.tables().items():
-            write_frame(table, folder / f"{key}.csv")
+            write_table(table, folder / f"{key}.csv")
         blob = dict(
             name=self.name,
             settings=self.settings,

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..frames import note_logprob_convention, write_figure, write_frame, write_json, write_text
+from ..frames import note_logprob_convention, write_figure, write_frame, write_json, write_table, write_text
 from ..measures.registry import default_measures, rollouts_columns
 from ..vocab import JUDGE, full_completion
 
@@ -350,7 +350,7 @@ def training_statistics(
             )
     pg = gap_study(groups, name="pooled, V_pg", **{**study_kw, "target": "grad_var_pg"})
     if pg.decomposition is not None:
-        write_frame(pg.decomposition, out / "tables" / "decomposition_pg.csv")
+        write_table(pg.decomposition, out / "tables" / "decomposition_pg.csv")
         write_text(
             out / "tables" / "decomposition_pg.md",
             "V = 0 decomposition (our addition) with V_pg = V_train, set to 0 where the group's advantages are "
@@ -358,7 +358,7 @@ def training_statistics(
             + pg.decomposition.to_markdown(index=False, floatfmt=".3f")
             + "\n",
         )
-    write_frame(pd.DataFrame(n_rows), out / "tables" / "n_analysed.csv")
+    write_table(pd.DataFrame(n_rows), out / "tables" / "n_analysed.csv")
     write_text(
         out / "tables" / "n_analysed.md",
         "The N analysed in every table: groups per table, removed by the trim, left (n_analysed).\n\n"
@@ -368,7 +368,7 @@ def training_statistics(
     card["n_analysed"] = {r["table"]: r["n_analysed"] for r in n_rows}
     used = [m for m in measures if m in groups.columns]
     windows = rho_windows(groups, used, n_windows=n_windows, seed=seed)
-    write_frame(windows, out / "tables" / "rho_over_training.csv")
+    write_table(windows, out / "tables" / "rho_over_training.csv")
     if figures:
         (out / "figures").mkdir(exist_ok=True)
         plot_rho_over_training(windows, phase_rho, out / "figures" / "rho_over_training")

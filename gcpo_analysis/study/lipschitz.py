@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..frames import write_frame, write_json, write_text
+from ..frames import write_json, write_table, write_text
 from ..outputs import atomic_write
 from ..stats.lipschitz import LEVEL, N_BOOT, lipschitz_pairs, summarise
 from ..vocab import CLUSTERS, EMBEDDINGS, JUDGE, NLI_THRESHOLD, USE_FULL_COMPLETION, full_completion
@@ -352,14 +352,14 @@ def write_lipschitz(
     meta["clusters_vs_groups_frame"] = _clusters_check(folder, prepared)
     tables, figs = folder / "tables", folder / "figures"
     tables.mkdir(exist_ok=True)
-    write_frame(summary, tables / f"{name}.csv")
-    write_frame(per_group, tables / f"{name}_groups.csv")
+    write_table(summary, tables / f"{name}.csv")
+    write_table(per_group, tables / f"{name}_groups.csv")
     subset = "" if queries is None else f" ({len(keep)} selected queries)"
     write_text(tables / f"{name}.md", to_markdown(summary, f"# Lipschitz check: {settings['dataset']}{subset}"))
     write_json(tables / f"{name}_meta.json", meta, default=str)
     if bound:
         table = _bound_table(rollouts, grams, prepared, n_boot=n_boot, seed=seed)
-        write_frame(table, tables / f"{name}_bound.csv")
+        write_table(table, tables / f"{name}_bound.csv")
         write_text(
             tables / f"{name}_bound.md", BOUND_NOTE + "\n\n" + table.to_markdown(index=False, floatfmt=".3f") + "\n"
         )

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..frames import write_frame, write_text
+from ..frames import write_table, write_text
 from ..stats.lipschitz import N_BOOT
 from ..stats.lipschitz_confounds import group_confounds, summarise_confounds
 from .lipschitz import SIDECAR, _by_query, read_embeddings, write_lipschitz
@@ -76,7 +76,7 @@ def write_confounds(folder, rollouts, grams, prepared, n_boot: int = N_BOOT, see
         f"({model}, float16 sidecar), length = |n_i - n_j| tokens, jaccard = word-set Jaccard distance of the "
         f"{text}s, norms = ||g_i||^2 + ||g_j||^2; n_groups = groups where the statistic is defined."
     )
-    write_frame(summary, tables / f"{CONFOUNDS}.csv")
+    write_table(summary, tables / f"{CONFOUNDS}.csv")
     write_text(tables / f"{CONFOUNDS}.md", head + "\n\n" + summary.to_markdown(index=False, floatfmt=".3f") + "\n")
     return summary
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..frames import read_frame, write_json, write_text
+from ..frames import read_frame, write_json, write_table, write_text
 from ..vocab import MATH_DATASETS
 
 log = logging.getLogger(__name__)
@@ -64,7 +64,7 @@ def _write_paper_tables(result, folder: Path, dataset: str | None = None) -> Non
     if result.success is not None:
         tables[names["success"]] = result.table3()
     for name, table in tables.items():
-        write_text(folder / f"{name}.csv", table.to_csv())  # with the index: the measures name the rows
+        write_table(table, folder / f"{name}.csv", index=True)  # with the index: the measures name the rows
         write_text(folder / f"{name}.md", table.to_markdown())
     for stale in sorted(set(_ALL_PAPER_NAMES) - set(tables)):
         for path in (folder / f"{stale}.csv", folder / f"{stale}.md"):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..frames import write_frame, write_text
+from ..frames import write_table, write_text
 from ..stats.vparts import CONFIRMATORY, CONFIRMATORY_TARGETS, CONTROL_SETS, v_structure
 
 NOTES = {
@@ -57,6 +57,6 @@ def write_v_tables(
         warnings.simplefilter("ignore", RuntimeWarning)
         out = v_structure(groups, measures, trim, n_boot=n_boot, seed=seed, level=level)
     for name, table in out.items():
-        write_frame(table, tables / f"{name}.csv")
+        write_table(table, tables / f"{name}.csv")
         write_text(tables / f"{name}.md", NOTES[name] + "\n\n" + table.to_markdown(index=False, floatfmt=".3f") + "\n")
     return out["trim"].iloc[0].to_dict()
