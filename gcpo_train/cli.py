@@ -23,9 +23,14 @@ from gcpo_train.config import DTYPES, TrainConfig, load_config
 
 
 def _yaml_value(text: str):
+    """A flag's value as a YAML scalar or list; a value YAML cannot read is argparse's error,
+    naming the flag with the reason (argparse alone would print the whole value)."""
     from gcpo_train.config import safe_yaml
 
-    return safe_yaml(text, "a flag value")
+    try:
+        return safe_yaml(text, "its value")
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def add_train_parser(subparsers) -> argparse.ArgumentParser:
