@@ -96,7 +96,8 @@ def _run_score(args) -> int:
     source = Path(args.rollouts).resolve()
     from .outputs import check_output, staged_outputs
 
-    for target in (out, out.with_suffix(".csv"), out.with_suffix(".meta.json")):
+    written = [out, *([out.with_suffix(".csv")] if args.csv else []), out.with_suffix(".meta.json")]
+    for target in written:  # the CSV beside -o only when --csv writes it (r.csv -o r.parquet is fine)
         if target.resolve() == source:
             raise ValueError(
                 f"output {target} is the input rollouts file; choose another -o "

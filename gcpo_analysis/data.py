@@ -54,7 +54,17 @@ def __getattr__(name: str):
 def read_records(path: Path) -> Iterator[tuple[str, object]]:
     """(locator, record) for each record of a JSONL file (blank lines skipped), a JSON list (or
     {"data": [...]}) or a JSON object of records; locator is "file line N", "file record i" or
-    "file record 'key'". Invalid JSON is refused with its locator (ValueError)."""
+    "file record 'key'". Invalid JSON or a file that is not UTF-8 is refused naming the file and
+    the line (ValueError)."""
+    try:
+        yield from _records(path)
+    except UnicodeDecodeError as err:
+        from .errors import not_utf8
+
+        raise not_utf8(path, err) from None
+
+
+def _records(path: Path) -> Iterator[tuple[str, object]]:
     if path.suffix == ".jsonl":
         with path.open(encoding="utf-8") as fh:
             for lineno, line in enumerate(fh, 1):

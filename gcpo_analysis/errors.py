@@ -40,3 +40,20 @@ def did_you_mean(word: str, choices: Iterable[str], n: int = 3) -> str:
     every "did you mean" of the command line, the config keys and modulator_params."""
     close = difflib.get_close_matches(str(word), list(choices), n=n)
     return f" (did you mean {', '.join(close)}?)" if close else ""
+
+
+def not_utf8(path, err: UnicodeDecodeError) -> ValueError:
+    """A file that is not UTF-8 text, named with the line and byte of its first bad byte (the
+    decoder's own message names neither the file nor the line)."""
+    from pathlib import Path
+
+    try:
+        data = Path(path).read_bytes()
+        data.decode("utf-8")
+        where = ""
+    except UnicodeDecodeError as found:
+        line = data.count(b"\n", 0, found.start) + 1
+        where = f" line {line} (byte {found.start}: 0x{data[found.start]:02x})"
+    except OSError:
+        where = ""
+    return ValueError(f"{path}:{where} not UTF-8 text ({err.reason}); save the file as UTF-8")

@@ -372,16 +372,21 @@ def read_table(path: str | Path, kind: str = "rollouts", text_columns=()) -> pd.
     if not path.exists():
         raise FileNotFoundError(f"no such {kind} file: {path}")
     suffix = path.suffix.lower()
-    if suffix == ".parquet":
-        df = pd.read_parquet(path)
-    elif suffix in (".jsonl", ".ndjson"):
-        df = _read_jsonl(path)
-    elif suffix == ".json":  # values as written: no type guessing ("01" stays a string, not 1)
-        df = pd.read_json(path, dtype=False)
-    elif suffix == ".csv":
-        df = _read_csv(path, CSV_TEXT_COLUMNS + tuple(text_columns))
-    else:
-        raise FrameError(f"{path}: unknown frame format {suffix!r} (use .parquet, .jsonl or .csv)")
+    try:
+        if suffix == ".parquet":
+            df = pd.read_parquet(path)
+        elif suffix in (".jsonl", ".ndjson"):
+            df = _read_jsonl(path)
+        elif suffix == ".json":  # values as written: no type guessing ("01" stays a string, not 1)
+            df = pd.read_json(path, dtype=False)
+        elif suffix == ".csv":
+            df = _read_csv(path, CSV_TEXT_COLUMNS + tuple(text_columns))
+        else:
+            raise FrameError(f"{path}: unknown frame format {suffix!r} (use .parquet, .jsonl or .csv)")
+    except UnicodeDecodeError as err:
+        from .errors import not_utf8
+
+        raise not_utf8(path, err) from None
     return df
 
 

@@ -125,7 +125,9 @@ SHARED: dict[str, Knob] = {
         "(exact up to float rounding; a named fallback where it cannot). False = the plain full-sequence pass.",
     ),
     "group_size": Knob(16, "G, rollouts per prompt.", ge=2),
-    "temperature": Knob(TEMPERATURE, "Sampling temperature.", gt=0),
+    # logits / T must stay finite in float32 (max 3.4e38) for any |logit| < 3e8: T >= 1e-30
+    # (1e-45 reached torch.multinomial as inf/NaN probabilities at step 1)
+    "temperature": Knob(TEMPERATURE, "Sampling temperature (logits are divided by it in float32).", ge=1e-30),
     "max_new_tokens": Knob(256, "Completion length cap, in tokens.", ge=1),
     "max_context_tokens": Knob(
         256, "Token budget of the passage in the prompt (the passage is truncated, keeping its start).", ge=1

@@ -359,8 +359,18 @@ def _unique_key_loader():
 
 def safe_yaml(text: str, source: str):
     """YAML as ``yaml.safe_load`` reads it, with the alias expansion bounded (a "billion laughs"
-    bomb is refused before anything expands), a key given twice refused, and a syntax error as
+    bomb is refused before anything expands), a key given twice refused, nesting too deep for
+    PyYAML's recursive reader refused (its RecursionError named no file), and a syntax error as
     one line naming the source and the line."""
+    try:
+        return _safe_yaml(text, source)
+    except RecursionError:
+        raise ValueError(
+            f"{source}: refused, its values are nested too deeply to read (thousands of levels); a config needs a few"
+        ) from None
+
+
+def _safe_yaml(text: str, source: str):
     import yaml
 
     loader = _unique_key_loader()
@@ -429,7 +439,13 @@ def read_config_file(path: str | Path) -> dict:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no such config file: {path}")
-    loaded = safe_yaml(path.read_text(), str(path)) or {}
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        from gcpo_analysis.errors import not_utf8
+
+        raise not_utf8(path, err) from None
+    loaded = safe_yaml(text, str(path)) or {}
     if not isinstance(loaded, dict):
         raise ValueError(f"{path}: a config file must be a YAML mapping, got {type(loaded).__name__}")
     return loaded

@@ -31,7 +31,12 @@ SET_DEST = "set_overrides"
 
 
 def _yaml_value(text: str):
-    return safe_yaml(text, "a flag value")
+    """A flag's value as a YAML scalar or list; a value YAML cannot read is argparse's error,
+    naming the flag with the reason (argparse alone would print the whole value)."""
+    try:
+        return safe_yaml(text, "its value")
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def add_override_flags(parser: argparse.ArgumentParser, skip: Iterable[str] = ()) -> None:

@@ -32,6 +32,33 @@ def downsample(df, max_points: int = MAX_POINTS):
     return df.iloc[keep]
 
 
+def check_outputs(stem: Path, log: Path) -> None:
+    """The PNG and SVG of ``stem`` never over the log, inside a checkpoint, or in the parts of a
+    run that gcpo train prunes and replaces (``outputs.check_output``), before anything is drawn."""
+    from gcpo_analysis.outputs import check_output
+
+    if stem.suffix in (".png", ".svg", ".pdf"):  # the names save_figure writes
+        stem = stem.with_suffix("")
+    for suffix in (".png", ".svg"):
+        check_output(stem.with_suffix(suffix), [log], "-o")
+
+
+def check_numbers(df, columns, log: Path) -> None:
+    """Every value of the drawn columns is a number (or null, a gap in the curve); a string, a
+    list or a boolean is refused naming the log, the step and the key (matplotlib would draw
+    strings as categories, or fail with a message that names neither)."""
+    import numbers
+
+    for c in columns:
+        for i, v in enumerate(df[c]):
+            if v is None or (isinstance(v, numbers.Real) and not isinstance(v, bool)):
+                continue
+            raise ValueError(
+                f"{log}: logged row {i + 1} (step {df['step'].iloc[i]}) has {c} = {v!r}, not a number; "
+                f"plot-train draws {c} as a curve"
+            )
+
+
 def plot_training(run_dir, output=None):
     """Draw the curves of a run folder; returns the two written paths."""
     import pandas as pd
@@ -44,17 +71,21 @@ def plot_training(run_dir, output=None):
         raise FileNotFoundError(f"{run_dir}: no such folder; give the output_dir of a gcpo train run")
     if not log.exists():
         raise FileNotFoundError(f"no log.jsonl in {run_dir}: it is not a gcpo train run folder, or no step has run")
-    df = pd.DataFrame(read_log(log))
-    if df.empty:
+    out = Path(output) if output else (log.parent / "plots" / "training")
+    check_outputs(out, log)
+    rows = read_log(log)
+    if not rows:
         raise ValueError(f"{log} has no logged step")
-    df = downsample(df)
-    fig, ax = plt.subplots(1, 4, figsize=(18, 3.6))
+    df = pd.DataFrame(rows)
     panels = [
         ("(a) reward", [c for c in ("reward_mean", "frac_zero_std") if c in df]),
         ("(b) KL to the reference and loss", [c for c in ("kl", "loss") if c in df]),
         ("(c) advantage weights (group means)", [c for c in df if c.startswith("w_")]),
         ("(d) seconds per phase", [c for c in df if c.startswith("time_")]),
     ]
+    check_numbers(df, [c for _, cols in panels for c in cols], log)
+    df = downsample(df)
+    fig, ax = plt.subplots(1, 4, figsize=(18, 3.6))
     for a, (title, cols) in zip(ax, panels):
         for c in cols:
             a.plot(df["step"], df[c], marker="o" if len(df) <= 200 else None, ms=3, label=c)
@@ -65,7 +96,6 @@ def plot_training(run_dir, output=None):
             a.text(0.5, 0.5, "not logged in this run", ha="center", va="center", transform=a.transAxes)
     fig.suptitle(f"training run {run_dir.name}", fontsize=11)
     fig.tight_layout()
-    out = Path(output) if output else (log.parent / "plots" / "training")
     paths = save_figure(fig, out)
     plt.close(fig)
     return paths

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..frames import id_order, validate_rollouts
+from ..frames import _show, id_order, validate_rollouts
 from ..vocab import (
     CLUSTERS,
     EMBEDDINGS,
@@ -44,6 +44,20 @@ def parse_measures(measures: str | Iterable[str]) -> list[str]:
     if not measures:
         raise ValueError("no measure requested")
     return measures
+
+
+def check_rewards_in_range(df: pd.DataFrame, r_min: float, r_max: float) -> None:
+    """Every reward of a rollouts frame inside [r_min, r_max] (``dispersion.as_rewards``' slack of
+    1e-9); the error names the first bad one by its row, query and rollout, and the flags."""
+    r = df["reward"].to_numpy(float)
+    bad = ~((r >= r_min - 1e-9) & (r <= r_max + 1e-9))
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise ValueError(
+            f"reward {r[row]:g} at row {row} (query_id={_show(df['query_id'].iloc[row])}, rollout_id="
+            f"{_show(df['rollout_id'].iloc[row])}) lies outside the declared range [{r_min:g}, {r_max:g}]; "
+            f"{int(bad.sum())} such row(s). Set --r-min/--r-max (r_min/r_max) to your rewards' range"
+        )
 
 
 def score_groups(
@@ -91,6 +105,8 @@ def score_groups(
         for col in m.columns:
             if col not in df.columns:
                 raise ValueError(f"measure {m.name!r} needs the rollouts column {col!r}, which is missing")
+    if any(m.rewards for m in chosen):  # named by query and row here; the measure sees only positions
+        check_rewards_in_range(df, r_min, r_max)
     # auto (None): the full completion when every rollout's dataset is a math one (vocab)
     text_col = "completion" if full_completion(use_full_completion, df.get("dataset")) else "answer"
     df = df.sort_values("rollout_id", kind="stable", key=id_order)  # "2" before "10", as 2 before 10

@@ -47,7 +47,7 @@ def check_output(out, source, overwrite: bool) -> Path:
     if out == source or out in source.parents:
         raise ValueError(f"output {out} holds the checkpoint {source}; choose another folder")
     check_path(out, [source], "output")  # not inside the checkpoint or a run's pruned checkpoints/
-    if not out.exists():
+    if not out.exists() or (out.is_dir() and not any(out.iterdir())):  # an empty folder: nothing to lose
         return out
     if not overwrite:
         raise ValueError(f"output {out} exists; pass --overwrite to replace an earlier export")

@@ -135,7 +135,7 @@ def test_study_config_is_validated_when_made():
         (dict(trim=-1), "trim must be a finite number >= 0"),
         (dict(measures="bot,sse"), r"unknown measure\(s\) \['sse'\]"),
         (dict(params="some"), "params must be one of all, lora"),
-        (dict(temperature=float("inf")), "temperature must be a finite number > 0"),
+        (dict(temperature=float("inf")), "temperature must be a finite number >= 1e-30"),
     ):
         with pytest.raises(ValueError, match=message):
             StudyConfig(**bad)

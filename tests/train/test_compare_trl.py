@@ -55,7 +55,7 @@ def test_compare_mapping_gives_the_flags_defaults_and_refuses_unknown_keys(tmp_p
         load_compare_config(_write(tmp_path, "compare:\n  seeds: [a]\n"))
     with pytest.raises(ValueError, match="compare.eval_n must be an integer >= 1, got '500'"):
         load_compare_config(_write(tmp_path, "compare:\n  eval_n: '500'\n"))
-    with pytest.raises(ValueError, match="compare.eval_every must be an integer, got None"):
+    with pytest.raises(ValueError, match="compare.eval_every must be an integer >= 0, got None"):
         load_compare_config(_write(tmp_path, "compare:\n  eval_every: null\n"))
     with pytest.raises(ValueError, match="unknown config key 'stepz'"):
         load_compare_config(_write(tmp_path, "stepz: 3\n"))

@@ -172,3 +172,18 @@ def test_cli_overwrite_keeps_a_file_the_user_added_to_an_export(lora_run, tmp_pa
     (out / "README_mine.md").unlink()
     assert main(["export", str(lora_run), str(out), "--no-check", "--overwrite"]) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]  # no temporary folder left
+
+
+def test_an_empty_folder_is_exported_into(lora_run, tmp_path, capsys):
+    """export CKPT EMPTY_FOLDER was refused ("exists; pass --overwrite"), though there was nothing
+    to replace (round four, still failing in round five); a folder with a file is still refused."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["export", str(lora_run), str(empty), "--no-check"]) == 0
+    assert json.loads((empty / PROVENANCE).read_text())["step"] == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty"]  # no temporary folder left
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "notes.txt").write_text("keep me")
+    assert main(["export", str(lora_run), str(full), "--no-check"]) == 2
+    assert "exists; pass --overwrite" in capsys.readouterr().err and (full / "notes.txt").read_text() == "keep me"

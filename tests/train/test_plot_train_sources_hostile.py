@@ -1,0 +1,57 @@
+"""gcpo plot-train, round five (issue 38 item 5, round four's leftovers): a logged value that is
+not a number is named by its key and step (it was drawn as a category, or failed in matplotlib
+naming nothing), and the figures never go into a checkpoint or a run's pruned folders. Each test
+failed on the code before its fix (e498d2b)."""
+
+import json
+
+import pytest
+
+pytest.importorskip("matplotlib")
+
+from gcpo_analysis.cli import main  # noqa: E402
+
+
+def _error(argv, capsys) -> tuple[int, str]:
+    capsys.readouterr()
+    rc = main(argv)
+    lines = [x for x in capsys.readouterr().err.splitlines() if "error:" in x]
+    assert len(lines) == 1, lines
+    return rc, lines[0]
+
+
+def _log(folder, *rows):
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("reward_mean", "x"), ("kl", [1, 2]), ("w_rd", {"a": 1}), ("time_step", True)],
+)
+def test_a_logged_value_that_is_not_a_number_is_named(tmp_path, capsys, key, value):
+    run = _log(tmp_path / "run", {"step": 1, "reward_mean": 0.5}, {"step": 2, "reward_mean": 0.5, key: value})
+    rc, line = _error(["plot-train", str(run)], capsys)
+    assert rc == 2 and f"row 2 (step 2) has {key} = {value!r}, not a number" in line and "log.jsonl" in line
+    assert not (run / "plots").exists()
+
+
+def test_a_missing_value_is_a_gap_not_an_error(tmp_path, capsys):
+    run = _log(tmp_path / "run", {"step": 1, "kl": None, "loss": 0.5}, {"step": 2, "kl": 0.1})
+    assert main(["plot-train", str(run)]) == 0
+    assert (run / "plots" / "training.png").exists() and (run / "plots" / "training.svg").exists()
+
+
+@pytest.mark.parametrize("where", ["checkpoints/step_000001/curves", "checkpoints/curves.png", "rollouts/curves"])
+def test_plot_train_never_writes_into_a_checkpoint_or_pruned_folder(tmp_path, capsys, where):
+    run = _log(tmp_path / "run", {"step": 1, "reward_mean": 0.5})
+    ckpt = run / "checkpoints" / "step_000001"
+    ckpt.mkdir(parents=True)
+    for name in ("state.json", "trainable.pt"):
+        (ckpt / name).write_text("{}")
+    (run / "rollouts").mkdir()
+    before = sorted(p.relative_to(run).as_posix() for p in run.rglob("*"))
+    rc, line = _error(["plot-train", str(run), "-o", str(run / where)], capsys)
+    assert rc == 2 and "-o" in line and ("checkpoint" in line or "prunes" in line)
+    assert sorted(p.relative_to(run).as_posix() for p in run.rglob("*")) == before
