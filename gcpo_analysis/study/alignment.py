@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gcpo_analysis.frames import write_frame, write_text
 from gcpo_analysis.stats.alignment import ORACLE, SHUFFLED, alignment, batch_frame, bootstrap_p, deltas, group_bootstrap
 from gcpo_analysis.stats.rank import _percentile_ci
 from gcpo_analysis.stats.size_control import holm
@@ -238,14 +239,12 @@ def restat(out: Path, n_batches: int = N_BATCHES, n_boot: int = N_BOOT) -> None:
         summaries.append(s)
         groups.append(g)
     summary = pd.concat(summaries, ignore_index=True)
-    pd.concat(batches, ignore_index=True).to_parquet(out / "batches.parquet", index=False)
-    pd.concat(groups, ignore_index=True).to_parquet(out / "groups.parquet", index=False)
-    summary.to_parquet(out / "summary.parquet", index=False)
-    (out / "alignment.md").write_text(alignment_markdown(summary))
-    (out / "headline.md").write_text(headline_markdown(summary))
-    (out / "reading.md").write_text(reading(summary))
+    write_frame(pd.concat(batches, ignore_index=True), out / "batches.parquet")
+    write_frame(pd.concat(groups, ignore_index=True), out / "groups.parquet")
+    write_frame(summary, out / "summary.parquet")
+    write_text(out / "alignment.md", alignment_markdown(summary))
+    write_text(out / "headline.md", headline_markdown(summary))
+    write_text(out / "reading.md", reading(summary))
     cards = {n: json.loads(snapshot_paths(out, n)["card"].read_text()) for n in names}
     settings = dict(batch_sizes=list(BATCH_SIZES), n_batches=n_batches, n_boot=n_boot, level=LEVEL)
-    (out / "card.json").write_text(
-        json.dumps({"restat": settings, "snapshots": cards}, indent=1, sort_keys=True) + "\n"
-    )
+    write_text(out / "card.json", json.dumps({"restat": settings, "snapshots": cards}, indent=1, sort_keys=True) + "\n")

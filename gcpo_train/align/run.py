@@ -21,7 +21,6 @@ disjoint reference pool of ``n_ref`` further queries.
 from __future__ import annotations
 
 import json
-import os
 import resource
 import time
 from dataclasses import asdict, dataclass
@@ -30,7 +29,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gcpo_analysis.knobs import check_knobs, knob
+from gcpo_analysis.frames import write_frame, write_text
+from gcpo_analysis.knobs import check_knobs, knob, shared
 
 
 @dataclass
@@ -43,7 +43,7 @@ class AlignConfig:
     output: str = knob("runs/update_alignment", "Study folder (resumable; snapshots accumulate in it).")
     n_pool: int = knob(128, "P: pool groups whose Gram is kept (batches are drawn from them).", ge=2)
     n_ref: int = knob(0, "R: a disjoint reference pool of R groups; 0 = the leave-batch-out mean of the pool.", ge=0)
-    seed: int = knob(0, "Seed of the pool's queries and of each group's sampling.", ge=0)
+    seed: int = shared("seed", 0, help="Seed of the pool's queries and of each group's sampling.")
     keep_gradients: bool = knob(False, "Keep the gradient memmap after the Gram is written.")
     reverse: bool = knob(
         False,
@@ -97,7 +97,7 @@ def run_snapshot(cfg: AlignConfig) -> Path:
     from gcpo_train.align.gradients import group_gradient, load_policy, trainable
     from gcpo_train.config import load_config
     from gcpo_train.evaluation.splits import load_split
-    from gcpo_train.sampling.kernels import make_kernels
+    from gcpo_train.sampling.registry import make_kernels
 
     tqdm = __import__("tqdm").tqdm
     train = load_config(cfg.config)
@@ -113,7 +113,7 @@ def run_snapshot(cfg: AlignConfig) -> Path:
                 f"{work} holds a snapshot of other settings ({card_path}); use another --snapshot or --output"
             )
     else:
-        card_path.write_text(json.dumps({"identity": identity}, indent=1, sort_keys=True))
+        write_text(card_path, json.dumps({"identity": identity}, indent=1, sort_keys=True))
     if cfg.finish_now:
         if cfg.n_ref:
             raise ValueError("--finish-now needs the leave-batch-out reference (n_ref 0)")
@@ -127,7 +127,7 @@ def run_snapshot(cfg: AlignConfig) -> Path:
     model, tok = load_policy(train, cfg.checkpoint)
     dim = sum(p.numel() for p in trainable(model))
     sizes = {"trained_parameters": dim, "all_parameters": sum(p.numel() for p in model.parameters())}
-    (work / "sizes.json").write_text(json.dumps(sizes))
+    write_text(work / "sizes.json", json.dumps(sizes))
     kernels = make_kernels(train.sampling_kernels)
     n = len(queries)
     grads = np.lib.format.open_memmap(
@@ -160,9 +160,7 @@ def run_snapshot(cfg: AlignConfig) -> Path:
             seconds_generate=g.seconds_generate,
             seconds_gradient=g.seconds_gradient,
         )
-        tmp = work / "parts" / f".group_{k:05d}.json.tmp"
-        tmp.write_text(json.dumps(part))
-        os.replace(tmp, work / "parts" / f"group_{k:05d}.json")
+        write_text(work / "parts" / f"group_{k:05d}.json", json.dumps(part))  # atomic: a killed run keeps whole parts
     del grads
     if all((work / "parts" / f"group_{k:05d}.json").exists() for k in range(n)):
         finish_snapshot(cfg, train, work, dim, list(range(n)))
@@ -188,18 +186,18 @@ def gram_of(path: Path, rows: list[int], block: int = 16) -> np.ndarray:
 def finish_snapshot(cfg: AlignConfig, train, work: Path, dim: int, done: list[int]) -> None:
     """The Gram, the per-group frame and the card of a snapshot from its groups ``done``."""
     from gcpo_analysis.study.alignment import restat, snapshot_paths
-    from gcpo_train.align.weights import group_weights
+    from gcpo_train.align.weights import pool_weights
 
     t0 = time.perf_counter()
     parts = [json.loads((work / "parts" / f"group_{k:05d}.json").read_text()) for k in done]
     K = gram_of(work / "gradients.npy", done)
     sizes = json.loads((work / "sizes.json").read_text())
-    frame = group_weights(parts, train)
+    frame = pool_weights(parts, train)
     frame.insert(0, "snapshot", cfg.snapshot)
     paths = snapshot_paths(Path(cfg.output), cfg.snapshot)
     paths["gram"].parent.mkdir(parents=True, exist_ok=True)
     np.save(paths["gram"], K, allow_pickle=False)
-    frame.to_parquet(paths["groups"], index=False)
+    write_frame(frame, paths["groups"])
     seconds = {
         "generate": float(sum(p["seconds_generate"] for p in parts)),
         "gradient": float(sum(p["seconds_gradient"] for p in parts)),
@@ -225,7 +223,7 @@ def finish_snapshot(cfg: AlignConfig, train, work: Path, dim: int, done: list[in
         "wall_seconds": seconds,  # summed over the groups (each process's own clock; the CPU is shared)
         "loss": "grpo_loss with beta = 0, n_seqs = G, n_tokens = G * max_new_tokens (gcpo_train.align.gradients)",
     }
-    paths["card"].write_text(json.dumps(card, indent=1, sort_keys=True) + "\n")
+    write_text(paths["card"], json.dumps(card, indent=1, sort_keys=True) + "\n")
     if not cfg.keep_gradients:
         (work / "gradients.npy").unlink()
     restat(Path(cfg.output))

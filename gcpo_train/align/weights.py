@@ -21,7 +21,7 @@ def group_level_modulators() -> list[str]:
     return [name for name, m in MODULATORS.items() if m.weight is not None]
 
 
-def group_weights(parts: list[dict], train) -> pd.DataFrame:
+def pool_weights(parts: list[dict], train) -> pd.DataFrame:
     """One row per group part (``run.run_snapshot``): position, role, query, reward mean and
     spread, ‖g_q‖², completion length and ``w_<modulator>`` for every group-level modulator."""
     from gcpo_analysis.measures.modulators import MODULATORS, group_weight

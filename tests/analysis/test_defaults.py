@@ -218,7 +218,14 @@ def test_gcpo_study_model_packaged_is_the_default_policy(monkeypatch):
 @pytest.mark.parametrize(
     "argv",
     [
-        ["eval", "packaged", "--n", "1"],
+        [
+            "eval",
+            "packaged",
+            "--dataset",
+            "narrativeqa",
+            "--n",
+            "1",
+        ],  # a dataset: eval checks its inputs before the model
         ["train", "--model", "packaged", "--steps", "1", "--device", "cpu", "--output_dir", "{tmp}/run"],
         ["study", "--model", "packaged", "--n-queries", "1", "--output", "{tmp}/study"],
     ],
