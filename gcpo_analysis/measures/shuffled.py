@@ -12,6 +12,8 @@ trainer seeds it from (run seed, step), so a resumed run draws the same permutat
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 SHUFFLED = ":shuffled"
@@ -24,12 +26,12 @@ def split_arm(name: str) -> tuple[str, bool]:
     return name, False
 
 
-def shuffled_names(modulators) -> list[str]:
+def shuffled_names(modulators: Any) -> list[str]:
     """'<name>:shuffled' for every group-level modulator of a registry (``MODULATORS``) but none."""
     return [f"{name}{SHUFFLED}" for name, m in modulators.items() if m.weight is not None and name != "none"]
 
 
-def shuffle_weights(weights, eligible, seed: int) -> np.ndarray:
+def shuffle_weights(weights: Any, eligible: Any, seed: int) -> np.ndarray:
     """``weights`` with the entries where ``eligible`` is True permuted among themselves
     (``default_rng(seed).permutation``); the others unchanged."""
     w = np.asarray(weights, dtype=np.float64).copy()

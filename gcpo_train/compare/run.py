@@ -562,8 +562,8 @@ def run_cli(args) -> int:
     if args.plan:
         from gcpo_train.compare.plan import write_plan
 
-        seeds = None if args.seeds is None else len([s for s in args.seeds.split(",") if s.strip()])
-        print(write_plan(args.output, margin=settings["equivalence_margin"], seeds=seeds))
+        n_seeds = None if args.seeds is None else len([s for s in args.seeds.split(",") if s.strip()])
+        print(write_plan(args.output, margin=settings["equivalence_margin"], seeds=n_seeds))
         return 0
     for key in ("eval_every", "eval_n", "split_seed"):
         if getattr(args, key) is not None:
