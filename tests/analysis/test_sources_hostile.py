@@ -97,7 +97,9 @@ def test_a_temperature_whose_logits_overflow_float32_is_refused_naming_the_key(t
     path = tmp_path / "c.yaml"
     path.write_text(f"model: tiny:llama\ndataset: narrativeqa\ntemperature: {value}\n")
     rc, line = _error(["train", "--config", str(path), "--output_dir", str(tmp_path / "run")], capsys)
-    assert rc == 2 and "temperature must be" in line and str(value) in line  # the float32 edge or the >= 1e-30 rule names the key
+    assert (
+        rc == 2 and "temperature must be" in line and str(value) in line
+    )  # the float32 edge or the >= 1e-30 rule names the key
     assert not (tmp_path / "run").exists()
 
 
