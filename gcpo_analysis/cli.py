@@ -246,7 +246,7 @@ SUBCOMMANDS = {
     "train": "gcpo_train.cli:add_train_parser",
     "eval": "gcpo_train.cli:add_eval_parser",
     "export": "gcpo_train.cli:add_export_parser",
-    "compare": "gcpo_train.compare.run:add_parser",
+    "compare": "gcpo_train.compare.cli:add_parser",
     "align": "gcpo_train.align.run:add_parser",
     "plot-train": "gcpo_train.plot_train:add_parser",
 }

@@ -102,7 +102,7 @@ def arm_hours(cfg, settings, arm: str) -> dict:
 
 def table(configs=None) -> str:
     """The markdown table: one row per comparison config, GPU-hours per arm-seed for each arm."""
-    from gcpo_train.compare.run import load_compare_config
+    from gcpo_train.compare.settings import load_compare_config
 
     configs = configs or sorted((ROOT / "configs" / "compare").glob("*.yaml"))
     rows, arms = [], None

@@ -218,5 +218,5 @@ def test_compare_refuses_a_folder_of_other_settings(tmp_path):
 def test_compare_refuses_bad_arms_and_seeds(tmp_path):
     with pytest.raises(ValueError, match="twice"):
         _comparison(tmp_path, seeds=(0, 0))
-    with pytest.raises(ValueError, match="modulator must be one of .*got .bot_rdd. \(did you mean bot_rd\?\)"):
+    with pytest.raises(ValueError, match=r"modulator must be one of .*got .bot_rdd. \(did you mean bot_rd\?\)"):
         _comparison(tmp_path, arms=("none", "bot_rdd"))

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from gcpo_train.compare.plan import check_sampling, fastest_fp32_kernels
-from gcpo_train.compare.run import load_compare_config
+from gcpo_train.compare.settings import load_compare_config
 
 
 def _write(tmp_path, text: str):

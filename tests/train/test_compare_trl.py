@@ -39,7 +39,7 @@ def _write(tmp_path, text):
 
 
 def test_compare_mapping_gives_the_flags_defaults_and_refuses_unknown_keys(tmp_path):
-    from gcpo_train.compare.run import COMPARE_DEFAULTS, load_compare_config
+    from gcpo_train.compare.settings import COMPARE_DEFAULTS, load_compare_config
 
     cfg, settings = load_compare_config(
         _write(tmp_path, "backend: trl\nsteps: 3\ncompare:\n  modulators: [none, rd]\n  seeds: '4,5'\n"), {"steps": 7}

@@ -11,7 +11,7 @@ SCRIPT = runpy.run_path(str(ROOT / "scripts" / "compute_estimate.py"))
 
 
 def _estimate(bench, arm):
-    from gcpo_train.compare.run import load_compare_config
+    from gcpo_train.compare.settings import load_compare_config
 
     cfg, settings = load_compare_config(ROOT / "configs" / "compare" / f"{bench}.yaml")
     return SCRIPT["arm_hours"](cfg, settings, arm)

@@ -180,7 +180,8 @@ def test_compare_configs_are_generated_load_and_hold_the_paper_protocol():
 
     import yaml
 
-    from gcpo_train.compare.run import Comparison, load_compare_config
+    from gcpo_train.compare.run import Comparison
+    from gcpo_train.compare.settings import load_compare_config
 
     root = Path(__file__).resolve().parents[2] / "configs"
     mod = runpy.run_path(str(root / "make_configs.py"))

@@ -20,7 +20,7 @@ def _train_parser():
 
 
 def _compare_parser():
-    from gcpo_train.compare.run import add_parser
+    from gcpo_train.compare.cli import add_parser
 
     return add_parser(argparse.ArgumentParser().add_subparsers())
 

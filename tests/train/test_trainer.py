@@ -226,8 +226,14 @@ def test_two_processes_equal_one_process(tmp_path):
         w1 = torch.load(one / "checkpoints" / "step_000002" / "trainable.pt", weights_only=True)
         w2 = torch.load(two / "checkpoints" / "step_000002" / "trainable.pt", weights_only=True)
         assert w1.keys() == w2.keys()
-        for key in w1:  # float32 rounding, which Adam's 1/sqrt(v) magnifies where gradients are ~0
-            assert (w2[key] - w1[key]).abs().max() <= 1e-3 * w1[key].abs().max(), key
+        for key in w1:
+            # float32 rounding, which Adam's 1/sqrt(v) magnifies where a gradient is ~0: a few
+            # entries move by ~1e-3 of the largest weight (1.06e-3 seen on CI), so the bulk is
+            # held tight and only the worst entry gets the looser bound. A wrong gradient
+            # reduction moves every entry, and fails the first check.
+            diff, scale = (w2[key] - w1[key]).abs().flatten(), w1[key].abs().max()
+            assert torch.quantile(diff, 0.99) <= 1e-4 * scale, key
+            assert diff.max() <= 5e-3 * scale, key
 
 
 def test_fewer_queries_than_processes_is_refused(tmp_path, monkeypatch):

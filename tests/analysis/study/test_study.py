@@ -10,6 +10,7 @@ import pytest
 
 pytest.importorskip("torch")
 import transformers  # noqa: E402
+from helpers.varied_rewards import varied_rewards  # noqa: E402
 
 from gcpo_analysis.cli import main  # noqa: E402
 from gcpo_analysis.study import StudyConfig, run_study  # noqa: E402
@@ -21,18 +22,9 @@ SETTINGS = dict(
 
 
 @pytest.fixture(scope="module", autouse=True)
-def varied_rewards():
-    """A random tiny model never matches a NarrativeQA reference, so every reward would be 0 and
-    every gradient variance 0; a stable hash of the completion gives rewards that vary."""
-    import zlib
-
-    from gcpo_analysis import rewards
-
-    def hashed_reward(task, completion, references):
-        return 2.0 * (zlib.crc32(completion.encode()) % 5) / 4
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(rewards, "task_reward", hashed_reward)
+def hashed_rewards():
+    """Rewards that vary on a random model (helpers.varied_rewards)."""
+    with varied_rewards():
         yield
 
 

@@ -1,0 +1,135 @@
+"""The ``gcpo compare`` command: its flags, and the run they start (gcpo_train.compare.run)."""
+
+from __future__ import annotations
+
+from gcpo_train.compare.run import Comparison
+from gcpo_train.compare.settings import COMPARE_DEFAULTS, load_compare_config, parse_seed
+
+
+def run_doc() -> str:
+    """The command's description: the comparison's own docstring (folder layout, pairing, resume)."""
+    from gcpo_train.compare import run
+
+    return run.__doc__ or ""
+
+
+def add_parser(subparsers):
+    import argparse
+
+    from gcpo_train.overrides import add_override_flags
+
+    p = subparsers.add_parser(
+        "compare",
+        help="train arms (modulators) x seeds from one config and compare them with GRPO on held-out queries",
+        description=run_doc(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+    p.add_argument(
+        "--config",
+        required=True,
+        help="training config YAML (gcpo train's fields), optionally with a compare: mapping whose "
+        "modulators, seeds, eval_every, eval_n and split_seed are the defaults of these flags "
+        "(configs/compare/*.yaml)",
+    )
+    p.add_argument(
+        "--modulators",
+        default=None,
+        help="comma-separated arms; 'none' (plain GRPO) is the reference (default: the config's, else none,bot_rd)",
+    )
+    p.add_argument("--seeds", default=None, help="comma-separated training seeds (default: the config's, else 0,1,2)")
+    p.add_argument(
+        "--backend",
+        default=None,
+        choices=("gcpo", "trl"),
+        help="training engine of every arm: gcpo's own loop or TRL's GRPOTrainer (default: the config's backend)",
+    )
+    p.add_argument("--output", required=True, help="comparison folder (created; rerun the command to resume)")
+    p.add_argument(
+        "--eval_every",
+        "--eval-every",
+        type=int,
+        default=None,
+        help="held-out evaluation every N steps (0 = only the base policy and the last step; default: the "
+        "config's, else 0)",
+    )
+    p.add_argument(
+        "--eval_n",
+        "--eval-n",
+        type=int,
+        default=None,
+        help="held-out queries (the first N of the split; default: the config's, else 200)",
+    )
+    p.add_argument(
+        "--split_seed",
+        "--split-seed",
+        type=int,
+        default=None,
+        help="seed of the train/test split, the same for every seed (default: the compare: mapping's, else the "
+        "config's split_seed, else 0)",
+    )
+    # the same overrides as gcpo train's (--<field> V and --set FIELD=V); the flags above keep their names
+    add_override_flags(p, skip=("backend", "eval_every", "eval_n", "split_seed"))
+    p.add_argument(
+        "--report_only",
+        "--report-only",
+        action="store_true",
+        help="train nothing: rewrite results, summary and figures from the runs finished so far "
+        "(also while the comparison runs in another process)",
+    )
+    p.add_argument(
+        "--plan",
+        action="store_true",
+        help="train nothing: estimate τ and the query noise from the finished runs of --output (a pilot or a "
+        "comparison), print the seeds needed for 80%% power at δ and the δ that --seeds' count detects, and write "
+        "OUTPUT/plan.md (gcpo_train.compare.plan)",
+    )
+    p.add_argument("--no_progress", "--no-progress", action="store_true", help="hide the progress bars")
+    p.set_defaults(func=run_cli, _parser=p)
+    return p
+
+
+def run_cli(args) -> int:
+    from gcpo_train.overrides import overrides_from
+
+    overrides = overrides_from(args)
+    if args.backend is not None:
+        overrides["backend"] = args.backend
+    given = [k for k in COMPARE_DEFAULTS if getattr(args, k, None) is not None]  # not every setting is a flag
+    base, settings = load_compare_config(args.config, overrides, flags=given)
+    if args.plan:
+        from gcpo_train.compare.plan import write_plan
+
+        n_seeds = None if args.seeds is None else len([s for s in args.seeds.split(",") if s.strip()])
+        print(write_plan(args.output, margin=settings["equivalence_margin"], seeds=n_seeds))
+        return 0
+    for key in ("eval_every", "eval_n", "split_seed"):
+        if getattr(args, key) is not None:
+            settings[key] = getattr(args, key)
+    if settings["eval_n"] is not None and settings["eval_n"] < 1:
+        raise ValueError(f"--eval_n must be >= 1, got {settings['eval_n']}")
+    modulators = settings["modulators"] if args.modulators is None else args.modulators.split(",")
+    seeds = (
+        settings["seeds"]
+        if args.seeds is None
+        else [parse_seed(s, "--seeds") for s in args.seeds.split(",") if s.strip()]
+    )
+    comparison = Comparison(
+        base,
+        args.output,
+        [m.strip() for m in modulators if m.strip()],
+        seeds,
+        eval_every=settings["eval_every"],
+        eval_n=settings["eval_n"],
+        split_seed=settings["split_seed"],
+        bf16_sampling=settings["bf16_sampling"],
+        equivalence_margin=settings["equivalence_margin"],
+    )
+    if args.report_only:
+        if not (comparison.out / "compare.json").exists():
+            raise FileNotFoundError(f"{comparison.out} holds no comparison (no compare.json) to report on")
+        summary = comparison.report()
+    else:
+        summary = comparison.run(progress=not args.no_progress)
+    print(summary["markdown"])
+    return 0
