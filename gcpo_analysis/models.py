@@ -141,7 +141,8 @@ def load_policy(name: str | None = None, *, dtype=None, device: str | None = Non
     """Load a causal LM and its tokenizer: ``(model, tokenizer)``.
 
     ``name`` None, "packaged" or DEFAULT_POLICY (``resolve_policy``) loads the packaged
-    SmolLM2-135M-Instruct GGUF (float32 on CPU); anything else goes to
+    SmolLM2-135M-Instruct GGUF (float32 on CPU), through its converted copy
+    (``gcpo_analysis.packaged_policy``); anything else goes to
     ``AutoModelForCausalLM.from_pretrained`` (hub name or path).
     The tokenizer gets a pad token (eos) and left padding for batched generation.
     """
@@ -152,8 +153,10 @@ def load_policy(name: str | None = None, *, dtype=None, device: str | None = Non
     if name is None:
         folder, gguf = packaged_policy_gguf()
         require("gguf")
-        kwargs = dict(gguf_file=gguf)
-        source = str(folder)
+        from .packaged_policy import packaged_policy_folder
+
+        converted = packaged_policy_folder(folder, gguf)  # read in a second, not parsed from GGUF each time
+        kwargs, source = ({}, str(converted)) if converted else (dict(gguf_file=gguf), str(folder))
     else:
         kwargs, source = offline_first(str(name)), str(name)
     why = kwargs.pop("_why", None)

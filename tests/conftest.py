@@ -6,9 +6,14 @@ imports this file, and the helper scripts launched in subprocesses put it there 
 Fixtures need no import.
 """
 
+import os
+
 import numpy as np
 import pandas as pd
 import pytest
+
+if os.environ.get("PYTEST_XDIST_WORKER"):  # `pytest -n 2`: one thread a worker, not two workers of two threads
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 from helpers.embedders import HashEmbedder
 
 from gcpo_analysis.frames import write_frame

@@ -169,8 +169,8 @@ def _spec(out: Path) -> dict:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
-def write_report(out: Path, results: pd.DataFrame, arms, reference: str) -> dict:
-    """summary.md, summary.csv, coupling.csv and figures/ of the comparison folder ``out``."""
+def write_report(out: Path, results: pd.DataFrame, arms, reference: str, figures: bool = True) -> dict:
+    """summary.md, summary.csv, coupling.csv and (``figures``) figures/ of the comparison folder ``out``."""
     from gcpo_train.compare.treatment import coupling, effective_treatment, omega_frame
 
     out = Path(out)
@@ -191,7 +191,8 @@ def write_report(out: Path, results: pd.DataFrame, arms, reference: str) -> dict
     if couplings:
         frame = pd.concat([c.assign(arm=arm) for arm, c in couplings.items()], ignore_index=True)
         write_text(out / "coupling.csv", frame[["arm", "step", "identical", "seeds"]].to_csv(index=False))
-    plot_report(out, results, arms, weights, couplings)
+    if figures:
+        plot_report(out, results, arms, weights, couplings)
     return {"table": table, "markdown": md}
 
 

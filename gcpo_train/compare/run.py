@@ -197,7 +197,8 @@ class Comparison:
 
     # ------------------------------------------------------------------ running
     def run(self, progress: bool = True) -> dict:
-        """Train and evaluate what is missing, then write results, summary and figures."""
+        """Train and evaluate what is missing, then write results, summary and figures (results and
+        summary after every finished run too)."""
         from gcpo_train.runfiles.run_folder import take_lock
 
         self.out.mkdir(parents=True, exist_ok=True)
@@ -205,14 +206,14 @@ class Comparison:
         try:
             self.heldout()  # the held-out data read before the folder's record is written
             self._check_spec()
-            summary = None
             for seed in self.seeds:  # seed-major: each finished seed is a complete paired set
                 self.evaluate_base(seed, progress)
                 for arm in self.modulators:
                     self.train_arm(arm, seed, progress)
-                    summary = self.report()  # refreshed after every run, so a stopped comparison has one
-            assert summary is not None
-            return summary
+                    # the tables after every run, so a stopped comparison has them; the figure (seconds
+                    # to draw) once at the end, or with --report_only
+                    self.report(figures=False)
+            return self.report()
         finally:
             lock.release()
 
@@ -226,14 +227,14 @@ class Comparison:
         seeds = list(dict.fromkeys([*(int(s) for s in old.get("seeds", [])), *self.seeds]))
         return arms, seeds
 
-    def report(self) -> dict:
-        """results.parquet, summary.md/csv and figures/ from the evaluations finished so far, over
-        every arm and seed of the comparison (``listed``)."""
+    def report(self, figures: bool = True) -> dict:
+        """results.parquet, summary.md/csv and (``figures``) figures/ from the evaluations finished
+        so far, over every arm and seed of the comparison (``listed``)."""
         from gcpo_train.compare.report import write_report
 
         results = self.results()
         write_frame(results, self.out / "results.parquet")
-        return write_report(self.out, results, self.listed()[0], REFERENCE_ARM)
+        return write_report(self.out, results, self.listed()[0], REFERENCE_ARM, figures=figures)
 
     def evaluate_base(self, seed: int, progress: bool = True) -> Path:
         """The base policy's held-out scores (step 0), greedy, as every checkpoint is evaluated."""

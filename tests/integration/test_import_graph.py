@@ -33,6 +33,7 @@ LAYER_OF_PREFIX = {
     "gcpo_analysis.vocab": "base",
     "gcpo_analysis.frames": "base",
     "gcpo_analysis.models": "base",
+    "gcpo_analysis.packaged_policy": "base",
     "gcpo_analysis.data": "base",
     "gcpo_analysis.datasets": "base",  # the dataset registry: standard library only, vocab reads it
     "gcpo_analysis.registry": "base",  # the Registry the three extension points share: standard library only

@@ -332,7 +332,7 @@ ANSWER = st.one_of(
 
 @pytest.mark.slow
 @settings(
-    max_examples=1000,
+    max_examples=300,  # 1,000 took 2.5 min of CI; every strategy above still gets ~40 draws
     deadline=int(ANSWER_BUDGET_S * 1000),
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
