@@ -15,6 +15,7 @@ Text that is embedded/clustered: the extracted answer for QA, the full completio
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from dataclasses import dataclass
 from typing import Any
@@ -193,13 +194,16 @@ class GroupModulator:
         ratio_var=None,
         n_tokens=None,
         shuffle_seed: int | None = None,
+        names: list[str] | None = None,
     ):
         """Modulated advantages and info of each group.
 
         rewards/texts/answers: one entry per group (length G each); token_entropy, logprobs,
         ratio_var, n_tokens: optional per-group arrays, used only when the modulator needs them.
         A '<modulator>:shuffled' arm permutes the step's ω across its groups with ``shuffle_seed``
-        (``gcpo_analysis.measures.shuffled``). Returns (list of (G,) advantages, list of info dicts, stats dict).
+        (``gcpo_analysis.measures.shuffled``). ``names`` (one per group, e.g. "query 'q3' at step
+        2") lead a group's error, which otherwise names only its rollout. Returns (list of (G,)
+        advantages, list of info dicts, stats dict).
         """
         from gcpo_analysis.measures.modulators import modulate
 
@@ -216,14 +220,21 @@ class GroupModulator:
         params = modulator_params(cfg)
         if split_arm(cfg.modulator)[1]:
             return (
-                *self._shuffled(groups, params, shuffle_seed),
+                *self._shuffled(groups, params, shuffle_seed, names),
                 {f"cluster_{k}": v for k, v in cluster_stats.items()},
             )
         advantages, infos = [], []
         for k, group in enumerate(groups):
-            adv, info = modulate(
-                cfg.modulator, group, alpha_base=cfg.alpha_base, r_min=cfg.r_min, r_max=cfg.r_max, eps=cfg.eps, **params
-            )
+            with _named_group(names, k):
+                adv, info = modulate(
+                    cfg.modulator,
+                    group,
+                    alpha_base=cfg.alpha_base,
+                    r_min=cfg.r_min,
+                    r_max=cfg.r_max,
+                    eps=cfg.eps,
+                    **params,
+                )
             adv = np.asarray(adv, dtype=np.float64)
             if adv.shape != group.rewards.shape or not np.isfinite(adv).all():
                 raise ValueError(
@@ -234,7 +245,7 @@ class GroupModulator:
             infos.append(self._info(info, group))
         return advantages, infos, {f"cluster_{k}": v for k, v in cluster_stats.items()}
 
-    def _shuffled(self, groups, params, seed):
+    def _shuffled(self, groups, params, seed, names=None):
         """Ã_k = ω_{π(k)} · A_k: the step's group weights permuted across its groups with unequal
         rewards (``shuffle_weights``); info keeps each group's own ω as ``omega_own``."""
         from gcpo_analysis.measures.advantages import grpo_advantages
@@ -245,8 +256,11 @@ class GroupModulator:
             raise ValueError(f"modulator {self.config.modulator!r} needs the step's shuffle_seed")
         cfg, name = self.config, split_arm(self.config.modulator)[0]
         own, infos, adv = [], [], []
-        for group in groups:
-            w, info = group_weight(name, group, alpha_base=cfg.alpha_base, r_min=cfg.r_min, r_max=cfg.r_max, **params)
+        for k, group in enumerate(groups):
+            with _named_group(names, k):
+                w, info = group_weight(
+                    name, group, alpha_base=cfg.alpha_base, r_min=cfg.r_min, r_max=cfg.r_max, **params
+                )
             own.append(float(w))
             infos.append(self._info({**info, "omega_own": float(w)}, group))
             adv.append(np.asarray(grpo_advantages(group.rewards, cfg.eps), dtype=np.float64))
@@ -275,3 +289,14 @@ class GroupModulator:
             weights.append(float(w))
             infos.append(self._info(info, group))
         return np.array(weights, dtype=np.float64), infos, {f"cluster_{k}": v for k, v in cluster_stats.items()}
+
+
+@contextlib.contextmanager
+def _named_group(names: list[str] | None, k: int):
+    """A ValueError raised for group k, led by the group's name (its query and step) when given."""
+    try:
+        yield
+    except ValueError as err:
+        if names is None:
+            raise
+        raise ValueError(f"{names[k]}: {err}") from err

@@ -54,7 +54,7 @@ def _as_embeddings(embeddings: ArrayLike, *, batch: bool) -> np.ndarray:
 
 def as_rewards(rewards: ArrayLike, r_min: float, r_max: float, *, batch: bool) -> np.ndarray:
     """Rewards as float64, checked: one group (G,) or a batch (N, G), finite, non-empty, inside
-    [r_min, r_max] (1e-9 slack); the error names the index of the first bad reward."""
+    [r_min, r_max] (1e-9 slack); the error names the first bad reward's rollout (and group)."""
     r = np.asarray(rewards, dtype=np.float64)
     want = 2 if batch else 1
     if r.ndim != want:
@@ -62,18 +62,22 @@ def as_rewards(rewards: ArrayLike, r_min: float, r_max: float, *, batch: bool) -
     if r.shape[-1] == 0:
         raise ValueError("empty group: no rewards")
     if not np.isfinite(r).all():
-        idx = np.argwhere(~np.isfinite(r))[0]
-        raise ValueError(f"NaN or infinite reward at index {tuple(int(i) for i in idx)}")
+        raise ValueError(f"NaN or infinite reward of {_position(np.argwhere(~np.isfinite(r))[0])}")
     if not r_max > r_min:
         raise ValueError(f"reward range must have r_max > r_min, got [{r_min}, {r_max}]")
     out = (r < r_min - 1e-9) | (r > r_max + 1e-9)
     if out.any():
         idx = np.argwhere(out)[0]
         raise ValueError(
-            f"reward {r[tuple(idx)]!r} at index {tuple(int(i) for i in idx)} lies outside the "
-            f"declared range [{r_min}, {r_max}]"
+            f"reward {float(r[tuple(idx)]):g} of {_position(idx)} lies outside the declared range [{r_min}, {r_max}]"
         )
     return r
+
+
+def _position(idx) -> str:
+    """'rollout i' of a group, 'group k, rollout i' of a batch (0-based)."""
+    idx = [int(i) for i in idx]
+    return f"rollout {idx[0]}" if len(idx) == 1 else f"group {idx[0]}, rollout {idx[1]}"
 
 
 def check_alpha_base(alpha_base: float) -> float:

@@ -308,6 +308,7 @@ class GCPOLoopTrainer:
             ratio_var=by_group(before.ratio_var),
             n_tokens=by_group(before.n_tokens),
             shuffle_seed=step_seed(cfg.seed, step, SHUFFLE_STREAM),  # used by '<modulator>:shuffled' arms only
+            names=[f"query {q!r} at step {step}" for q in rollouts.queries["query_id"]],
         )
         advantages = torch.tensor(
             np.concatenate(advantages), dtype=torch.float32, device=rollouts.batch.completion_mask.device

@@ -118,7 +118,12 @@ class GCPOConfig(GroupWeightSettings, GRPOConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        check_knobs(self, gcpo_config_fields())  # TRL checks its own fields
+        check_knobs(self, gcpo_config_fields())  # TRL checks its own fields, but not the temperature:
+        # 0, a negative, NaN or a float32-subnormal one would fail at the first step inside torch
+        from gcpo_analysis.knob import check_value
+        from gcpo_analysis.knobs import SHARED
+
+        self.temperature = check_value("temperature", self.temperature, SHARED["temperature"], float)
         if self.use_full_completion is None:  # auto: a TRL dataset has no name (vocab says why)
             self.use_full_completion = TRL_USE_FULL_COMPLETION
         check_reward_range(

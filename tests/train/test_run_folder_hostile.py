@@ -381,3 +381,24 @@ def test_resume_with_fewer_steps_than_done_is_refused_and_the_record_kept(tmp_pa
         with pytest.raises(ValueError, match=f"already reached step 3 .* steps is {steps}.*greater than 3"):
             make(tmp_path, "run", steps=steps, checkpoint_every=1, resume=True).train()
         assert _snapshot(run) == before
+
+
+@pytest.mark.parametrize("modulator", ["bot_rd", "rd:shuffled"])
+def test_an_out_of_range_reward_in_training_names_its_query_and_step(tmp_path, modulator):
+    """The loop's error said "reward 5.0 at index (3,)": a position in a group's array. Now it
+    leads with the query id and the step, and names the rollout."""
+    from helpers.embedders import HashEmbedder
+    from helpers.loop_setup import loop_config, queries
+
+    from gcpo_train.loop.trainer import GCPOLoopTrainer
+
+    def five_on_q1(task, completion, references):
+        return 5.0 if references == ["bad"] else 1.0
+
+    qs = queries()
+    qs["references"] = [["bad"] if q == "q1" else refs for q, refs in zip(qs["query_id"], qs["references"])]
+    cfg = TrainConfig(**loop_config(tmp_path, modulator=modulator, queries_per_step=6, steps=1))
+    trainer = GCPOLoopTrainer(cfg, queries=qs, reward_fn=five_on_q1, embedder=HashEmbedder())
+    named = r"query 'q1' at step 1: reward 5 of rollout 0 lies outside the declared range"
+    with pytest.raises(ValueError, match=named):
+        trainer.train()

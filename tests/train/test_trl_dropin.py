@@ -255,3 +255,14 @@ def test_stated_range_is_kept_fixed(model_dir, tmp_path):
     trainer = _trainer(model_dir, tmp_path, reward=_length_reward, modulator="rd", r_max=1.0)
     assert trainer.gcpo_reward_range == ("fixed", (0.0, 1.0))
     assert (trainer.group_modulator.config.r_min, trainer.group_modulator.config.r_max) == (0.0, 1.0)
+
+
+@pytest.mark.parametrize("temperature", [0.0, -1.0, float("nan"), 1e-45])
+def test_gcpo_config_refuses_a_temperature_no_sampler_can_use(temperature):
+    """GRPOConfig takes any temperature and the run then fails at its first step inside torch;
+    GCPOConfig refuses it at construction, naming the field (what gcpo's own config does)."""
+    pytest.importorskip("trl")
+    from gcpo_train.trl import GCPOConfig
+
+    with pytest.raises(ValueError, match="temperature must be"):
+        GCPOConfig(output_dir="unused", temperature=temperature, use_cpu=True)

@@ -152,7 +152,7 @@ def test_equal_rewards_rd_zero():
         (lambda: D.cosine_dispersion(np.zeros((0, 4))), "empty group"),
         (lambda: D.cosine_dispersion([[1.0, np.nan]]), "NaN"),
         (lambda: D.barycentric_transport(np.eye(3), [0, 1]), "length 2 but there are 3"),
-        (lambda: D.reward_dispersion([0.0, np.nan]), "NaN or infinite reward at index"),
+        (lambda: D.reward_dispersion([0.0, np.nan]), "NaN or infinite reward of rollout 1"),
         (lambda: D.reward_dispersion([0.0, 2.5]), r"outside the declared range \[0.0, 2.0\]"),
         (lambda: D.reward_dispersion([]), "empty group"),
         (lambda: D.rd_max(0), "integer >= 1"),

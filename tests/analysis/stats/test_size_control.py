@@ -217,7 +217,7 @@ def test_restat_rewrites_a_study_folder_from_its_frames(tmp_path, capsys):
     folder = tmp_path / "run"
     (folder / "tables").mkdir(parents=True)
     shutil.copy(src / "groups.parquet", folder / "groups.parquet")
-    card = json.loads((src / "reanalysis_card.json").read_text())
+    card = json.loads((src / "run_card.json").read_text())
     card["settings"]["dataset"] = dataset
     (folder / "run_card.json").write_text(json.dumps(card))
     blob = json.loads((src / "tables" / "gap_study.json").read_text())
