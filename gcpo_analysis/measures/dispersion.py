@@ -74,10 +74,10 @@ def as_rewards(rewards: ArrayLike, r_min: float, r_max: float, *, batch: bool) -
     return r
 
 
-def _position(idx) -> str:
+def _position(idx: np.ndarray) -> str:
     """'rollout i' of a group, 'group k, rollout i' of a batch (0-based)."""
-    idx = [int(i) for i in idx]
-    return f"rollout {idx[0]}" if len(idx) == 1 else f"group {idx[0]}, rollout {idx[1]}"
+    at = [int(i) for i in idx]
+    return f"rollout {at[0]}" if len(at) == 1 else f"group {at[0]}, rollout {at[1]}"
 
 
 def check_alpha_base(alpha_base: float) -> float:
