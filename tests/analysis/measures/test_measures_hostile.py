@@ -55,7 +55,7 @@ def test_nan_is_refused_not_propagated():
         barycentric_transport(e, [0.0, np.nan, 1.0, 1.0])
     with pytest.raises(ValueError, match="missing"):
         barycentric_transport_batch(e[None], np.array([[0.0, np.nan, 1.0, 1.0]]))
-    with pytest.raises(ValueError, match="NaN or infinite reward of group 1, rollout 0"):
+    with pytest.raises(ValueError, match="NaN or infinite reward at index \\(1, 0\\)"):
         grpo_advantages_batch([[0.0, 1.0], [np.inf, 1.0]])
 
 
