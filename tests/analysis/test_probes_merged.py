@@ -4,16 +4,9 @@ checks that the error names the flag and what would fix it, and that nothing was
 notes/issue27_probes_merged.md lists every probe and its outcome."""
 
 import pytest
+from helpers.cli_error import cli_error
 
 from gcpo_analysis.cli import main
-
-
-def _error(argv, capsys) -> tuple[int, str]:
-    capsys.readouterr()
-    rc = main(argv)
-    lines = [x for x in capsys.readouterr().err.splitlines() if "error:" in x]
-    assert len(lines) == 1, lines
-    return rc, lines[0]
 
 
 @pytest.mark.parametrize(
@@ -26,7 +19,7 @@ def _error(argv, capsys) -> tuple[int, str]:
 )
 def test_proofs_flags_are_checked_naming_the_flag(argv, named, tmp_path, capsys):
     out = tmp_path / "p.json"
-    rc, line = _error([*argv, "--json", str(out)], capsys)
+    rc, line = cli_error([*argv, "--json", str(out)], capsys)
     assert rc == 2 and named in line and not out.exists()
 
 
@@ -45,7 +38,7 @@ def test_study_flags_are_checked_naming_the_flag_in_every_mode(mode, flag, value
     folder was reported instead); in --from-rollouts the error named the field, not the flag."""
     source = tmp_path / ("r.jsonl" if mode == "--from-rollouts" else "run")
     out = tmp_path / "out"
-    rc, line = _error(["study", mode, str(source), flag, value, "--output", str(out)], capsys)
+    rc, line = cli_error(["study", mode, str(source), flag, value, "--output", str(out)], capsys)
     assert rc == 2 and named in line and not out.exists()
 
 
@@ -61,7 +54,7 @@ def test_restat_refuses_the_flags_it_does_not_read(flags, named, tmp_path, capsy
     """--restat re-scores a folder with the settings it was run with and takes only --trim,
     --n-boot and --measures (tests/analysis/study/test_restat.py); any other flag was ignored
     without a word (issue 27's example), and a bad value of the three is refused by name."""
-    rc, line = _error(["study", "--restat", str(tmp_path), *flags], capsys)
+    rc, line = cli_error(["study", "--restat", str(tmp_path), *flags], capsys)
     assert rc == 2 and named in line
 
 
@@ -83,7 +76,7 @@ def test_modulator_params_keep_the_range_of_the_knob_they_override(modulator, pa
         f"steps: 1\noutput_dir: {out}\nmodel: {tmp_path / 'no-model'}\n"
         f"modulator: {modulator}\nmodulator_params: {params}\n"
     )
-    rc, line = _error(["train", "--config", str(config)], capsys)
+    rc, line = cli_error(["train", "--config", str(config)], capsys)
     assert rc == 2 and named in line and not out.exists()
 
 
@@ -121,7 +114,7 @@ def test_a_failed_from_training_leaves_no_empty_output_folder(output, tmp_path, 
     run = tmp_path / "run"
     run.mkdir()
     argv = ["study", "--from-training", str(run)] + (["--output", str(tmp_path / output)] if output else [])
-    rc, line = _error(argv, capsys)
+    rc, line = cli_error(argv, capsys)
     assert rc == 2 and "step_*.parquet" in line
     assert list(run.iterdir()) == [] and not (tmp_path / "elsewhere").exists()
 
@@ -130,7 +123,7 @@ def test_a_failed_from_training_keeps_an_output_folder_it_did_not_create(tmp_pat
     run = tmp_path / "run"
     (run / "training_study").mkdir(parents=True)
     (run / "training_study" / "mine.md").write_text("notes")
-    rc, _ = _error(["study", "--from-training", str(run)], capsys)
+    rc, _ = cli_error(["study", "--from-training", str(run)], capsys)
     assert rc == 2 and (run / "training_study" / "mine.md").read_text() == "notes"
 
 
@@ -141,7 +134,7 @@ def test_a_missing_model_folder_is_named_as_missing(where, tmp_path, capsys, mon
     pytest.importorskip("transformers")
     monkeypatch.chdir(tmp_path)
     name = str(tmp_path / "nope") if where == "absolute" else "./nope"
-    rc, line = _error(["eval", name], capsys)
+    rc, line = cli_error(["eval", name], capsys)
     assert rc == 2 and f"model {name!r}: no such folder" in line and "cache" not in line
 
 
@@ -154,7 +147,7 @@ def test_eval_takes_a_run_folder_as_export_does(tmp_path, capsys):
 
     empty = tmp_path / "empty"
     (empty / "checkpoints").mkdir(parents=True)
-    rc, line = _error(["eval", str(empty)], capsys)
+    rc, line = cli_error(["eval", str(empty)], capsys)
     assert rc == 2 and "has no complete checkpoint" in line
 
     make(tmp_path, "run", steps=1, checkpoint_every=1).train()
@@ -171,7 +164,7 @@ def test_eval_takes_a_run_folder_as_export_does(tmp_path, capsys):
 def test_plot_train_names_a_missing_run_folder(tmp_path, capsys):
     """plot-train on a folder that does not exist said 'no log.jsonl in ...'."""
     missing = tmp_path / "nope"
-    rc, line = _error(["plot-train", str(missing)], capsys)
+    rc, line = cli_error(["plot-train", str(missing)], capsys)
     assert rc == 2 and f"{missing}: no such folder" in line and not missing.exists()
 
 
@@ -186,7 +179,7 @@ def test_plot_train_names_a_missing_run_folder(tmp_path, capsys):
 def test_score_refuses_a_flag_its_measures_do_not_read(flags, named, rollouts_file, tmp_path, capsys):
     """--judge math with --measures rd was accepted and changed nothing."""
     out = tmp_path / "g.parquet"
-    rc, line = _error(["score", str(rollouts_file), "-o", str(out), *flags], capsys)
+    rc, line = cli_error(["score", str(rollouts_file), "-o", str(out), *flags], capsys)
     assert rc == 2 and named in line and "is read by" in line and not out.exists()
 
 
@@ -204,5 +197,5 @@ def test_score_names_a_missing_embedder_folder(rollouts_file, tmp_path, capsys):
         "--embedder",
         str(missing),
     ]
-    rc, line = _error(argv, capsys)
+    rc, line = cli_error(argv, capsys)
     assert rc == 2 and f"embedder {str(missing)!r}: no such folder" in line

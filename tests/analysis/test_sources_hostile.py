@@ -8,18 +8,11 @@ import json
 
 import pandas as pd
 import pytest
+from helpers.cli_error import cli_error
 
 from gcpo_analysis.cli import main
 
 ROLLOUTS = "examples/rollouts_small.jsonl"
-
-
-def _error(argv, capsys) -> tuple[int, str]:
-    capsys.readouterr()
-    rc = main(argv)
-    lines = [x for x in capsys.readouterr().err.splitlines() if "error:" in x]
-    assert len(lines) == 1, lines
-    return rc, lines[0]
 
 
 def _rollouts(root):
@@ -34,7 +27,7 @@ def test_an_out_of_range_reward_is_named_by_its_row_and_query(tmp_path, capsys):
     df.loc[5, "reward"] = 5.0
     path = tmp_path / "r.jsonl"
     df.to_json(path, orient="records", lines=True)
-    rc, line = _error(["score", str(path), "-o", str(tmp_path / "o.parquet"), "--measures", "rd"], capsys)
+    rc, line = cli_error(["score", str(path), "-o", str(tmp_path / "o.parquet"), "--measures", "rd"], capsys)
     qid, rid = df.loc[5, "query_id"], int(df.loc[5, "rollout_id"])
     assert rc == 2 and f"reward 5 at row 5 (query_id={qid!r}, rollout_id={rid})" in line
     assert "index" not in line and "np." not in line and "--r-max" in line
@@ -49,7 +42,7 @@ def test_a_csv_input_beside_the_parquet_output_is_not_refused(tmp_path, capsys):
     before = src.read_bytes()
     assert main(["score", str(src), "-o", str(tmp_path / "r.parquet"), "--measures", "rd"]) == 0
     assert src.read_bytes() == before and (tmp_path / "r.parquet").exists()
-    rc, line = _error(["score", str(src), "-o", str(tmp_path / "r.parquet"), "--measures", "rd", "--csv"], capsys)
+    rc, line = cli_error(["score", str(src), "-o", str(tmp_path / "r.parquet"), "--measures", "rd", "--csv"], capsys)
     assert rc == 2 and "is the input rollouts file" in line and src.read_bytes() == before
 
 
@@ -59,7 +52,7 @@ def test_a_file_that_is_not_utf8_is_named_with_its_line(tmp_path, capsys, suffix
     path = tmp_path / f"r{suffix}"
     good = '{"query_id": "q", "rollout_id": 0}\n'
     path.write_bytes(good.encode() + b'{"query_id": "\xff"}\n')
-    rc, line = _error(["score", str(path), "-o", str(tmp_path / "o.parquet"), "--measures", "rd"], capsys)
+    rc, line = cli_error(["score", str(path), "-o", str(tmp_path / "o.parquet"), "--measures", "rd"], capsys)
     assert rc == 2 and f"{path}: line 2" in line and "not UTF-8" in line and "0xff" in line
 
 
@@ -67,7 +60,7 @@ def test_a_config_that_is_not_utf8_is_named(tmp_path, capsys):
     path = tmp_path / "c.yaml"
     path.write_bytes(b"model: tiny:llama\ndataset: narr\xe9\n")
     for command in (["train", "--config", str(path)], ["compare", "--config", str(path), "--output", "x"]):
-        rc, line = _error(command, capsys)
+        rc, line = cli_error(command, capsys)
         assert rc == 2 and f"{path}: line 2" in line and "not UTF-8" in line
 
 
@@ -76,18 +69,18 @@ def test_yaml_nested_too_deeply_names_its_file_or_flag(tmp_path, capsys):
     deep = "[" * 5000 + "]" * 5000
     path = tmp_path / "deep.yaml"
     path.write_text(f"steps: {deep}\n")
-    rc, line = _error(["train", "--config", str(path)], capsys)
+    rc, line = cli_error(["train", "--config", str(path)], capsys)
     assert rc == 2 and str(path) in line and "nested too deeply" in line
     block = tmp_path / "block.yaml"
     block.write_text("a:\n" + "".join("  " * i + "b:\n" for i in range(1, 3000)))
-    rc, line = _error(["train", "--config", str(block)], capsys)
+    rc, line = cli_error(["train", "--config", str(block)], capsys)
     assert rc == 2 and str(block) in line and "nested too deeply" in line
     with pytest.raises(SystemExit) as exit_:
         main(["train", "--steps", deep])
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and "argument --steps" in err and "nested too deeply" in err
     assert "Traceback" not in err and deep not in err
-    rc, line = _error(["compare", "--config", str(path), "--output", str(tmp_path / "c")], capsys)
+    rc, line = cli_error(["compare", "--config", str(path), "--output", str(tmp_path / "c")], capsys)
     assert rc == 2 and str(path) in line
 
 
@@ -96,7 +89,7 @@ def test_a_temperature_whose_logits_overflow_float32_is_refused_naming_the_key(t
     """temperature: 1e-45 was accepted and failed at step 1 inside torch.multinomial."""
     path = tmp_path / "c.yaml"
     path.write_text(f"model: tiny:llama\ndataset: narrativeqa\ntemperature: {value}\n")
-    rc, line = _error(["train", "--config", str(path), "--output_dir", str(tmp_path / "run")], capsys)
+    rc, line = cli_error(["train", "--config", str(path), "--output_dir", str(tmp_path / "run")], capsys)
     assert (
         rc == 2 and "temperature must be" in line and str(value) in line
     )  # the float32 edge or the >= 1e-30 rule names the key

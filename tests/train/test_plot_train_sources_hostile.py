@@ -9,15 +9,9 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
+from helpers.cli_error import cli_error  # noqa: E402
+
 from gcpo_analysis.cli import main  # noqa: E402
-
-
-def _error(argv, capsys) -> tuple[int, str]:
-    capsys.readouterr()
-    rc = main(argv)
-    lines = [x for x in capsys.readouterr().err.splitlines() if "error:" in x]
-    assert len(lines) == 1, lines
-    return rc, lines[0]
 
 
 def _log(folder, *rows):
@@ -32,7 +26,7 @@ def _log(folder, *rows):
 )
 def test_a_logged_value_that_is_not_a_number_is_named(tmp_path, capsys, key, value):
     run = _log(tmp_path / "run", {"step": 1, "reward_mean": 0.5}, {"step": 2, "reward_mean": 0.5, key: value})
-    rc, line = _error(["plot-train", str(run)], capsys)
+    rc, line = cli_error(["plot-train", str(run)], capsys)
     assert rc == 2 and f"row 2 (step 2) has {key} = {value!r}, not a number" in line and "log.jsonl" in line
     assert not (run / "plots").exists()
 
@@ -52,6 +46,6 @@ def test_plot_train_never_writes_into_a_checkpoint_or_pruned_folder(tmp_path, ca
         (ckpt / name).write_text("{}")
     (run / "rollouts").mkdir()
     before = sorted(p.relative_to(run).as_posix() for p in run.rglob("*"))
-    rc, line = _error(["plot-train", str(run), "-o", str(run / where)], capsys)
+    rc, line = cli_error(["plot-train", str(run), "-o", str(run / where)], capsys)
     assert rc == 2 and "-o" in line and ("checkpoint" in line or "prunes" in line)
     assert sorted(p.relative_to(run).as_posix() for p in run.rglob("*")) == before
