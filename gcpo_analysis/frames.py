@@ -528,7 +528,15 @@ def write_figure(fig, path: str | Path, **savefig_kw) -> Path:
     """``fig.savefig`` through the atomic write: the format is the suffix of ``path``
     (``.png``, ``.svg``, ``.pdf``), as matplotlib would infer it from the final name."""
     path = Path(path)
-    _atomic(path, lambda f: fig.savefig(f, format=path.suffix.lstrip(".").lower(), **savefig_kw))
+    fmt = path.suffix.lstrip(".").lower()
+    if fmt in ("svg", "pdf"):
+        # a rerun draws the same bytes: no creation date, and SVG's element ids from a fixed salt
+        # (matplotlib otherwise salts them at random)
+        savefig_kw.setdefault("metadata", {"Date": None} if fmt == "svg" else {"CreationDate": None})
+    import matplotlib
+
+    with matplotlib.rc_context({"svg.hashsalt": "gcpo"}):
+        _atomic(path, lambda f: fig.savefig(f, format=fmt, **savefig_kw))
     return path
 
 

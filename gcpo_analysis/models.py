@@ -173,10 +173,35 @@ def load_policy(name: str | None = None, *, dtype=None, device: str | None = Non
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
+    own_parameter_memory(model)
     if device:
         model.to(device)
     model.eval()
     return model, tokenizer
+
+
+ALIGNMENT_BYTES = 64
+
+
+def own_parameter_memory(model) -> int:
+    """Copy each parameter whose data does not start on a 64-byte boundary into freshly
+    allocated (aligned) memory, in place; returns how many moved. Tied weights stay tied.
+
+    Why: MKL's and oneDNN's float32 CPU kernels pick their code path by the operands'
+    alignment. ``from_pretrained`` memory-maps a safetensors file, whose tensors start at
+    arbitrary offsets, while a GGUF load or any fresh tensor is aligned. The same weights then
+    give the same logits but gradients that differ in the 7th digit (a Gram entry by 2.8e-7 of
+    the largest, SmolLM2-135M), so a study's V depended on how the checkpoint was stored and
+    could not be reproduced byte for byte (docs/results/studies.md, "Reproducing a study").
+    """
+    torch = require("torch")
+    moved = 0
+    with torch.no_grad():
+        for param in model.parameters():  # unique parameters: a tied weight is visited once
+            if param.device.type == "cpu" and param.data_ptr() % ALIGNMENT_BYTES:
+                param.data = param.data.clone()
+                moved += 1
+    return moved
 
 
 def describe_policy(name: str | None) -> str:

@@ -533,16 +533,12 @@ def lipschitz_plot(
                 legend=False,
                 showfliers=False,
             )
-            sns.stripplot(
-                data=cp,
-                x="kind",
-                y="grad_norm",
-                order=["same cluster", "different cluster"],
-                ax=ax[2],
-                color="black",
-                size=2,
-                alpha=0.3,
-            )
+            # the points by hand, not sns.stripplot, whose jitter draws from numpy's global RNG:
+            # a redraw must give the same bytes
+            strip = np.random.default_rng(0)
+            for k, kind in enumerate(["same cluster", "different cluster"]):
+                y = cp.loc[cp["kind"] == kind, "grad_norm"].to_numpy()
+                ax[2].scatter(k + strip.uniform(-0.2, 0.2, len(y)), y, s=4, color="black", alpha=0.3, lw=0)
         ax[2].set(
             xlabel="",
             ylabel="gradient distance / group mean",

@@ -17,6 +17,7 @@ from .dispersion import (
     R_MIN,
     as_rewards,
     barycentric_transport,
+    check_finite_rewards,
     cosine_dispersion,
     geometry_weight,
     rd_weight,
@@ -33,8 +34,7 @@ def grpo_advantages(rewards: ArrayLike, eps: float = EPS) -> np.ndarray:
     r = np.asarray(rewards, dtype=np.float64)
     if r.ndim != 1 or r.size == 0:
         raise ValueError(f"rewards must be a non-empty 1-d array, got shape {r.shape}")
-    if not np.isfinite(r).all():
-        raise ValueError(f"NaN or infinite reward at index {int(np.flatnonzero(~np.isfinite(r))[0])}")
+    check_finite_rewards(r)
     with np.errstate(over="ignore", invalid="ignore"):
         centred = r - r.mean()
         std = r.std()
@@ -56,9 +56,7 @@ def grpo_advantages_batch(rewards: ArrayLike, eps: float = EPS) -> np.ndarray:
     r = np.asarray(rewards, dtype=np.float64)
     if r.ndim != 2:
         raise ValueError(f"rewards must have shape (N, G), got {r.shape}")
-    if not np.isfinite(r).all():
-        idx = tuple(int(i) for i in np.argwhere(~np.isfinite(r))[0])
-        raise ValueError(f"NaN or infinite reward at index {idx}")
+    check_finite_rewards(r)
     with np.errstate(over="ignore", invalid="ignore"):
         centred = r - r.mean(axis=1, keepdims=True)
         std = r.std(axis=1, keepdims=True)

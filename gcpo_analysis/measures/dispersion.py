@@ -61,8 +61,7 @@ def as_rewards(rewards: ArrayLike, r_min: float, r_max: float, *, batch: bool) -
         raise ValueError(f"rewards must have {want} dimension(s), got shape {r.shape}")
     if r.shape[-1] == 0:
         raise ValueError("empty group: no rewards")
-    if not np.isfinite(r).all():
-        raise ValueError(f"NaN or infinite reward of {_position(np.argwhere(~np.isfinite(r))[0])}")
+    check_finite_rewards(r)
     if not r_max > r_min:
         raise ValueError(f"reward range must have r_max > r_min, got [{r_min}, {r_max}]")
     out = (r < r_min - 1e-9) | (r > r_max + 1e-9)
@@ -71,6 +70,14 @@ def as_rewards(rewards: ArrayLike, r_min: float, r_max: float, *, batch: bool) -
         raise ValueError(
             f"reward {float(r[tuple(idx)]):g} of {_position(idx)} lies outside the declared range [{r_min}, {r_max}]"
         )
+    return r
+
+
+def check_finite_rewards(r: np.ndarray) -> np.ndarray:
+    """Refuse a NaN or infinite reward, naming its rollout (and group): the one finiteness check
+    of every reward path (weights, dispersion, GRPO advantages)."""
+    if not np.isfinite(r).all():
+        raise ValueError(f"NaN or infinite reward of {_position(np.argwhere(~np.isfinite(r))[0])}")
     return r
 
 

@@ -344,8 +344,7 @@ def write_lipschitz(
     )
     meta = dict(
         summary.attrs["lipschitz"],
-        dataset=settings["dataset"],
-        source=folder.name,
+        dataset=settings["dataset"],  # not the folder's name: a moved or renamed study must rewrite the same bytes
         queries="all" if queries is None else sorted(keep),
     )
     meta = _without_machine_paths(meta)

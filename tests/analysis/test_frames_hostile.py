@@ -184,3 +184,22 @@ def _frame(**cols):
 def test_bad_ids_and_rewards_name_the_row(cols, msg):
     with pytest.raises(FrameError, match=msg):
         validate_rollouts(_frame(**cols))
+
+
+@pytest.mark.parametrize("ext", ["svg", "pdf", "png"])
+def test_a_figure_drawn_twice_is_the_same_bytes(tmp_path, ext):
+    """A rerun of a study must reproduce its figures byte for byte: SVG used to carry its
+    creation date and randomly salted element ids, PDF its creation date."""
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from gcpo_analysis.frames import write_figure
+
+    fig, ax = plt.subplots()
+    ax.plot([0, 1, 3], clip_on=True)
+    ax.set_title("V against BoT")
+    first = write_figure(fig, tmp_path / f"a.{ext}").read_bytes()
+    second = write_figure(fig, tmp_path / f"b.{ext}").read_bytes()
+    plt.close(fig)
+    assert first == second

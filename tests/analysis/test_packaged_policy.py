@@ -139,3 +139,19 @@ def test_the_converted_folder_loads_what_the_gguf_file_loads(tmp_path):
     assert tok.apply_chat_template(chat, tokenize=False, add_generation_prompt=True) == ref_tok.apply_chat_template(
         chat, tokenize=False, add_generation_prompt=True
     )
+
+    # and the same gradients, bit for bit, once both copies own aligned memory: the converted
+    # weights are memory-mapped at unaligned offsets, where MKL's float32 path differs in the
+    # 7th digit (models.own_parameter_memory, called by load_policy)
+    from gcpo_analysis.gradvar import group_gradient_gram
+    from gcpo_analysis.models import own_parameter_memory
+
+    own_parameter_memory(ref)
+    own_parameter_memory(model)
+    continuations = torch.tensor([[11, 12, 13, 14], [21, 22, 23, 24], [31, 32, 33, 34]])
+    ids = torch.cat([x.expand(3, -1), continuations], 1)
+    scored = torch.zeros_like(ids)
+    scored[:, x.shape[1] :] = 1
+    K_ref = group_gradient_gram(ref, ids, torch.ones_like(ids), scored)
+    K = group_gradient_gram(model, ids, torch.ones_like(ids), scored)
+    assert (K == K_ref).all()

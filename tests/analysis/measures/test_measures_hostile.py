@@ -12,6 +12,7 @@ from gcpo_analysis.measures import (
     cosine_dispersion,
     gcpo_advantages,
     geometry_weight,
+    grpo_advantages,
     grpo_advantages_batch,
     rd_weight,
     semantic_entropy,
@@ -55,8 +56,11 @@ def test_nan_is_refused_not_propagated():
         barycentric_transport(e, [0.0, np.nan, 1.0, 1.0])
     with pytest.raises(ValueError, match="missing"):
         barycentric_transport_batch(e[None], np.array([[0.0, np.nan, 1.0, 1.0]]))
-    with pytest.raises(ValueError, match="NaN or infinite reward at index \\(1, 0\\)"):
+    # the same words as every other reward check: the group and rollout, not an array index
+    with pytest.raises(ValueError, match="NaN or infinite reward of group 1, rollout 0"):
         grpo_advantages_batch([[0.0, 1.0], [np.inf, 1.0]])
+    with pytest.raises(ValueError, match="NaN or infinite reward of rollout 2"):
+        grpo_advantages([0.0, 1.0, np.nan])
 
 
 def test_huge_and_tiny_embeddings_are_rescaled_not_refused():
