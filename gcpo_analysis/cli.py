@@ -43,7 +43,8 @@ def _add_score(sub):
         "--measures",
         default=None,
         help=measure_help() + "; default: the registry's defaults that need no logprob column "
-        "(measures.registry.score_cli_measures, a plug-in's default measure included)",
+        "(measures.registry.score_cli_measures, a plug-in's default measure included), less any whose "
+        "column the frame lacks (said in a warning and in the sidecar)",
     )
     for name, annotation in SCORE_KNOBS.items():  # declared once, in gcpo_analysis.knobs
         spec = SHARED[name]
@@ -104,9 +105,12 @@ def _run_score(args) -> int:
                 f"(the groups frame would replace the rollouts)"
             )
         check_output(target, [source], "-o")  # not inside a checkpoint or a run's pruned folders
+    _refuse_foreign_sidecar(out.with_suffix(".meta.json"))
     rollouts, full = _read_rollouts(args, measures)
-    # token_entropy and logprob must be pi_theta's at temperature 1 in every row (docs/conventions.md)
     notes: dict = {}
+    if args.measures is None:  # a default measure whose column this frame lacks is left out, said and recorded
+        measures = _defaults_for(rollouts, measures, notes, args.rollouts)
+    # token_entropy and logprob must be pi_theta's at temperature 1 in every row (docs/conventions.md)
     note_logprob_convention(rollouts, rollouts_columns(measures), notes, args.rollouts)
     groups = score_groups(
         rollouts,
@@ -129,6 +133,43 @@ def _run_score(args) -> int:
         write_text(out.with_suffix(".meta.json"), json.dumps(meta, indent=2, default=str))
     print(f"wrote {out} ({len(groups)} queries) and {out.with_suffix('.meta.json')}")
     return 0
+
+
+def _refuse_foreign_sidecar(sidecar: Path) -> None:
+    """-o names the groups frame; its sidecar beside it may replace an earlier `gcpo score`
+    sidecar (a JSON object with "measures" and "source"), never another file of that name."""
+    if not sidecar.exists():
+        return
+    try:
+        old = json.loads(sidecar.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        old = None
+    if not (isinstance(old, dict) and {"measures", "source"} <= old.keys()):
+        raise ValueError(
+            f"-o: the sidecar {sidecar} exists and was not written by gcpo score; "
+            "move it or choose another -o (it would be replaced)"
+        )
+
+
+def _defaults_for(rollouts, measures: list[str], notes: dict, source) -> list[str]:
+    """The default measures this frame can give: one that reads a column the frame lacks (token
+    entropy from another tool's rollouts) is left out with a warning and in the sidecar's
+    ``default_measures_left_out``; asking for it by --measures still gets the error naming the column."""
+    import warnings
+
+    from .measures.registry import MEASURE_REGISTRY
+
+    lacking = {m: [c for c in MEASURE_REGISTRY[m].columns if c not in rollouts.columns] for m in measures}
+    lacking = {m: cols for m, cols in lacking.items() if cols}
+    if not lacking:
+        return measures
+    kept = [m for m in measures if m not in lacking]
+    said = "; ".join(f"{m} (no {', '.join(map(repr, cols))} column)" for m, cols in lacking.items())
+    if not kept:
+        raise ValueError(f"{source}: no default measure can be scored: {said}; choose some with --measures")
+    warnings.warn(f"{source}: default measures left out: {said}; scoring {', '.join(kept)}", stacklevel=2)
+    notes["default_measures_left_out"] = {m: cols for m, cols in lacking.items()}
+    return kept
 
 
 def _refuse_unread(args, measures: list[str]) -> None:
@@ -164,7 +205,7 @@ def _read_rollouts(args, measures):
     """(the input as a rollouts frame, use_full_completion resolved): mapped columns renamed,
     rollout_id derived when absent, and an ``answer`` column required only when a measure reads
     the answers (auto reads the frame's ``dataset`` column, vocab.full_completion)."""
-    from .frames import map_rollout_columns, read_table, validate_rollouts
+    from .frames import ROLLOUT_REQUIRED, FrameError, map_rollout_columns, read_table, validate_rollouts
     from .measures.score import MEASURES
 
     mapping = {
@@ -175,9 +216,15 @@ def _read_rollouts(args, measures):
         "reward": args.reward_col,
     }
     text_cols = [args.query_col, args.rollout_col, args.completion_col, args.answer_col]
-    df = map_rollout_columns(
-        read_table(args.rollouts, text_columns=[c for c in text_cols if c]), mapping, source=str(args.rollouts)
-    )
+    raw = read_table(args.rollouts, text_columns=[c for c in text_cols if c])
+    df = map_rollout_columns(raw, mapping, source=str(args.rollouts))
+    # the columns a user must give; the error lists the file's own columns, not a derived
+    # rollout_id or answer
+    missing = [c for c in ROLLOUT_REQUIRED if c not in ("rollout_id", "answer") and c not in df.columns]
+    if missing:
+        raise FrameError(
+            f"rollouts frame in {args.rollouts} is missing required column(s) {missing}; it has {list(raw.columns)}"
+        )
     full = full_completion(args.full_completion, df.get("dataset"))
     reads_answers = not full and any(MEASURES[m] for m in measures)
     if "answer" not in df.columns:

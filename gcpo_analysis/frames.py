@@ -371,6 +371,8 @@ def read_table(path: str | Path, kind: str = "rollouts", text_columns=()) -> pd.
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no such {kind} file: {path}")
+    if path.is_file() and path.stat().st_size == 0:  # pandas said "No columns to parse from file", unnamed
+        raise FrameError(f"{path}: the {kind} file is empty (no header, no rows)")
     suffix = path.suffix.lower()
     try:
         if suffix == ".parquet":

@@ -33,7 +33,6 @@ from .datasets import dataset_names
 from .knob import Knob, check_fields, check_value, knob, knobs_of  # noqa: F401 (knob, check_value: the configs' imports)
 from .measures.params import PARAM_DECLARATIONS
 from .vocab import (
-    EPS,
     JUDGE,
     R_MAX,
     R_MIN,
@@ -99,7 +98,6 @@ SHARED: dict[str, Knob] = {
     "r_max": Knob(
         R_MAX, "Upper end of the reward range (the paper's rewards live on [0, 2]; 1 for 0/1 rewards); > r_min."
     ),
-    "eps": Knob(EPS, "eps in A_i = (r_i - mean r)/(std r + eps).", gt=0),
     "modulator_params": Knob(
         None,
         "Extra keyword arguments passed to the modulator verbatim (win over the fields above), e.g. {q_alpha: 0.6}.",

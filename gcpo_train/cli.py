@@ -137,11 +137,12 @@ def run_train(args) -> int:
 
 
 def run_eval(args) -> int:
+    from gcpo_analysis.knob import Knob, check_value
     from gcpo_train.evaluation.evaluate import evaluate, guard_outputs
 
     for flag, value in (("--n", args.n), ("--max_new_tokens", args.max_new_tokens), ("--batch_size", args.batch_size)):
-        if value is not None and value < 1:
-            raise ValueError(f"{flag} must be >= 1, got {value}")
+        if value is not None:  # >= 1 and within int64 (10^23 tokens ran until killed)
+            check_value(flag, value, Knob(1, "", ge=1), int)
     # every input resolved and checked before anything is read, loaded or written: the outputs
     # may not replace the model, the data, the config or the evaluation to pair with
     inputs = {"--config": args.config}

@@ -7,9 +7,12 @@ weight: A~_i = A_i * omega_geo(q) * omega_RD(q), omega_geo in {omega_CD, omega_B
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 from numpy.typing import ArrayLike
 
+from ..knob import check_value
 from ..vocab import EPS  # noqa: F401  (re-exported: the name modulators and trainers import)
 from .dispersion import (
     ALPHA_BASE,
@@ -23,6 +26,11 @@ from .dispersion import (
     rd_weight,
     reward_dispersion,
 )
+from .params import MEASURE_KNOBS
+
+# the formula takes eps = 0 (the exact standardisation; equal rewards still give 0), where the
+# configs ask eps > 0; negative or non-finite eps is refused by both
+_EPS = dataclasses.replace(MEASURE_KNOBS["eps"], gt=None, ge=0)
 
 
 def grpo_advantages(rewards: ArrayLike, eps: float = EPS) -> np.ndarray:
@@ -31,6 +39,7 @@ def grpo_advantages(rewards: ArrayLike, eps: float = EPS) -> np.ndarray:
     std is the population standard deviation (ddof = 0), as sigma_R of the group. A group whose
     rewards are all equal (including G = 1) has A = 0 exactly, never NaN.
     """
+    eps = check_value("eps", eps, _EPS, float)
     r = np.asarray(rewards, dtype=np.float64)
     if r.ndim != 1 or r.size == 0:
         raise ValueError(f"rewards must be a non-empty 1-d array, got shape {r.shape}")
@@ -53,6 +62,7 @@ def _check_overflow(centred: np.ndarray, std: np.ndarray | np.floating) -> None:
 
 def grpo_advantages_batch(rewards: ArrayLike, eps: float = EPS) -> np.ndarray:
     """GRPO advantages for N groups of equal size: rewards (N, G) -> (N, G)."""
+    eps = check_value("eps", eps, _EPS, float)
     r = np.asarray(rewards, dtype=np.float64)
     if r.ndim != 2:
         raise ValueError(f"rewards must have shape (N, G), got {r.shape}")
@@ -81,6 +91,8 @@ def gcpo_weight(
     geometry 'cd' uses Cosine Dispersion (no clusters needed); 'bot' needs cluster labels.
     Returns (weight, info) with info = {geometry: u, 'w_'+geometry: omega_geo, 'rd', 'w_rd'}.
     """
+    if not isinstance(use_rd, (bool, np.bool_)):
+        raise ValueError(f"use_rd must be True or False, got {use_rd!r}")
     r = as_rewards(rewards, r_min, r_max, batch=False)
     G = len(r)
     e = np.asarray(embeddings)

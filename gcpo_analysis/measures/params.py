@@ -13,7 +13,7 @@ modulator takes, the settings field (config key, CLI flag) that sets it, and its
 from __future__ import annotations
 
 from ..knob import Knob
-from ..vocab import ALPHA_BASE, NLI_THRESHOLD
+from ..vocab import ALPHA_BASE, EPS, NLI_THRESHOLD
 
 _WEIGHT_SIGN = "(a negative one flips the sign of the advantages)"
 
@@ -21,6 +21,8 @@ _WEIGHT_SIGN = "(a negative one flips the sign of the advantages)"
 MEASURE_KNOBS: dict[str, Knob] = {
     "alpha_base": Knob(ALPHA_BASE, f"alpha_base; alpha_G = alpha_base / ln G (Section 3.4) {_WEIGHT_SIGN}.", ge=0),
     "nli_threshold": Knob(NLI_THRESHOLD, "Entailment threshold of the greedy clustering (Appendix E).", ge=0, le=1),
+    # a negative eps flips every advantage's sign where std r < |eps|; NaN makes them NaN
+    "eps": Knob(EPS, "eps in A_i = (r_i - mean r)/(std r + eps).", gt=0),
 }
 
 # a modulator's keyword argument -> (the settings field that sets it, its declaration)

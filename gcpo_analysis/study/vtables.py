@@ -51,6 +51,10 @@ def write_v_tables(
 ) -> dict:
     """``stats.vparts.v_structure`` on ``groups`` (with its covariate columns), written as
     tables/<name>.csv and .md (with the notes above); returns the trim note as a dict."""
+    if "grad_var" not in groups.columns:  # rollouts without gradients (--from-rollouts, --target success_rate)
+        reason = "the groups have no gradient variance (grad_var), so there is no V to take apart"
+        warnings.warn(f"the V tables (v_parts, size_controls, confirmatory, trim) are skipped: {reason}", stacklevel=2)
+        return {"skipped": reason}
     tables.mkdir(parents=True, exist_ok=True)
     measures = [m for m in measures if m in groups.columns]
     with warnings.catch_warnings():

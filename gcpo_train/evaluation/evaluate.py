@@ -335,6 +335,12 @@ def evaluate(
     s = settings(config, dataset, split, max_new_tokens, max_context_tokens)
     queries = eval_queries(s, config, data_path, n, queries)
     model, tokenizer = load_policy(checkpoint_or_model, config, tokenizer, device)
+    context = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    if isinstance(context, int) and s.max_new_tokens > context:  # would decode far past what the model was built for
+        raise ValueError(
+            f"max_new_tokens ({s.max_new_tokens}) exceeds the model's context "
+            f"(max_position_embeddings = {context}); pass a smaller --max_new_tokens"
+        )
     kernels = pick_kernels(model, config, kernels)
     if batch_size is None:
         batch_size = 8 if kernels is None else EVAL_BATCH_PACKED

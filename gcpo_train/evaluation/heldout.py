@@ -56,16 +56,28 @@ def read_scores(path, flag: str = "predictions") -> pd.DataFrame:
             f"{flag} {path}: no {', '.join(map(repr, missing))} column (columns: {', '.join(map(str, df.columns))}); "
             "pass the .predictions.parquet that gcpo eval --output wrote"
         )
+    if df.empty:
+        raise ValueError(f"{flag} {path}: the file holds no predictions")
+    null = df["query_id"].isna().to_numpy()
+    if null.any():
+        raise ValueError(f"{flag} {path}: row {int(np.flatnonzero(null)[0])} has no query_id")
     ids = df["query_id"].astype(str)
     dup = ids.duplicated()
     if dup.any():
         row = int(np.flatnonzero(dup.to_numpy())[0])
         raise ValueError(f"{flag} {path}: row {row} scores query {ids.iloc[row]!r} a second time")
-    scores = pd.to_numeric(df["score"], errors="coerce").to_numpy(dtype=float)
+    # numbers only: a text "0.5" or a bool True is not a score, though to_numeric would make one of it
+    raw = df["score"]
+    is_number = raw.map(
+        lambda v: isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
+    )
+    scores = pd.to_numeric(raw.where(is_number), errors="coerce").to_numpy(dtype=float)
     bad = ~np.isfinite(scores)
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"{flag} {path}: row {row} (query {ids.iloc[row]!r}) has score {df['score'].iloc[row]!r}")
+        raise ValueError(
+            f"{flag} {path}: row {row} (query {ids.iloc[row]!r}) has score {raw.iloc[row]!r}, not a finite number"
+        )
     return pd.DataFrame({"query_id": ids.to_numpy(), "score": scores})
 
 

@@ -203,3 +203,14 @@ def test_a_figure_drawn_twice_is_the_same_bytes(tmp_path, ext):
     second = write_figure(fig, tmp_path / f"b.{ext}").read_bytes()
     plt.close(fig)
     assert first == second
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl", ".parquet"])
+def test_an_empty_file_is_named(tmp_path, suffix):
+    """A 0-byte CSV gave pandas' "No columns to parse from file", without the file's name."""
+    from gcpo_analysis.frames import read_table
+
+    path = tmp_path / f"r{suffix}"
+    path.write_bytes(b"")
+    with pytest.raises(FrameError, match=f"{path.name}: the rollouts file is empty"):
+        read_table(path)

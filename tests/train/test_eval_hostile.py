@@ -176,3 +176,44 @@ def test_a_failed_write_leaves_both_outputs_of_the_earlier_evaluation(run, capsy
     assert rc == 2 and "No space left" in err
     assert (out.read_bytes(), out.with_name("o.predictions.parquet").read_bytes()) == before
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".gcpo-tmp")]
+
+
+@pytest.mark.parametrize(
+    "frame, said",
+    [
+        (pd.DataFrame({"query_id": ["q0", "q1"], "score": ["0.5", "1"]}), "row 0 (query 'q0') has score '0.5'"),
+        (pd.DataFrame({"query_id": ["q0", "q1"], "score": [True, False]}), "row 0 (query 'q0') has score"),
+        (pd.DataFrame({"query_id": ["q0", None], "score": [0.5, 1.0]}), "row 1 has no query_id"),
+        (pd.DataFrame({"query_id": pd.Series([], dtype=str), "score": pd.Series([], dtype=float)}), "no predictions"),
+    ],
+)
+def test_a_paired_file_of_text_scores_bools_null_ids_or_no_rows_is_refused_first(
+    run, capsys, tmp_path, monkeypatch, frame, said
+):
+    """Text scores were made numbers and bools 1/0 (Δ printed, rc 0); a null id or an empty file
+    was refused only after the whole evaluation, without naming the file."""
+    import gcpo_train.evaluation.evaluate as ev
+
+    monkeypatch.setattr(ev, "load_policy", lambda *a, **k: pytest.fail("the model was loaded first"))
+    paired = tmp_path / "p.predictions.parquet"
+    frame.to_parquet(paired)
+    rc, err = _cli(_eval(run, "--paired_with", str(paired)), capsys)
+    assert rc == 2 and "--paired_with" in err and "p.predictions.parquet" in err and said in err
+
+
+@pytest.mark.parametrize("flag", ["--max_new_tokens", "--n", "--batch_size"])
+def test_an_eval_count_beyond_int64_is_refused_by_its_flag(run, capsys, flag):
+    """10^23 was accepted for all three; --max_new_tokens then decoded until killed."""
+    argv = _eval(run)
+    if flag in argv:
+        argv = argv[: argv.index(flag)] + argv[argv.index(flag) + 2 :]
+    rc, err = _cli([*argv, flag, str(10**23)], capsys)
+    assert rc == 2 and flag in err and "64-bit integer" in err
+
+
+def test_max_new_tokens_beyond_the_models_context_is_refused(run, capsys):
+    argv = _eval(run)
+    i = argv.index("--max_new_tokens")
+    argv[i + 1] = "100000"  # the tiny model has 256 positions
+    rc, err = _cli(argv, capsys)
+    assert rc == 2 and "max_new_tokens (100000) exceeds the model's context" in err

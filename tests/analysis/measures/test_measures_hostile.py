@@ -81,3 +81,27 @@ def test_grpo_advantages_refuse_an_overflow():
         grpo_advantages([1e308, -1e308, 1e308])
     with pytest.raises(ValueError, match="overflow"):
         grpo_advantages_batch([[1e308, -1e308, 1e308]])
+
+
+@pytest.mark.parametrize(
+    "kwargs, named",
+    [
+        (dict(eps=float("nan")), "eps must be a finite number >= 0"),
+        (dict(eps=-1.0), "eps must be a finite number >= 0"),  # flipped every advantage's sign
+        (dict(eps=float("inf")), "eps must be a finite number >= 0"),  # zeroed them
+        (dict(use_rd="no"), "use_rd must be True or False"),  # a non-empty string counted as True
+        (dict(r_max=10**400), "r_max must be a finite number"),  # a bare OverflowError
+        (dict(r_min=True), "r_min must be a finite number"),
+    ],
+)
+def test_gcpo_advantages_refuses_a_bad_knob_by_name(kwargs, named):
+    e, r, c = np.eye(4), [1.0, 0.0, 1.0, 0.0], [0, 0, 1, 1]
+    with pytest.raises(ValueError, match=named):
+        gcpo_advantages(r, e, clusters=c, **kwargs)
+
+
+def test_grpo_advantages_refuse_a_bad_eps():
+    with pytest.raises(ValueError, match="eps must be a finite number >= 0"):
+        grpo_advantages([0.0, 1.0], eps=-1e-3)
+    with pytest.raises(ValueError, match="eps must be a finite number >= 0"):
+        grpo_advantages_batch([[0.0, 1.0]], eps=float("nan"))

@@ -137,6 +137,25 @@ def test_from_rollouts_without_a_target_is_a_clear_error(study, tmp_path, capsys
     assert rc == 2 and "no 'grad_var' for these rollouts" in capsys.readouterr().err
 
 
+def test_from_rollouts_with_success_rate_as_target_finishes_without_the_v_tables(study, tmp_path):
+    """The error above tells the user to pass --target success_rate; that run then died in the V
+    tables, which trimmed on grad_var whatever the target. They are skipped, said and recorded."""
+    out, _, _ = study
+    lone = tmp_path / "lone" / "rollouts.parquet"
+    lone.parent.mkdir()
+    lone.write_bytes((out / "rollouts.parquet").read_bytes())
+    argv = ["study", "--from-rollouts", str(lone), "--output", str(tmp_path / "s"), "--judge", "lexical"]
+    with pytest.warns(UserWarning, match="V tables .* are skipped"):
+        rc = main([*argv, "--target", "success_rate", "--n-boot", "50", "--trim", "0", "--k-folds", "3"])
+    assert rc == 0
+    card = json.loads((tmp_path / "s" / "run_card.json").read_text())
+    assert "grad_var" in card["trim_note"]["skipped"]
+    assert (tmp_path / "s" / "tables" / "spearman_success_rate.csv").exists()
+    assert not (tmp_path / "s" / "tables" / "v_parts.csv").exists()
+    with pytest.warns(UserWarning, match="V tables .* are skipped"):
+        assert main(["study", "--restat", str(tmp_path / "s")]) == 0
+
+
 @pytest.mark.slow
 @pytest.mark.notebook
 def test_notebook_01_regenerates_the_figures(study, tmp_path):
