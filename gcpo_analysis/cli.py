@@ -205,7 +205,7 @@ def _read_rollouts(args, measures):
     """(the input as a rollouts frame, use_full_completion resolved): mapped columns renamed,
     rollout_id derived when absent, and an ``answer`` column required only when a measure reads
     the answers (auto reads the frame's ``dataset`` column, vocab.full_completion)."""
-    from .frames import ROLLOUT_REQUIRED, FrameError, map_rollout_columns, read_table, validate_rollouts
+    from .frames import ROLLOUT_REQUIRED, _check_columns, map_rollout_columns, read_table, validate_rollouts
     from .measures.score import MEASURES
 
     mapping = {
@@ -220,11 +220,8 @@ def _read_rollouts(args, measures):
     df = map_rollout_columns(raw, mapping, source=str(args.rollouts))
     # the columns a user must give; the error lists the file's own columns, not a derived
     # rollout_id or answer
-    missing = [c for c in ROLLOUT_REQUIRED if c not in ("rollout_id", "answer") and c not in df.columns]
-    if missing:
-        raise FrameError(
-            f"rollouts frame in {args.rollouts} is missing required column(s) {missing}; it has {list(raw.columns)}"
-        )
+    given = [c for c in ROLLOUT_REQUIRED if c not in ("rollout_id", "answer")]
+    _check_columns(df, given, "rollouts", str(args.rollouts), has=raw.columns)
     full = full_completion(args.full_completion, df.get("dataset"))
     reads_answers = not full and any(MEASURES[m] for m in measures)
     if "answer" not in df.columns:

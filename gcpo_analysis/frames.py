@@ -79,11 +79,13 @@ class FrameError(ValueError):
     """A frame that does not follow docs/conventions.md's frames; the message names column and row."""
 
 
-def _check_columns(df: pd.DataFrame, required, kind: str, source: str | None) -> None:
+def _check_columns(df: pd.DataFrame, required, kind: str, source: str | None, has=None) -> None:
+    """``has``: the columns to list as the file's (default ``df``'s), where ``df`` holds derived ones."""
     where = f" in {source}" if source else ""
     missing = [c for c in required if c not in df.columns]
     if missing:
-        raise FrameError(f"{kind} frame{where} is missing required column(s) {missing}; it has {list(df.columns)}")
+        listed = list(df.columns if has is None else has)
+        raise FrameError(f"{kind} frame{where} is missing required column(s) {missing}; it has {listed}")
 
 
 def _check_finite(df: pd.DataFrame, columns, kind: str, source: str | None) -> None:

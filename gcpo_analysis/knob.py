@@ -153,6 +153,22 @@ INT64 = (-(2**63), 2**63 - 1)  # seeds, steps and sizes reach numpy, torch and P
 FLOAT32_TINY, FLOAT32_MAX = 1.1754943508222875e-38, 3.4028234663852886e38  # the models compute in float32
 
 
+def finite_number(name: str, value: Any) -> float:
+    """``value`` as a finite float, or an error naming ``name``: a bool, NaN, infinity, something
+    float() refuses and an int too large for a float (10**400, where math.isfinite and float()
+    raise a bare OverflowError) are refused. Long values are cut in the message."""
+    shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:20] + "..."
+    if isinstance(value, bool) or type(value).__name__ == "bool_":  # numpy's bool, without importing numpy
+        raise ValueError(f"{name} must be a finite number, got {shown}")
+    try:
+        out = float(value)
+    except (OverflowError, TypeError, ValueError):
+        raise ValueError(f"{name} must be a finite number, got {shown}") from None
+    if not math.isfinite(out):
+        raise ValueError(f"{name} must be a finite number, got {shown}")
+    return out
+
+
 def _check_edges(name: str, value: Any) -> None:
     """A number at its type's edges refused naming the knob (issue 38): an integer beyond int64
     (``seed: 2^64`` was numpy's "Overflow when unpacking long long", after the study had made its

@@ -24,13 +24,12 @@ those functions; the measures never import it, so there is no circle.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from .datasets import dataset_names
-from .knob import Knob, check_fields, check_value, knob, knobs_of  # noqa: F401 (knob, check_value: the configs' imports)
+from .knob import Knob, check_fields, check_value, finite_number, knob, knobs_of  # noqa: F401 (knob, check_value: the configs' imports)
 from .measures.params import PARAM_DECLARATIONS
 from .vocab import (
     JUDGE,
@@ -166,8 +165,9 @@ def check_reward_range(r_min: float | None, r_max: float | None, flags: tuple[st
     if r_min is None or r_max is None:
         return
     for name, v in zip(flags, (r_min, r_max)):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        if not isinstance(v, (int, float)):
             raise ValueError(f"{name} must be a finite number, got {v!r}")
+        finite_number(name, v)  # bools, NaN, infinity and ints too large for a float (10**400)
     if not r_max > r_min:
         raise ValueError(f"{flags[1]} ({r_max}) must be > {flags[0]} ({r_min})")
 

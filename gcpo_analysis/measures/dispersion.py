@@ -10,12 +10,11 @@ alpha_G = alpha_base / ln G; G = 1 has no dispersion, so every measure is 0 and 
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ..knob import check_value
+from ..knob import check_value, finite_number
 from ..vocab import ALPHA_BASE, R_MAX, R_MIN  # noqa: F401 (re-exported: the measures' defaults)
 from .params import MEASURE_KNOBS
 
@@ -56,7 +55,7 @@ def _as_embeddings(embeddings: ArrayLike, *, batch: bool) -> np.ndarray:
 def as_rewards(rewards: ArrayLike, r_min: float, r_max: float, *, batch: bool) -> np.ndarray:
     """Rewards as float64, checked: one group (G,) or a batch (N, G), finite, non-empty, inside
     [r_min, r_max] (1e-9 slack); the error names the first bad reward's rollout (and group)."""
-    r_min, r_max = _range_end("r_min", r_min), _range_end("r_max", r_max)
+    r_min, r_max = finite_number("r_min", r_min), finite_number("r_max", r_max)
     r = np.asarray(rewards, dtype=np.float64)
     want = 2 if batch else 1
     if r.ndim != want:
@@ -73,21 +72,6 @@ def as_rewards(rewards: ArrayLike, r_min: float, r_max: float, *, batch: bool) -
             f"reward {float(r[tuple(idx)]):g} of {_position(idx)} lies outside the declared range [{r_min}, {r_max}]"
         )
     return r
-
-
-def _range_end(name: str, value: Any) -> float:
-    """One end of the declared reward range as a finite float; 10**400, NaN, a bool or a string
-    is refused by name (float() of a huge int raised a bare OverflowError)."""
-    shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:20] + "..."
-    if isinstance(value, (bool, np.bool_)):
-        raise ValueError(f"{name} must be a finite number, got {shown}")
-    try:
-        out = float(value)
-    except (OverflowError, TypeError, ValueError):
-        raise ValueError(f"{name} must be a finite number, got {shown}") from None
-    if not math.isfinite(out):
-        raise ValueError(f"{name} must be a finite number, got {shown}")
-    return out
 
 
 def check_finite_rewards(r: np.ndarray) -> np.ndarray:

@@ -58,3 +58,12 @@ def test_the_study_cli_refuses_a_subnormal_temperature_naming_it(tmp_path, capsy
     assert main(["study", "--temperature", "1e-45", "--output", str(tmp_path / "S")]) == 2
     assert "temperature must be of a size float32 holds" in capsys.readouterr().err
     assert not (tmp_path / "S").exists()
+
+
+def test_a_reward_range_end_too_large_for_a_float_is_refused_by_name():
+    """check_reward_range (configs, GCPOConfig) raised a bare OverflowError from math.isfinite on
+    10**400, the twin of as_rewards' defect; both now share knob.finite_number."""
+    from gcpo_analysis.knobs import check_reward_range
+
+    with pytest.raises(ValueError, match="r_max must be a finite number, got 1000"):
+        check_reward_range(0, 10**400)
