@@ -229,6 +229,21 @@ def check_fields(obj: Any, names: Iterable[str] | None = None) -> None:
         object.__setattr__(obj, name, value)  # also on a frozen dataclass: the checked value
 
 
+def check_given_values(cls: type, values: dict, source: dict[str, str]) -> None:
+    """The fields of the settings dataclass ``cls`` in ``values`` (a config file's mapping, the
+    command line's overrides), each checked against its declaration before ``cls`` is built, so
+    that the error names where it was given (``source[name]``: the file, ``--set steps=nan``);
+    names that are not fields are left to the caller's unknown-key check."""
+    hints = typing.get_type_hints(cls)
+    specs = knobs_of(cls)
+    for name, value in values.items():
+        if name in specs:
+            try:
+                check_value(name, value, specs[name], hints[name])
+            except ValueError as err:
+                raise ValueError(f"{source[name]}: {err}") from None
+
+
 def check_flags(args: Any, annotations: dict[str, Any], specs: dict[str, Knob]) -> None:
     """The flags of knobs on an argparse namespace, checked against their declarations
     (``specs``); the error names the flag (``--r-max: r_max must be a finite number, got inf``)."""

@@ -179,6 +179,7 @@ def run_eval(args) -> int:
         progress=not args.no_progress,
         inputs=inputs,
         paired=paired,
+        paired_scores=None if base is None else {"--paired_with": base},
     )
     print(json.dumps(res["metrics"], indent=2))
     if base is not None:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from gcpo_analysis.datasets import math_datasets
 from gcpo_analysis.errors import did_you_mean
+from gcpo_analysis.knob import check_given_values
 from gcpo_analysis.knobs import check_knobs, knob, shared
 from gcpo_analysis.vocab import PACKAGED_POLICY, PAPER_POLICY, full_completion
 from gcpo_train.modulation import ModulationSettings, stated_reward_range
@@ -452,11 +453,13 @@ def read_config_file(path: str | Path) -> dict:
 
 
 def load_config(path: str | Path | None = None, overrides: dict | None = None) -> TrainConfig:
-    """Defaults ← YAML file ← overrides; refuses unknown keys naming them (with close matches)."""
+    """Defaults ← YAML file ← overrides; refuses unknown keys naming them (with close matches),
+    and a bad value in the file naming the file and the key."""
     values: dict = {}
     if path is not None:
         loaded = read_config_file(path)
         _check_keys(loaded, str(path))
+        check_given_values(TrainConfig, loaded, dict.fromkeys(loaded, str(path)))  # the error names the file
         values.update(loaded)
     if overrides:
         _check_keys(overrides, "the overrides")

@@ -22,7 +22,7 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
-from gcpo_analysis.knob import cli_help
+from gcpo_analysis.knob import check_given_values, cli_help
 from gcpo_analysis.vocab import field_kinds
 from gcpo_train.config import TrainConfig, parse_overrides, safe_yaml
 
@@ -69,11 +69,15 @@ def add_override_flags(parser: argparse.ArgumentParser, skip: Iterable[str] = ()
 
 
 def overrides_from(args: argparse.Namespace) -> dict:
-    """The fields given on the command line, by ``--set`` and by ``--<field>`` flags (not yet
-    checked: ``load_config`` refuses unknown ones); a field given both ways is refused."""
+    """The fields given on the command line, by ``--set`` and by ``--<field>`` flags, each value
+    checked against its field naming how it was given (``--set steps=nan``, ``--steps``);
+    ``load_config`` refuses unknown fields. A field given both ways is refused."""
     flags = {k[len(FIELD_PREFIX) :]: v for k, v in vars(args).items() if k.startswith(FIELD_PREFIX)}
-    pairs = parse_overrides(getattr(args, SET_DEST, None) or [])
+    raw = getattr(args, SET_DEST, None) or []
+    pairs = parse_overrides(raw)
     both = sorted(set(flags) & set(pairs))
     if both:
         raise ValueError(f"{', '.join(both)} given both as --<field> and in --set: give each once")
+    source = {**{p.split("=", 1)[0].strip(): f"--set {p}" for p in raw}, **{k: f"--{k}" for k in flags}}
+    check_given_values(TrainConfig, {**pairs, **flags}, source)
     return {**pairs, **flags}

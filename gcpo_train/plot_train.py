@@ -43,20 +43,51 @@ def check_outputs(stem: Path, log: Path) -> None:
         check_output(stem.with_suffix(suffix), [log], "-o")
 
 
+def check_steps(rows, log: Path) -> None:
+    """Every step fits int64 (numpy and matplotlib read it as one) and comes once (two rows of
+    one step draw a curve that runs back on itself); the error names the log, the rows and the step."""
+    from gcpo_analysis.knob import INT64
+
+    first: dict[int, int] = {}
+    for i, row in enumerate(rows, start=1):
+        step = row["step"]
+        if not INT64[0] <= step <= INT64[1]:
+            raise ValueError(f"{log}: logged row {i} has step = {step}, beyond a 64-bit integer (up to 2^63 - 1)")
+        if step in first:
+            raise ValueError(
+                f"{log}: logged rows {first[step]} and {i} have the same step = {step}; "
+                "plot-train draws one row per step"
+            )
+        first[step] = i
+
+
 def check_numbers(df, columns, log: Path) -> None:
-    """Every value of the drawn columns is a number (or null, a gap in the curve); a string, a
-    list or a boolean is refused naming the log, the step and the key (matplotlib would draw
-    strings as categories, or fail with a message that names neither)."""
+    """Every value of the drawn columns is a number (or null or NaN, a gap in the curve) within
+    float32's range (the training computes in float32); a string, a list, a boolean, an infinity
+    or a number like 1e308 (matplotlib's axis overflows on it) is refused naming the log, the
+    step and the key (matplotlib would draw strings as categories, or fail with a message that
+    names neither)."""
+    import math
     import numbers
+
+    from gcpo_analysis.knob import FLOAT32_MAX, finite_number
 
     for c in columns:
         for i, v in enumerate(df[c]):
-            if v is None or (isinstance(v, numbers.Real) and not isinstance(v, bool)):
+            if v is None or (isinstance(v, float) and math.isnan(v)):
                 continue
-            raise ValueError(
-                f"{log}: logged row {i + 1} (step {df['step'].iloc[i]}) has {c} = {v!r}, not a number; "
-                f"plot-train draws {c} as a curve"
-            )
+            where = f"{log}: logged row {i + 1} (step {df['step'].iloc[i]}) has {c} = {v!r}"
+            if not isinstance(v, numbers.Real) or isinstance(v, bool):
+                raise ValueError(f"{where}, not a number; plot-train draws {c} as a curve")
+            try:
+                x = finite_number(c, v)
+            except ValueError:  # infinite, or an integer no float holds (10**400)
+                x = math.inf
+            if abs(x) > FLOAT32_MAX:
+                raise ValueError(
+                    f"{where}, not a finite number within float32's range (up to 3.4e+38 in magnitude, "
+                    f"the training computes in float32); plot-train draws {c} as a curve"
+                )
 
 
 def plot_training(run_dir, output=None):
@@ -76,6 +107,7 @@ def plot_training(run_dir, output=None):
     rows = read_log(log)
     if not rows:
         raise ValueError(f"{log} has no logged step")
+    check_steps(rows, log)
     df = pd.DataFrame(rows)
     panels = [
         ("(a) reward", [c for c in ("reward_mean", "frac_zero_std") if c in df]),

@@ -24,6 +24,7 @@ from .dispersion import (
     cosine_dispersion,
     geometry_weight,
     rd_weight,
+    reward_array,
     reward_dispersion,
 )
 from .params import MEASURE_KNOBS
@@ -40,7 +41,7 @@ def grpo_advantages(rewards: ArrayLike, eps: float = EPS) -> np.ndarray:
     rewards are all equal (including G = 1) has A = 0 exactly, never NaN.
     """
     eps = check_value("eps", eps, _EPS, float)
-    r = np.asarray(rewards, dtype=np.float64)
+    r = reward_array(rewards)
     if r.ndim != 1 or r.size == 0:
         raise ValueError(f"rewards must be a non-empty 1-d array, got shape {r.shape}")
     check_finite_rewards(r)
@@ -63,7 +64,7 @@ def _check_overflow(centred: np.ndarray, std: np.ndarray | np.floating) -> None:
 def grpo_advantages_batch(rewards: ArrayLike, eps: float = EPS) -> np.ndarray:
     """GRPO advantages for N groups of equal size: rewards (N, G) -> (N, G)."""
     eps = check_value("eps", eps, _EPS, float)
-    r = np.asarray(rewards, dtype=np.float64)
+    r = reward_array(rewards)
     if r.ndim != 2:
         raise ValueError(f"rewards must have shape (N, G), got {r.shape}")
     check_finite_rewards(r)

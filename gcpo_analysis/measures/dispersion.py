@@ -56,7 +56,7 @@ def as_rewards(rewards: ArrayLike, r_min: float, r_max: float, *, batch: bool) -
     """Rewards as float64, checked: one group (G,) or a batch (N, G), finite, non-empty, inside
     [r_min, r_max] (1e-9 slack); the error names the first bad reward's rollout (and group)."""
     r_min, r_max = finite_number("r_min", r_min), finite_number("r_max", r_max)
-    r = np.asarray(rewards, dtype=np.float64)
+    r = reward_array(rewards)
     want = 2 if batch else 1
     if r.ndim != want:
         raise ValueError(f"rewards must have {want} dimension(s), got shape {r.shape}")
@@ -72,6 +72,26 @@ def as_rewards(rewards: ArrayLike, r_min: float, r_max: float, *, batch: bool) -
             f"reward {float(r[tuple(idx)]):g} of {_position(idx)} lies outside the declared range [{r_min}, {r_max}]"
         )
     return r
+
+
+def reward_array(rewards: ArrayLike) -> np.ndarray:
+    """Rewards as a float64 array, a boolean refused, naming its rollout (and group): True is a
+    success flag, not a reward in [r_min, r_max] (reward_dispersion([True, False]) was 0.5). The
+    one conversion of every reward path (as_rewards, GRPO advantages, the measurement batch);
+    integers are rewards."""
+    raw = rewards if isinstance(rewards, np.ndarray) else np.asarray(rewards, dtype=object)
+    if raw.dtype == object:  # a list keeps each element's type: [True, 0.5] would be a float array
+        bad = np.asarray(np.frompyfunc(lambda v: isinstance(v, (bool, np.bool_)), 1, 1)(raw), dtype=bool)
+    else:
+        bad = np.full(raw.shape, raw.dtype == bool)
+    if bad.any():
+        idx = np.argwhere(bad)[0]
+        where = f"reward of {_position(idx)}" if idx.size else "the reward"
+        raise ValueError(
+            f"{where} is {raw[tuple(idx)]!r}, a boolean: rewards are numbers "
+            "(pass 1.0 and 0.0 if True and False are meant as rewards)"
+        )
+    return raw.astype(np.float64)
 
 
 def check_finite_rewards(r: np.ndarray) -> np.ndarray:

@@ -22,6 +22,7 @@ from numpy.typing import ArrayLike, DTypeLike
 
 from ..vocab import CLUSTERS, EMBEDDINGS, NLI_THRESHOLD
 from .clustering import batched_greedy_clusters
+from .dispersion import reward_array
 from .embed import embed_groups, make_embedder
 from .judges import make_judge
 from .modulators import GroupFeatures
@@ -131,6 +132,12 @@ def prepare_groups(
     n = len(texts)
     if len(rewards) != n:
         raise ValueError(f"{len(rewards)} reward groups for {n} text groups")
+    checked = []  # before anything is embedded or judged
+    for k, r in enumerate(rewards):
+        try:
+            checked.append(reward_array(r))
+        except ValueError as err:
+            raise ValueError(f"group {k if group_ids is None else group_ids[k]!r}: {err}") from None
     embedder, judge = measurement_tools(needs, embedder, judge)
     capped, cut = cap_texts(texts)
     answers, cut_answers = cap_texts(answers)
@@ -161,7 +168,7 @@ def prepare_groups(
         kept["n_tokens"] = n_tokens
     groups = [
         GroupFeatures(
-            rewards=np.asarray(rewards[k], dtype=np.float64),
+            rewards=checked[k],
             embeddings=embeddings[k],
             clusters=clusters[k],
             answers=None if answers is None else list(answers[k]),

@@ -129,7 +129,9 @@ def register_measure(
     from ..registry import check_name
 
     check_name("measure", name)
-    column = (weight_column or f"w_{name}") if weight is not None else None
+    column = (f"w_{name}" if weight_column is None else weight_column) if weight is not None else None
+    if column is not None:  # a frame column and a log key, as a measure's name is (``../x`` is no column)
+        check_name("weight column", column)
     clash = reserved_column(name)
     if clash is not None:
         raise ValueError(f"measure name {name!r} refused: {clash}; choose another name")
@@ -150,7 +152,7 @@ def register_measure(
             columns=tuple(columns),
             optional_columns=tuple(optional_columns),
             rewards=rewards,
-            weight_column=(weight_column or f"w_{name}") if weight is not None else None,
+            weight_column=column,
             weight=weight,
             source=source,
             label=label or name,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gcpo_train.compare.run import Comparison
-from gcpo_train.compare.settings import COMPARE_DEFAULTS, load_compare_config, parse_seed
+from gcpo_train.compare.settings import COMPARE_DEFAULTS, load_compare_config, parse_seeds
 
 
 def run_doc() -> str:
@@ -97,10 +97,11 @@ def run_cli(args) -> int:
         overrides["backend"] = args.backend
     given = [k for k in COMPARE_DEFAULTS if getattr(args, k, None) is not None]  # not every setting is a flag
     base, settings = load_compare_config(args.config, overrides, flags=given)
+    seeds = settings["seeds"] if args.seeds is None else parse_seeds(args.seeds)
     if args.plan:
         from gcpo_train.compare.plan import write_plan
 
-        n_seeds = None if args.seeds is None else len([s for s in args.seeds.split(",") if s.strip()])
+        n_seeds = None if args.seeds is None else len(seeds)
         print(write_plan(args.output, margin=settings["equivalence_margin"], seeds=n_seeds))
         return 0
     for key in ("eval_every", "eval_n", "split_seed"):
@@ -109,11 +110,10 @@ def run_cli(args) -> int:
     if settings["eval_n"] is not None and settings["eval_n"] < 1:
         raise ValueError(f"--eval_n must be >= 1, got {settings['eval_n']}")
     modulators = settings["modulators"] if args.modulators is None else args.modulators.split(",")
-    seeds = (
-        settings["seeds"]
-        if args.seeds is None
-        else [parse_seed(s, "--seeds") for s in args.seeds.split(",") if s.strip()]
-    )
+    if args.modulators is not None and any(not m.strip() for m in modulators):
+        raise ValueError(
+            f"--modulators {args.modulators!r}: an empty item; give comma-separated arms such as none,bot_rd"
+        )
     comparison = Comparison(
         base,
         args.output,

@@ -39,6 +39,7 @@ def load_compare_config(path, overrides: dict | None = None, flags=()) -> tuple[
     and the file (``flags``: the settings given as flags, which replace the file's and are checked
     as flags)."""
     from gcpo_analysis.errors import did_you_mean
+    from gcpo_analysis.knob import check_given_values
     from gcpo_train.config import _check_keys, load_config, read_config_file
 
     path = Path(path)
@@ -52,6 +53,7 @@ def load_compare_config(path, overrides: dict | None = None, flags=()) -> tuple[
                 f"unknown key {key!r} in {path}'s compare: mapping{did_you_mean(key, list(COMPARE_DEFAULTS))}"
             )
     _check_keys(loaded, str(path))
+    check_given_values(TrainConfig, loaded, dict.fromkeys(loaded, str(path)))  # the error names the file
     settings = {**COMPARE_DEFAULTS, **section}
     for key in ("modulators", "seeds"):
         value = settings[key]
@@ -90,6 +92,20 @@ def load_compare_config(path, overrides: dict | None = None, flags=()) -> tuple[
 
 
 def parse_seed(value, where: str) -> int:
+    """An integer seed from 0 to 2^63 - 1 (numpy and torch take seeds as int64), else a
+    ValueError naming ``where`` (the flag, or the file and key)."""
+    from gcpo_analysis.knob import INT64
+
     if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).strip().isdigit():
         raise ValueError(f"{where}: {value!r} is not an integer seed >= 0")
+    if int(value) > INT64[1]:
+        raise ValueError(f"{where}: seed {int(value)} must fit a 64-bit integer (0 to 2^63 - 1)")
     return int(value)
+
+
+def parse_seeds(text: str, flag: str = "--seeds") -> list[int]:
+    """A comma-separated list of seeds (``0,1,2``); an empty item (``0,,1``) is refused, not skipped."""
+    items = text.split(",")
+    if any(not item.strip() for item in items):
+        raise ValueError(f"{flag} {text!r}: an empty item; give comma-separated seeds such as 0,1,2")
+    return [parse_seed(item, flag) for item in items]

@@ -12,7 +12,8 @@ QA: Acc (F1 > 0.5), BLEU, F1; HotpotQA: F1, EM; math: accuracy — all from
 3. ``eval_config`` and ``settings``: the config that names the data, split and decoding (given,
    or a checkpoint's own), and what it resolves to;
 4. ``eval_queries``: the queries of the split (the run's own held-out part for a single-split
-   benchmark), read before any model loads, so a bad data file costs no model load;
+   benchmark), read before any model loads, so a bad data file costs no model load; they are the
+   queries of the evaluation it is paired with (``heldout.check_paired_queries``);
 5. ``load_policy`` and ``pick_kernels``: a checkpoint, a model name or a loaded model, and the
    run's decoding kernels;
 6. ``decode``: greedy completions, ``batch_size`` prompts at a time;
@@ -298,6 +299,7 @@ def evaluate(
     kernels=None,
     inputs: dict | None = None,
     paired: dict | None = None,
+    paired_scores: dict | None = None,
 ) -> dict:
     """Greedy-decode ``n`` queries of ``split`` and score them; write JSON to ``output``.
 
@@ -313,7 +315,9 @@ def evaluate(
     Predictions go next to the JSON as ``<name>.predictions.parquet``, one row per query with
     its ``score`` (the task's metric on 0-100, ``heldout.per_query_scores``) for pairing; the two
     are written together or not at all. ``inputs``/``paired``: the command's other inputs, which
-    the outputs may not replace (``guard_outputs``).
+    the outputs may not replace (``guard_outputs``). ``paired_scores``: {label: ``read_scores``
+    frame} of the evaluations in ``paired``, which must score the queries this one will
+    (``heldout.check_paired_queries``, before the model loads).
     ``kernels``: a ``sampling.registry.make_kernels`` object (default: the config's ``sampling_kernels``, so a
     run's base policy and checkpoints decode alike). ``batch_size``: prompts per greedy decode;
     None = 8 with transformers generate (the numbers of earlier runs: a row's rounding depends on
@@ -334,6 +338,10 @@ def evaluate(
     config = eval_config(checkpoint_or_model, config)
     s = settings(config, dataset, split, max_new_tokens, max_context_tokens)
     queries = eval_queries(s, config, data_path, n, queries)
+    from gcpo_train.evaluation.heldout import check_paired_queries
+
+    for label, base in (paired_scores or {}).items():  # before the model loads: a mismatch costs no decode
+        check_paired_queries(queries["query_id"], base, label, (paired or {}).get(label))
     model, tokenizer = load_policy(checkpoint_or_model, config, tokenizer, device)
     context = getattr(getattr(model, "config", None), "max_position_embeddings", None)
     if isinstance(context, int) and s.max_new_tokens > context:  # would decode far past what the model was built for

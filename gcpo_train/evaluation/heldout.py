@@ -81,6 +81,20 @@ def read_scores(path, flag: str = "predictions") -> pd.DataFrame:
     return pd.DataFrame({"query_id": ids.to_numpy(), "score": scores})
 
 
+def check_paired_queries(ids, base: pd.DataFrame, flag: str, path) -> None:
+    """The queries an evaluation will score (``ids``) are those its paired evaluation scores
+    (``base``, a ``read_scores`` frame), checked before any model loads: otherwise a ValueError
+    naming ``flag``, the file and the first few ids missing from it or extra in it."""
+    ours, theirs = pd.Series(ids).astype(str), base["query_id"]
+    missing, extra = ours[~ours.isin(theirs)].tolist()[:3], theirs[~theirs.isin(ours)].tolist()[:3]
+    if missing or extra:
+        differ = [f"{what}, e.g. {few}" for what, few in (("not in it", missing), ("only in it", extra)) if few]
+        raise ValueError(
+            f"{flag} {path}: scores other queries than the {len(ours)} this evaluation will ({'; '.join(differ)}); "
+            "pair it with an evaluation of the same held-out set (the same --config, --dataset, --split and --n)"
+        )
+
+
 def paired_gain(
     base,
     trained,

@@ -29,7 +29,8 @@ def read_log(path) -> list[dict]:
                 )
                 break
             raise ValueError(f"{path}: line {k} is not JSON ({err})") from None
-        if not isinstance(row, dict) or not isinstance(row.get("step"), int):
+        step = row.get("step") if isinstance(row, dict) else None
+        if not isinstance(step, int) or isinstance(step, bool):  # JSON true is no step
             raise ValueError(f"{path}: line {k} has no integer 'step'")
         rows.append(row)
     return rows

@@ -2,6 +2,8 @@
 column's name, and impossible cells or parameters are refused wherever they enter (a negative
 token_entropy, a success share of 2, q_alpha 2 in the modulator function itself)."""
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -77,6 +79,18 @@ def test_a_measure_weight_column_may_not_overwrite_another_column():
         assert MEASURE_REGISTRY["probe_measure"].weight_column == "w_probe_measure"
     finally:
         MEASURE_REGISTRY.pop("probe_measure")
+
+
+@pytest.mark.parametrize("column", BAD_NAMES)
+def test_a_measure_weight_column_that_is_not_an_identifier_is_refused(column):
+    """weight_column="../x" was registered (and "" silently became w_probe_measure): the
+    measure's name was checked, its column not."""
+    weight = lambda u, G, a: 1.0  # noqa: E731
+    with pytest.raises(ValueError, match=r"a weight column name must be an identifier.*got " + re.escape(repr(column))):
+        register_measure("probe_measure", rewards=True, weight=weight, weight_column=column)(
+            lambda groups, r_min, r_max: np.zeros(len(groups))
+        )
+    assert "probe_measure" not in MEASURE_REGISTRY
 
 
 def _rollouts(**cols):

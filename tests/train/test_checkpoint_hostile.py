@@ -78,6 +78,17 @@ def test_a_partial_last_log_line_is_dropped_with_a_warning(tmp_path):
         read_log(log)
 
 
+@pytest.mark.parametrize("step", ["true", "1.5", '"1"', "null"])
+def test_a_logged_step_that_is_not_an_integer_is_named(tmp_path, step):
+    """JSON true passed as step 1 (bool is an int in Python)."""
+    from gcpo_train.runfiles.runlog import read_log
+
+    log = tmp_path / "log.jsonl"
+    log.write_text(f'{{"step": 1}}\n{{"step": {step}}}\n{{"step": 3}}\n')
+    with pytest.raises(ValueError, match="line 2 has no integer 'step'"):
+        read_log(log)
+
+
 # ----------------------------------------------------------------------------- checkpoints kept
 def test_save_total_limit_keeps_the_newest_checkpoints(tmp_path):
     pytest.importorskip("torch")

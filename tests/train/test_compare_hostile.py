@@ -58,6 +58,33 @@ def test_a_refused_argument_writes_no_compare_json(tmp_path, capsys, flags, name
     assert not (out / "compare.json").exists()
 
 
+@pytest.mark.parametrize(
+    ("seeds", "named"),
+    [
+        (str(10**23), "--seeds: seed 100000000000000000000000 must fit a 64-bit integer"),
+        ("0,,1", "--seeds '0,,1': an empty item"),
+        ("0,1,", "--seeds '0,1,': an empty item"),
+    ],
+)
+@pytest.mark.parametrize("mode", ["--report_only", "--plan"])
+def test_a_seed_beyond_int64_or_an_empty_seed_item_is_refused_by_the_flag(tmp_path, capsys, seeds, named, mode):
+    """--seeds 10^23 was refused as "seed must fit a 64-bit integer", naming no flag, and
+    --seeds 0,,1 dropped the empty item and ran (or planned) seeds 0 and 1."""
+    out = tmp_path / "cmp"
+    rc, err = _cli(["compare", "--config", _config(tmp_path), "--output", str(out), f"--seeds={seeds}", mode], capsys)
+    assert rc == 2 and named in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("arms", ["none,,bot_rd", "none,", ",none"])
+def test_an_empty_modulator_item_is_refused_by_the_flag(tmp_path, capsys, arms):
+    """--modulators none,,bot_rd dropped the empty item and ran the other arms."""
+    out = tmp_path / "cmp"
+    rc, err = _cli(["compare", "--config", _config(tmp_path), "--output", str(out), f"--modulators={arms}"], capsys)
+    assert rc == 2 and "--modulators" in err and "empty item" in err
+    assert not out.exists()
+
+
 def test_a_refused_argument_of_the_api_writes_no_compare_json(tmp_path):
     with pytest.raises(ValueError, match="--seeds: a training seed must be an integer >= 0, got -1"):
         _comparison(tmp_path, seeds=(0, -1))

@@ -154,3 +154,32 @@ def test_unknown_modulator_params_are_refused_under_trl(tmp_path):
 
     with pytest.raises(ValueError, match="q_alfa.*accepted keys"):
         GCPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to=[], modulator_params={"q_alfa": 50})
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["--set", "steps=nan"], "--set steps=nan: steps must be an integer, got 'nan'"),
+        (["--set", "beta=0.1", "steps=[1]"], "--set steps=[1]: steps must be an integer, got [1]"),
+        (["--steps", "nan"], "--steps: steps must be an integer, got 'nan'"),
+        (["--config", "{file}"], "{file}: steps must be an integer, got [1] (list)"),
+    ],
+    ids=["set-nan", "set-list", "flag", "file"],
+)
+def test_a_bad_value_names_the_flag_or_the_file_that_gave_it(tmp_path, capsys, argv, named):
+    """`--set steps=nan` and a config file's `steps: [1]` were refused as "steps must be an
+    integer", naming neither --set nor the file."""
+    path = tmp_path / "c.yaml"
+    path.write_text("steps: [1]\n")
+    argv = [a.format(file=path) for a in argv]
+    rc, err = _cli(["train", "--output_dir", str(tmp_path / "out"), *argv], capsys)
+    assert rc == 2 and named.format(file=path) in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.yaml"]
+
+
+def test_a_bad_value_in_a_comparison_config_names_the_file(tmp_path, capsys):
+    path = tmp_path / "c.yaml"
+    path.write_text("steps: [1]\ncompare:\n  seeds: [0]\n")
+    rc, err = _cli(["compare", "--config", str(path), "--output", str(tmp_path / "out")], capsys)
+    assert rc == 2 and f"{path}: steps must be an integer, got [1] (list)" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.yaml"]

@@ -217,3 +217,29 @@ def test_max_new_tokens_beyond_the_models_context_is_refused(run, capsys):
     argv[i + 1] = "100000"  # the tiny model has 256 positions
     rc, err = _cli(argv, capsys)
     assert rc == 2 and "max_new_tokens (100000) exceeds the model's context" in err
+
+
+ID = "narrativeqa/train/{}".format  # the query ids gcpo eval gives the rows of q.jsonl
+
+
+@pytest.mark.parametrize(
+    ("ids", "said"),
+    [
+        ([ID(0), ID(1), ID(2), "x9"], f"(not in it, e.g. ['{ID(3)}']; only in it, e.g. ['x9'])"),
+        ([ID(0), ID(1)], f"(not in it, e.g. ['{ID(2)}', '{ID(3)}'])"),
+        ([ID(i) for i in range(5)], f"(only in it, e.g. ['{ID(4)}'])"),
+    ],
+    ids=["other", "fewer", "more"],
+)
+def test_a_paired_file_of_other_queries_is_refused_before_the_evaluation(run, capsys, tmp_path, monkeypatch, ids, said):
+    """Other query ids in --paired_with were found by paired_gain after the whole evaluation had
+    run and written its outputs, in an error naming neither the flag nor the file."""
+    import gcpo_train.evaluation.evaluate as ev
+
+    monkeypatch.setattr(ev, "load_policy", lambda *a, **k: pytest.fail("the model was loaded first"))
+    paired = tmp_path / "p.predictions.parquet"
+    pd.DataFrame({"query_id": ids, "score": [50.0] * len(ids)}).to_parquet(paired)
+    out = tmp_path / "o.json"
+    rc, err = _cli(_eval(run, "--output", str(out), "--paired_with", str(paired)), capsys)
+    assert rc == 2 and f"--paired_with {paired}: scores other queries than the 4" in err and said in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.predictions.parquet"]

@@ -2,6 +2,8 @@
 overflowing inputs are refused naming the value, huge and tiny embeddings are rescaled, and an
 invalid alpha_base is refused by the function and by `gcpo score`."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -15,8 +17,11 @@ from gcpo_analysis.measures import (
     grpo_advantages,
     grpo_advantages_batch,
     rd_weight,
+    reward_dispersion,
+    reward_dispersion_batch,
     semantic_entropy,
 )
+from gcpo_analysis.measures.prepare import prepare_groups
 
 
 def test_alpha_base_must_be_finite_and_non_negative(rollouts_file, capsys):
@@ -105,3 +110,27 @@ def test_grpo_advantages_refuse_a_bad_eps():
         grpo_advantages([0.0, 1.0], eps=-1e-3)
     with pytest.raises(ValueError, match="eps must be a finite number >= 0"):
         grpo_advantages_batch([[0.0, 1.0]], eps=float("nan"))
+
+
+@pytest.mark.parametrize(
+    ("call", "named"),
+    [
+        (lambda: reward_dispersion([True, False]), "reward of rollout 0 is True, a boolean"),  # was 0.5
+        (lambda: reward_dispersion(np.array([False, True])), "reward of rollout 0 is np.False_, a boolean"),
+        (lambda: reward_dispersion([0.5, True]), "reward of rollout 1 is True, a boolean"),  # a float array
+        (lambda: reward_dispersion_batch([[0.0, 1.0], [1.0, True]]), "reward of group 1, rollout 1 is True"),
+        (lambda: grpo_advantages([1, True]), "reward of rollout 1 is True, a boolean"),
+        (lambda: grpo_advantages_batch(np.ones((2, 3), dtype=bool)), "reward of group 0, rollout 0 is np.True_"),
+        (lambda: gcpo_advantages([True, False], np.eye(2), clusters=[0, 1]), "reward of rollout 0 is True"),
+        (lambda: prepare_groups([["a", "b"]], [[True, 0.0]], (), group_ids=["q7"]), "group 'q7': reward of rollout 0"),
+    ],
+    ids=["list", "bool-array", "mixed-list", "batch", "grpo", "grpo-batch", "gcpo", "prepare"],
+)
+def test_a_boolean_is_not_a_reward(call, named):
+    with pytest.raises(ValueError, match=re.escape(named)):
+        call()
+
+
+def test_integer_rewards_are_still_rewards():
+    assert reward_dispersion([0, 2]) == 1.0 and reward_dispersion(np.array([0, 1, 2, 1])) == pytest.approx(0.5)
+    assert grpo_advantages([0, 1]).tolist() == pytest.approx([-1.0, 1.0], abs=1e-5)
