@@ -452,6 +452,22 @@ def read_config_file(path: str | Path) -> dict:
     return loaded
 
 
+def check_given(values: dict, source: dict[str, str]) -> None:
+    """The TrainConfig fields in ``values`` (a config file's mapping, the command line's
+    overrides), checked before the config is built so that the error names where each was given
+    (``source[name]``: the file, ``--set steps=nan``): each field against its declaration
+    (``knob.check_given_values``), and the two whose checks are their own functions."""
+    from gcpo_train.reporting import check_report_to
+
+    check_given_values(TrainConfig, values, source)
+    for name, check in (("modulator_params", check_modulator_params), ("report_to", check_report_to)):
+        if name in values:
+            try:
+                check(values[name])
+            except ValueError as err:
+                raise ValueError(f"{source[name]}: {err}") from None
+
+
 def load_config(path: str | Path | None = None, overrides: dict | None = None) -> TrainConfig:
     """Defaults ← YAML file ← overrides; refuses unknown keys naming them (with close matches),
     and a bad value in the file naming the file and the key."""
@@ -459,7 +475,7 @@ def load_config(path: str | Path | None = None, overrides: dict | None = None) -
     if path is not None:
         loaded = read_config_file(path)
         _check_keys(loaded, str(path))
-        check_given_values(TrainConfig, loaded, dict.fromkeys(loaded, str(path)))  # the error names the file
+        check_given(loaded, dict.fromkeys(loaded, str(path)))  # the error names the file
         values.update(loaded)
     if overrides:
         _check_keys(overrides, "the overrides")

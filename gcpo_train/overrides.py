@@ -22,9 +22,9 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
-from gcpo_analysis.knob import check_given_values, cli_help
+from gcpo_analysis.knob import cli_help
 from gcpo_analysis.vocab import field_kinds
-from gcpo_train.config import TrainConfig, parse_overrides, safe_yaml
+from gcpo_train.config import TrainConfig, check_given, parse_overrides, safe_yaml
 
 FIELD_PREFIX = "cfg_"  # the dest of a --<field> flag
 SET_DEST = "set_overrides"
@@ -79,5 +79,5 @@ def overrides_from(args: argparse.Namespace) -> dict:
     if both:
         raise ValueError(f"{', '.join(both)} given both as --<field> and in --set: give each once")
     source = {**{p.split("=", 1)[0].strip(): f"--set {p}" for p in raw}, **{k: f"--{k}" for k in flags}}
-    check_given_values(TrainConfig, {**pairs, **flags}, source)
+    check_given({**pairs, **flags}, source)
     return {**pairs, **flags}

@@ -76,6 +76,7 @@ def sample_group(model, tokenizer, config: TrainConfig, query: dict, seed: int, 
     """(TokenBatch, rewards (G,), answers) of one query's G rollouts, sampled as the trainer samples
     (``generate_groups`` with the run's decoding; ``seed`` seeds the group) and scored by
     ``reward_fn(task, completion, references)`` (default the task reward)."""
+    from gcpo_analysis.measures.dispersion import reward_array
     from gcpo_analysis.prompts import build_prompt
     from gcpo_analysis.rewards import extract_answer
     from gcpo_train.sampling.generate import generate_groups
@@ -99,7 +100,7 @@ def sample_group(model, tokenizer, config: TrainConfig, query: dict, seed: int, 
         kernels=kernels,
     )
     refs = list(query["references"])
-    rewards = np.array([float(reward_fn(query["task"], t, refs)) for t in batch.texts])
+    rewards = reward_array([reward_fn(query["task"], t, refs) for t in batch.texts])  # a bool refused
     answers = [extract_answer(t, query["task"]) or "" for t in batch.texts]
     return batch, rewards, answers
 

@@ -39,8 +39,7 @@ def load_compare_config(path, overrides: dict | None = None, flags=()) -> tuple[
     and the file (``flags``: the settings given as flags, which replace the file's and are checked
     as flags)."""
     from gcpo_analysis.errors import did_you_mean
-    from gcpo_analysis.knob import check_given_values
-    from gcpo_train.config import _check_keys, load_config, read_config_file
+    from gcpo_train.config import _check_keys, check_given, load_config, read_config_file
 
     path = Path(path)
     loaded = read_config_file(path)
@@ -53,7 +52,7 @@ def load_compare_config(path, overrides: dict | None = None, flags=()) -> tuple[
                 f"unknown key {key!r} in {path}'s compare: mapping{did_you_mean(key, list(COMPARE_DEFAULTS))}"
             )
     _check_keys(loaded, str(path))
-    check_given_values(TrainConfig, loaded, dict.fromkeys(loaded, str(path)))  # the error names the file
+    check_given(loaded, dict.fromkeys(loaded, str(path)))  # the error names the file
     settings = {**COMPARE_DEFAULTS, **section}
     for key in ("modulators", "seeds"):
         value = settings[key]

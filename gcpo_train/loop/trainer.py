@@ -255,8 +255,11 @@ class GCPOLoopTrainer:
         for j, text in enumerate(rollouts.batch.texts):
             query = rollouts.queries.iloc[j // G]
             answers.append(extract_answer(text, query["task"]) or "")
+            value = None
             try:
-                reward, ok = float(self.reward_fn(query["task"], text, list(query["references"]))), True
+                value = self.reward_fn(query["task"], text, list(query["references"]))
+                if not isinstance(value, (bool, np.bool_)):
+                    reward, ok = float(value), True
             except Exception as err:  # one bad rollout must not kill a 2000-step run
                 warnings.warn(
                     f"reward function raised on query {query['query_id']!r} rollout {j % G}: "
@@ -265,6 +268,11 @@ class GCPOLoopTrainer:
                     stacklevel=2,
                 )
                 reward, ok = 0.0, False
+            if isinstance(value, (bool, np.bool_)):  # a success flag, not a bad rollout: stop at step 1
+                raise TypeError(
+                    f"the reward function returned {value!r} for query {query['query_id']!r} rollout {j % G}: "
+                    "rewards are numbers (return 1.0 and 0.0 if True and False are meant as rewards)"
+                )
             rewards.append(reward)
             failed.append(not ok)
         rollouts.rewards, rollouts.answers = np.asarray(rewards), answers

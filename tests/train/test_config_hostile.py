@@ -177,6 +177,27 @@ def test_a_bad_value_names_the_flag_or_the_file_that_gave_it(tmp_path, capsys, a
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.yaml"]
 
 
+@pytest.mark.parametrize(
+    ("argv", "text", "named"),
+    [
+        (["--set", "modulator_params={q_alfa: 5}"], "", "--set modulator_params={q_alfa: 5}: modulator_params"),
+        (["--config", "{file}"], "modulator_params: {q_alfa: 5}\n", "{file}: modulator_params: unknown key 'q_alfa'"),
+        (["--set", "report_to=[wandbx]"], "", "--set report_to=[wandbx]: "),
+        (["--config", "{file}"], "report_to: [wandbx]\n", "{file}: "),
+    ],
+    ids=["set-params", "file-params", "set-report", "file-report"],
+)
+def test_a_bad_modulator_params_or_report_to_names_where_it_was_given(tmp_path, capsys, argv, text, named):
+    """Their checks are functions of their own (check_modulator_params, check_report_to), which
+    ran only when the config was built, naming neither --set nor the file."""
+    path = tmp_path / "c.yaml"
+    path.write_text(text or "steps: 1\n")
+    argv = [a.replace("{file}", str(path)) for a in argv]
+    rc, err = _cli(["train", "--output_dir", str(tmp_path / "out"), *argv], capsys)
+    assert rc == 2 and named.replace("{file}", str(path)) in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.yaml"]
+
+
 def test_a_bad_value_in_a_comparison_config_names_the_file(tmp_path, capsys):
     path = tmp_path / "c.yaml"
     path.write_text("steps: [1]\ncompare:\n  seeds: [0]\n")

@@ -402,3 +402,20 @@ def test_an_out_of_range_reward_in_training_names_its_query_and_step(tmp_path, m
     named = r"query 'q1' at step 1: reward 5 of rollout 0 lies outside the declared range"
     with pytest.raises(ValueError, match=named):
         trainer.train()
+
+
+def test_a_reward_function_that_returns_a_boolean_stops_the_run_naming_it(tmp_path):
+    """float(True) made a success flag a reward of 1.0 without a word; booleans are refused on
+    every other reward path (dispersion.reward_array)."""
+    from helpers.embedders import HashEmbedder
+    from helpers.loop_setup import loop_config, queries
+
+    from gcpo_train.loop.trainer import GCPOLoopTrainer
+
+    def flag(task, completion, references):
+        return completion.strip() != ""
+
+    cfg = TrainConfig(**loop_config(tmp_path, modulator="none", steps=1))
+    trainer = GCPOLoopTrainer(cfg, queries=queries(), reward_fn=flag, embedder=HashEmbedder())
+    with pytest.raises(TypeError, match=r"returned (True|False) for query .* rollout 0: rewards are numbers"):
+        trainer.train()
