@@ -9,6 +9,7 @@ import argparse
 import dataclasses
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -262,11 +263,45 @@ def _add_proofs(sub):
     p.set_defaults(func=_run_proofs, _parser=p)
 
 
+def _check_proofs_output(path: str, flag: str) -> None:
+    """Before the checks run: ``path`` names a file (not a folder, no trailing slash) where
+    writing destroys nothing (``check_output``), and an existing file there is a table this
+    command wrote (its JSON has "settings" and "claims"; its CSV starts with the claim header),
+    which it may replace; any other file is the user's, refused."""
+    from .outputs import check_output
+
+    out = Path(path)
+    if path.endswith(("/", os.sep)) or out.is_dir():
+        raise ValueError(f"{flag} {path!r} names a folder; give a file path")
+    check_output(out, (), flag)
+    if out.exists():
+        head = out.read_bytes()[:65536].decode("utf-8", errors="replace")
+        if out.suffix == ".json":
+            try:  # ours are a few kB; a larger file is not
+                blob = json.loads(head)
+                ours = isinstance(blob, dict) and {"settings", "claims"} <= set(blob)
+            except ValueError:
+                ours = False
+        else:
+            ours = head.startswith(PROOFS_CSV_HEADER)
+        if not ours:
+            raise ValueError(
+                f"{flag} {path}: the file exists and is not a table gcpo proofs wrote; choose another path "
+                "(it replaces only its own earlier output)"
+            )
+
+
+PROOFS_CSV_HEADER = "claim,where,instances,worst_violation,holds,note"
+
+
 def _run_proofs(args) -> int:
     from .frames import write_text
     from .theory.proofs import check_all, format_table
 
     check_flags(args, {"instances": int, "seed": int}, PROOFS_KNOBS)
+    for path, flag in ((args.output, "-o"), (args.json, "--json")):
+        if path:
+            _check_proofs_output(path, flag)
     table = check_all(n_instances=args.instances, seed=args.seed)
     print(format_table(table))
     if args.output:

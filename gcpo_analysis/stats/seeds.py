@@ -43,8 +43,11 @@ EXACT_SIGN_FLIPS_MAX = 16  # 2^16 = 65,536 sign vectors: exact below this, Monte
 
 def _deltas(d: ArrayLike) -> np.ndarray:
     d = np.asarray(d, dtype=float)
-    if d.ndim != 1 or d.size < 2 or not np.isfinite(d).all():
+    if d.ndim != 1 or d.size < 2:
         raise ValueError(f"per-seed deltas must be a finite 1-d array of at least 2 seeds, got shape {d.shape}")
+    bad = np.flatnonzero(~np.isfinite(d))
+    if bad.size:  # the shape is fine: say which seed is not
+        raise ValueError(f"per-seed deltas must be finite: seed {bad[0]} (0-based) has {d[bad[0]]}, {bad.size} such")
     return d
 
 
@@ -116,7 +119,7 @@ def tost(deltas: ArrayLike, margin: float) -> float:
     from statsmodels.stats.weightstats import ttost_paired
 
     d = _deltas(deltas)
-    if not (np.isfinite(margin) and margin > 0):
+    if isinstance(margin, (bool, np.bool_)) or not (np.isfinite(margin) and margin > 0):
         raise ValueError(f"the equivalence margin δ must be a positive number, got {margin!r}")
     if np.ptp(d) == 0:  # no spread: equivalent exactly when the common delta is inside ±margin
         return float(not abs(d[0]) < margin)

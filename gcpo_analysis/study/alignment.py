@@ -19,6 +19,7 @@ Everything is seeded from the snapshot's name and the batch size, so a rerun wri
 from __future__ import annotations
 
 import json
+import warnings
 import zlib
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gcpo_analysis.frames import write_frame, write_text
+from gcpo_analysis.frames import FrameError, write_frame, write_text
+from gcpo_analysis.outputs import is_temporary, staged_outputs
 from gcpo_analysis.stats.alignment import ORACLE, SHUFFLED, alignment, batch_frame, bootstrap_p, deltas, group_bootstrap
 from gcpo_analysis.stats.rank import _percentile_ci
 from gcpo_analysis.stats.size_control import holm
@@ -37,6 +39,8 @@ N_BATCHES = 200
 N_BOOT = 200
 LEVEL = 0.95
 HEADLINE = ("se", "kle", "care", "rd", "cd_rd", "bot_rd", "q_hawkeye")
+GROUP_COLUMNS = ("position", "role", "w_none")  # what the statistics read of a groups frame (and w_*)
+STUDY_ENTRIES = ("work", "snapshots")  # a folder holding one of them is an update-alignment study
 
 
 def snapshot_paths(out: Path, snapshot: str) -> dict[str, Path]:
@@ -58,15 +62,70 @@ def snapshots(out: Path) -> list[str]:
     return names
 
 
+def check_study_folder(out: Path, flag: str) -> None:
+    """Refuse, naming ``flag``, a study folder that is a file, or a folder holding files but no
+    study (``STUDY_ENTRIES``): the tables would replace a user's card.json or groups.parquet."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"{flag} {out} is a file, not a study folder")
+    held = sorted(p.name for p in out.iterdir() if not is_temporary(p.name)) if out.is_dir() else []
+    if held and not any((out / name).is_dir() for name in STUDY_ENTRIES):
+        raise ValueError(
+            f"{flag} {out} holds files and no update-alignment study ({', '.join(held[:5])}"
+            f"{', ...' if len(held) > 5 else ''}); give a new or empty folder, or a study folder"
+        )
+
+
+def check_snapshot(groups: pd.DataFrame, K: np.ndarray, source: str, gram: str) -> None:
+    """Refuse a groups frame or Gram the statistics cannot read, naming the file, column and row:
+    a missing column, a non-finite weight (its cosines would be NaN, unnamed), a non-finite or
+    asymmetric Gram, a negative ‖g_q‖², too few pool groups for the smallest batch."""
+    missing = [c for c in GROUP_COLUMNS if c not in groups.columns]
+    if missing:
+        raise FrameError(f"{source} lacks the column(s) {missing}; it has {list(groups.columns)}")
+    for col in [c for c in groups.columns if c.startswith("w_")]:
+        values = pd.to_numeric(groups[col], errors="coerce").to_numpy(float)
+        bad = np.flatnonzero(~np.isfinite(values))
+        if bad.size:
+            raise FrameError(
+                f"{source}: column {col!r} has a non-finite weight {values[bad[0]]} at position "
+                f"{groups['position'].iloc[bad[0]]} "
+                f"({bad.size} such row(s))"
+            )
+    if K.shape != (len(groups), len(groups)):
+        raise ValueError(f"{gram}: a {K.shape} Gram for {len(groups)} groups in {source}")
+    if not np.isfinite(K).all():
+        i, j = np.argwhere(~np.isfinite(K))[0]
+        raise ValueError(f"{gram}: the Gram has a non-finite entry {K[i, j]} at ({i}, {j})")
+    if not np.allclose(K, K.T, rtol=1e-10, atol=0):
+        raise ValueError(f"{gram} is not symmetric")
+    if (np.diag(K) < 0).any():
+        i = int(np.flatnonzero(np.diag(K) < 0)[0])
+        raise ValueError(f"{gram}: a negative squared norm K[{i}, {i}] = {K[i, i]} (no Gram of gradients)")
+    n_pool = int((groups["role"] == "pool").sum())
+    if n_pool <= min(BATCH_SIZES):
+        raise ValueError(
+            f"{source}: {n_pool} pool groups; the smallest batch ({min(BATCH_SIZES)}) needs at least "
+            f"{min(BATCH_SIZES) + 1} (one outside the batch for the reference)"
+        )
+
+
+def _read(path: Path, load):
+    """``load(path)``, or a ValueError naming the file when it is missing or unreadable."""
+    try:
+        return load(path)
+    except Exception as err:  # noqa: BLE001 - numpy, pyarrow and json each raise their own kind
+        raise ValueError(f"{path} is unreadable ({type(err).__name__}: {' '.join(str(err).split())})") from None
+
+
 def load_snapshot(out: Path, name: str) -> tuple[pd.DataFrame, np.ndarray]:
     """(groups frame sorted by position, Gram) of one snapshot, checked against each other."""
     paths = snapshot_paths(out, name)
-    groups = pd.read_parquet(paths["groups"]).sort_values("position").reset_index(drop=True)
-    K = np.load(paths["gram"], allow_pickle=False)
-    if K.shape != (len(groups), len(groups)):
-        raise ValueError(f"{paths['gram']}: a {K.shape} Gram for {len(groups)} groups in {paths['groups']}")
-    if not np.allclose(K, K.T, rtol=1e-10, atol=0):
-        raise ValueError(f"{paths['gram']} is not symmetric")
+    groups = _read(paths["groups"], pd.read_parquet)
+    if "position" in groups.columns:
+        groups = groups.sort_values("position").reset_index(drop=True)
+    K = _read(paths["gram"], lambda p: np.load(p, allow_pickle=False))
+    check_snapshot(groups, K, str(paths["groups"]), str(paths["gram"]))
     return groups, K
 
 
@@ -96,6 +155,13 @@ def snapshot_tables(
         dcos, dsnr = deltas(per_batch, snr)
         boot_cos, boot_snr = group_bootstrap(Kp, weights, k, n_batches, n_boot, rng, b=b, ref_norm2=ref_norm2)
         base = per_batch["none"]["cos"]
+        if not np.isfinite(base).any():
+            warnings.warn(
+                f"snapshot {name}, batch size {k}: no batch has a defined cosine ({int((np.diag(Kp) > 0).sum())} "
+                f"of {Kp.shape[0]} pool groups have a gradient; a group whose rewards are all equal has none): "
+                f"its cos, Δcos and SNR are undefined (–)",
+                stacklevel=2,
+            )
         for wname, stats in per_batch.items():
             ok = np.isfinite(stats["cos"]) & np.isfinite(base)
             lo_c, hi_c = _percentile_ci(boot_cos[wname], LEVEL)
@@ -108,7 +174,7 @@ def snapshot_tables(
                     n_pool=int(Kp.shape[0]),
                     n_live=int((np.diag(Kp) > 0).sum()),
                     n_batches=int(ok.sum()),
-                    cos=float(np.nanmean(stats["cos"])),
+                    cos=float(np.nanmean(stats["cos"])) if np.isfinite(stats["cos"]).any() else float("nan"),
                     dcos=dcos[wname],
                     dcos_lo=lo_c,
                     dcos_hi=hi_c,
@@ -203,10 +269,13 @@ def reading(summary: pd.DataFrame) -> str:
         mods = [n for n in s if n not in ("none", ORACLE) and not n.endswith(SHUFFLED)]
         up = [n for n in mods if s[n]["dcos_p_holm"] < 0.05 and s[n]["dcos"] > 0]
         down = [n for n in mods if s[n]["dcos_p_holm"] < 0.05 and s[n]["dcos"] < 0]
-        best = max(mods, key=lambda n: float(s[n]["dcos"]))
+        best = max(mods, key=lambda n: float(s[n]["dcos"]) if np.isfinite(s[n]["dcos"]) else -np.inf)
         o, none = s[ORACLE], s["none"]
-        text = (
-            f"**{snap}** (batch size {k}, {none['n_pool']} pool groups, {none['n_live']} with a gradient): "
+        text = f"**{snap}** (batch size {k}, {none['n_pool']} pool groups, {none['n_live']} with a gradient): "
+        if none["n_batches"] == 0:
+            out.append(text + "no batch has a defined cosine (a group whose rewards are all equal has no gradient).")
+            continue
+        text += (
             f"equal weights reach cos {none['cos']:.3f} with the reference; the oracle ceiling adds "
             f"{_f(o['dcos'])} {_ci(o['dcos_lo'], o['dcos_hi'])}"
         )
@@ -238,13 +307,20 @@ def restat(out: Path, n_batches: int = N_BATCHES, n_boot: int = N_BOOT) -> None:
         batches.append(b)
         summaries.append(s)
         groups.append(g)
+    cards = {n: _read(snapshot_paths(out, n)["card"], lambda p: json.loads(p.read_text())) for n in names}
     summary = pd.concat(summaries, ignore_index=True)
-    write_frame(pd.concat(batches, ignore_index=True), out / "batches.parquet")
-    write_frame(pd.concat(groups, ignore_index=True), out / "groups.parquet")
-    write_frame(summary, out / "summary.parquet")
-    write_text(out / "alignment.md", alignment_markdown(summary))
-    write_text(out / "headline.md", headline_markdown(summary))
-    write_text(out / "reading.md", reading(summary))
-    cards = {n: json.loads(snapshot_paths(out, n)["card"].read_text()) for n in names}
-    settings = dict(batch_sizes=list(BATCH_SIZES), n_batches=n_batches, n_boot=n_boot, level=LEVEL)
-    write_text(out / "card.json", json.dumps({"restat": settings, "snapshots": cards}, indent=1, sort_keys=True) + "\n")
+    settings: dict[str, Any] = dict(batch_sizes=list(BATCH_SIZES), n_batches=n_batches, n_boot=n_boot, level=LEVEL)
+    undefined = summary[(summary["weighting"] == "none") & (summary["n_batches"] == 0)]
+    if len(undefined):  # (snapshot, batch size) blocks whose statistics are all undefined (warned)
+        settings["no_defined_cosine"] = [
+            [str(n), int(k)] for n, k in zip(undefined["snapshot"], undefined["batch_size"])
+        ]
+    with staged_outputs():  # every table replaced together, or none
+        write_frame(pd.concat(batches, ignore_index=True), out / "batches.parquet")
+        write_frame(pd.concat(groups, ignore_index=True), out / "groups.parquet")
+        write_frame(summary, out / "summary.parquet")
+        write_text(out / "alignment.md", alignment_markdown(summary))
+        write_text(out / "headline.md", headline_markdown(summary))
+        write_text(out / "reading.md", reading(summary))
+        card = {"restat": settings, "snapshots": cards}
+        write_text(out / "card.json", json.dumps(card, indent=1, sort_keys=True) + "\n")

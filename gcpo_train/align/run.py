@@ -21,6 +21,7 @@ disjoint reference pool of ``n_ref`` further queries.
 from __future__ import annotations
 
 import json
+import logging
 import resource
 import time
 from dataclasses import asdict, dataclass
@@ -32,6 +33,12 @@ import pandas as pd
 from gcpo_analysis.frames import write_frame, write_text
 from gcpo_analysis.knobs import check_knobs, knob, shared
 
+log = logging.getLogger(__name__)
+
+# the smallest pool the statistics take: a batch of 4 (gcpo_analysis.study.alignment.BATCH_SIZES)
+# and one group outside it, the leave-batch-out reference (a test holds the two together)
+MIN_POOL = 5
+
 
 @dataclass
 class AlignConfig:
@@ -41,7 +48,9 @@ class AlignConfig:
     snapshot: str = knob("", "Name of this snapshot (a file name: letters, digits, '_', '-').")
     checkpoint: str | None = knob(None, "Checkpoint folder of the run.", none="the base policy (step 0)")
     output: str = knob("runs/update_alignment", "Study folder (resumable; snapshots accumulate in it).")
-    n_pool: int = knob(128, "P: pool groups whose Gram is kept (batches are drawn from them).", ge=2)
+    n_pool: int = knob(
+        128, "P: pool groups whose Gram is kept (batches are drawn from them; the smallest is 4).", ge=MIN_POOL
+    )
     n_ref: int = knob(0, "R: a disjoint reference pool of R groups; 0 = the leave-batch-out mean of the pool.", ge=0)
     seed: int = shared("seed", 0, help="Seed of the pool's queries and of each group's sampling.")
     keep_gradients: bool = knob(False, "Keep the gradient memmap after the Gram is written.")
@@ -81,11 +90,35 @@ def group_seed(seed: int, k: int) -> int:
 
 
 # how a snapshot is computed, not what: left out of the identity a resumed snapshot must match
-NON_IDENTITY = ("progress", "keep_gradients", "finish_now", "reverse")
+# (``config``: its path; its contents are the identity's ``train``, so ./c.yaml resumes c.yaml)
+NON_IDENTITY = ("progress", "keep_gradients", "finish_now", "reverse", "config")
 
 
 def _identity(align: dict) -> dict:
     return {k: v for k, v in align.items() if k not in NON_IDENTITY}
+
+
+def _differences(saved: dict, now: dict, cfg: AlignConfig) -> str:
+    """The settings that differ between a snapshot's saved identity and this command's, by source."""
+    out = []
+    for part, source in (("align", "--"), ("train", f"{cfg.config}: ")):
+        for k in sorted(set(saved[part]) | set(now[part])):
+            if saved[part].get(k) != now[part].get(k):
+                out.append(f"{source}{k} {saved[part].get(k)!r} in the snapshot, {now[part].get(k)!r} now")
+    return "; ".join(out)
+
+
+def check_checkpoint(path: str) -> None:
+    """Refuse, naming ``--checkpoint``, a path that is no checkpoint folder (what ``load_trained`` reads)."""
+    folder = Path(path)
+    if not folder.is_dir():
+        raise ValueError(f"--checkpoint {path}: {'a file, not a' if folder.exists() else 'no such'} checkpoint folder")
+    missing = [name for name in ("config.json", "trainable.pt") if not (folder / name).is_file()]
+    if missing:
+        raise ValueError(
+            f"--checkpoint {path} is not a checkpoint folder (it lacks {', '.join(missing)}); give a run's "
+            f"checkpoints/step_N"
+        )
 
 
 def _peak_rss_gb() -> float:
@@ -94,6 +127,7 @@ def _peak_rss_gb() -> float:
 
 def run_snapshot(cfg: AlignConfig) -> Path:
     """Compute (or resume) one snapshot; returns its folder of work files."""
+    from gcpo_analysis.study.alignment import check_study_folder, snapshot_paths
     from gcpo_train.align.gradients import group_gradient, load_policy, trainable
     from gcpo_train.config import load_config
     from gcpo_train.evaluation.splits import load_split
@@ -102,29 +136,51 @@ def run_snapshot(cfg: AlignConfig) -> Path:
     tqdm = __import__("tqdm").tqdm
     train = load_config(cfg.config)
     out = Path(cfg.output)
+    check_study_folder(out, "--output")
+    if cfg.checkpoint is not None:
+        check_checkpoint(cfg.checkpoint)
     work = out / "work" / cfg.snapshot
-    (work / "parts").mkdir(parents=True, exist_ok=True)
     card_path = work / "align.json"
-    identity = {"align": _identity(asdict(cfg)), "train": train.to_dict()}
+    # as JSON reads it back (lists, not tuples): a resumed snapshot compares equal
+    identity = json.loads(json.dumps({"align": _identity(asdict(cfg)), "train": train.to_dict()}))
     if card_path.exists():
         saved = json.loads(card_path.read_text())["identity"]
-        if {"align": _identity(saved["align"]), "train": saved["train"]} != identity:
+        saved = {"align": _identity(saved["align"]), "train": saved["train"]}
+        if saved != identity:
             raise ValueError(
-                f"{work} holds a snapshot of other settings ({card_path}); use another --snapshot or --output"
+                f"{work} holds a snapshot of other settings ({card_path}): {_differences(saved, identity, cfg)}; "
+                f"use another --snapshot or --output"
             )
-    else:
-        write_text(card_path, json.dumps({"identity": identity}, indent=1, sort_keys=True))
+    finished = snapshot_paths(out, cfg.snapshot)["card"]
+    # finished, its gradients gone (not --keep_gradients): going on would write a Gram of zeros over
+    # it; with them kept, a snapshot finished early (--finish-now) goes on to the full pool
+    if finished.exists() and not (work / "gradients.npy").exists():
+        log.info(
+            "snapshot %s is finished (%s); nothing to do (gcpo align --restat %s redoes the tables)",
+            cfg.snapshot,
+            finished,
+            out,
+        )
+        return work
+    if any((work / "parts").glob("group_*.json")) and not (work / "gradients.npy").exists():
+        raise ValueError(
+            f"{work}: group parts without their gradients.npy (deleted?); remove {work} to start the snapshot again"
+        )
     if cfg.finish_now:
         if cfg.n_ref:
             raise ValueError("--finish-now needs the leave-batch-out reference (n_ref 0)")
         done = [k for k in range(cfg.n_pool) if (work / "parts" / f"group_{k:05d}.json").exists()]
-        if len(done) < 2:
-            raise ValueError(f"{work}: fewer than 2 groups done; nothing to finish")
+        if len(done) < MIN_POOL:
+            raise ValueError(f"{work}: {len(done)} groups done, fewer than {MIN_POOL}; nothing to finish")
         dim = int(np.load(work / "gradients.npy", mmap_mode="r").shape[1])
         finish_snapshot(cfg, train, work, dim, done)
         return work
     queries = pool_queries(load_split(train, train.train_split), cfg.n_pool + cfg.n_ref, cfg.seed)
     model, tok = load_policy(train, cfg.checkpoint)
+    # only now, with the inputs checked: a refused command leaves no card that would refuse the next
+    (work / "parts").mkdir(parents=True, exist_ok=True)
+    if not card_path.exists():
+        write_text(card_path, json.dumps({"identity": identity}, indent=1, sort_keys=True))
     dim = sum(p.numel() for p in trainable(model))
     sizes = {"trained_parameters": dim, "all_parameters": sum(p.numel() for p in model.parameters())}
     write_text(work / "sizes.json", json.dumps(sizes))
@@ -185,7 +241,7 @@ def gram_of(path: Path, rows: list[int], block: int = 16) -> np.ndarray:
 
 def finish_snapshot(cfg: AlignConfig, train, work: Path, dim: int, done: list[int]) -> None:
     """The Gram, the per-group frame and the card of a snapshot from its groups ``done``."""
-    from gcpo_analysis.study.alignment import restat, snapshot_paths
+    from gcpo_analysis.study.alignment import check_snapshot, restat, snapshot_paths
     from gcpo_train.align.weights import pool_weights
 
     t0 = time.perf_counter()
@@ -195,6 +251,7 @@ def finish_snapshot(cfg: AlignConfig, train, work: Path, dim: int, done: list[in
     frame = pool_weights(parts, train)
     frame.insert(0, "snapshot", cfg.snapshot)
     paths = snapshot_paths(Path(cfg.output), cfg.snapshot)
+    check_snapshot(frame, K, f"the groups of snapshot {cfg.snapshot}", f"the Gram of snapshot {cfg.snapshot}")
     paths["gram"].parent.mkdir(parents=True, exist_ok=True)
     np.save(paths["gram"], K, allow_pickle=False)
     write_frame(frame, paths["groups"])
@@ -245,8 +302,7 @@ def add_parser(subparsers):
         field = AlignConfig.__dataclass_fields__[name]
         kind = int if name in ("n_pool", "n_ref", "seed") else str
         p.add_argument(
-            f"--{name}",
-            f"--{name.replace('_', '-')}",
+            *dict.fromkeys((f"--{name}", f"--{name.replace('_', '-')}")),  # --seed once, --n_pool and --n-pool
             dest=name,
             type=kind,
             default=field.default,

@@ -102,6 +102,8 @@ def run_cli(args) -> int:
         from gcpo_train.compare.plan import write_plan
 
         n_seeds = None if args.seeds is None else len(seeds)
+        if n_seeds is not None and n_seeds < 2:
+            raise ValueError(f"--seeds {args.seeds!r}: --plan gives the δ that S >= 2 seeds detect (a paired t test)")
         print(write_plan(args.output, margin=settings["equivalence_margin"], seeds=n_seeds))
         return 0
     for key in ("eval_every", "eval_n", "split_seed"):

@@ -82,6 +82,16 @@ def plan(
     (and ``seeds``) seeds."""
     from gcpo_analysis.stats.seeds import detectable_delta, planning_sd, power, seeds_for_power, variance_components
 
+    missing = [c for c in ("arm", "seed", "step", "query_id", "score") if c not in results.columns]
+    if missing:
+        raise ValueError(f"no column {', '.join(map(repr, missing))} (it has {list(results.columns)})")
+    bad = results["score"].isna() | ~np.isfinite(pd.to_numeric(results["score"], errors="coerce"))
+    if bad.any():  # pivot_table's mean would drop it and plan on the rest
+        row = results[bad].iloc[0]
+        raise ValueError(
+            f"{int(bad.sum())} score(s) are missing or not finite, the first of arm {row['arm']!r} seed "
+            f"{row['seed']} step {row['step']} query {row['query_id']!r}"
+        )
     rows = []
     for arm in [a for a in dict.fromkeys(results["arm"]) if a not in ("base", reference)]:
         d, ref_mean = _final_deltas(results, arm, reference)
@@ -90,6 +100,12 @@ def plan(
         vc = variance_components(d)
         sd = planning_sd(vc["tau"], vc["sigma_q"], vc["queries"])
         delta = margin * ref_mean
+        if not (sd > 0 and delta > 0):  # no power to compute: refused, not planned as "2 seeds"
+            raise ValueError(
+                f"arm {arm!r} against {reference!r}: sd(D) = {sd:g} and δ = {delta:g} ({margin:g} of the reference's "
+                f"held-out mean {ref_mean:g}); a plan needs a pilot whose per-seed deltas vary and a reference "
+                f"scoring above 0"
+            )
         row = {
             "arm": arm,
             "pilot_seeds": vc["seeds"],
@@ -100,8 +116,8 @@ def plan(
             "sd_delta": sd,
             "reference_mean": ref_mean,
             "delta": delta,
-            "power_at_pilot_seeds": power(delta, sd, vc["seeds"], alpha) if sd > 0 else float("nan"),
-            "seeds_needed": seeds_for_power(delta, sd, target, alpha) if sd > 0 else 2,
+            "power_at_pilot_seeds": power(delta, sd, vc["seeds"], alpha),
+            "seeds_needed": seeds_for_power(delta, sd, target, alpha),
         }
         for n in sorted({3, 8, 16, *([seeds] if seeds else [])}):
             row[f"detectable_{n}"] = detectable_delta(sd, n, target, alpha)
@@ -158,7 +174,10 @@ def write_plan(folder, margin: float = 0.1, seeds: int | None = None, reference:
     path = folder / "results.parquet"
     if not path.exists():
         raise FileNotFoundError(f"{folder} holds no results.parquet: run gcpo compare (or --report_only) first")
-    table = plan(pd.read_parquet(path), reference, margin, seeds)
+    try:
+        table = plan(pd.read_parquet(path), reference, margin, seeds)
+    except ValueError as err:
+        raise ValueError(f"{path}: {err}") from None
     if table.empty:
         raise ValueError(f"{path}: no arm has two or more seeds paired with {reference!r}; a plan needs a pilot")
     text = plan_markdown(table, folder, margin, seeds)

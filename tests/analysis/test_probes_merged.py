@@ -199,3 +199,29 @@ def test_score_names_a_missing_embedder_folder(rollouts_file, tmp_path, capsys):
     ]
     rc, line = cli_error(argv, capsys)
     assert rc == 2 and f"embedder {str(missing)!r}: no such folder" in line
+
+
+@pytest.mark.parametrize("flag", ["-o", "--json"])
+def test_proofs_outputs_are_checked_before_the_checks_run(flag, tmp_path, capsys, monkeypatch):
+    """`-o newname/` wrote a file called newname, `-o`/`--json` replaced any existing file, and a
+    folder was refused only after the checks had run (about 10 s)."""
+    import gcpo_analysis.theory.proofs as proofs
+
+    monkeypatch.setattr(proofs, "check_all", lambda **kw: pytest.fail("the checks ran before the paths were"))
+    user = tmp_path / ("notes.json" if flag == "--json" else "notes.csv")
+    user.write_text('{"mine": 1}\n' if flag == "--json" else "a,b\n1,2\n")
+    for path, named in [
+        (f"{tmp_path}/newname/", "names a folder"),
+        (str(tmp_path), "names a folder"),
+        (str(user), "the file exists and is not a table gcpo proofs wrote"),
+    ]:
+        rc, line = cli_error(["proofs", "--instances", "5", flag, path], capsys)
+        assert rc == 2 and flag in line and named in line, line
+    assert not (tmp_path / "newname").exists() and user.read_text() in ('{"mine": 1}\n', "a,b\n1,2\n")
+
+
+def test_proofs_replaces_its_own_earlier_table(tmp_path):
+    out_json, out_csv = tmp_path / "p.json", tmp_path / "p.csv"
+    for _ in range(2):  # the second run replaces the first's files
+        assert main(["proofs", "--instances", "5", "--json", str(out_json), "-o", str(out_csv)]) == 0
+    assert out_csv.read_text().startswith("claim,where,instances,worst_violation,holds,note")

@@ -10,3 +10,12 @@ def cli_error(argv, capsys) -> tuple[int, str]:
     lines = [x for x in capsys.readouterr().err.splitlines() if "error:" in x]
     assert len(lines) == 1, lines
     return rc, lines[0]
+
+
+def cli_outcome(argv, capsys) -> tuple[int, str]:
+    """Run `gcpo argv` in-process; (exit code, its "error:" line, or "" when it succeeded)."""
+    capsys.readouterr()
+    rc = main(argv)
+    lines = [x for x in capsys.readouterr().err.splitlines() if "error:" in x]
+    assert len(lines) <= 1, lines
+    return rc, "\n".join(lines)

@@ -14,13 +14,9 @@ pytest.importorskip("peft")
 
 
 def _cli(argv, capsys) -> tuple[int, str]:
-    from gcpo_analysis.cli import main
+    from helpers.cli_error import cli_outcome
 
-    capsys.readouterr()
-    rc = main(argv)
-    lines = [x for x in capsys.readouterr().err.splitlines() if "error:" in x]
-    assert len(lines) <= 1, lines
-    return rc, "\n".join(lines)
+    return cli_outcome(argv, capsys)
 
 
 def _comparison(tmp_path, seeds=(0,), arms=("none",), eval_every=1, **kw):
@@ -187,3 +183,62 @@ def test_a_run_killed_during_its_final_evaluation_resumes_by_evaluating(tmp_path
         == pd.read_parquet(ref / "eval" / "step_000002.predictions.parquet")["completion"].tolist()
     )
     assert json.loads((run / "done.json").read_text())["steps"] == 2
+
+
+def _pilot(folder, score=None):
+    """results.parquet of a pilot: arms none and bot_rd, seeds 0-2, five queries, last step 2."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    rows = [
+        dict(arm=a, seed=s, step=2, query_id=f"q{i}", score=float(rng.random()) if score is None else score)
+        for a in ("none", "bot_rd")
+        for s in range(3)
+        for i in range(5)
+    ]
+    folder.mkdir()
+    pd.DataFrame(rows).to_parquet(folder / "results.parquet")
+
+
+def test_a_plan_for_one_seed_is_refused_by_the_flag(tmp_path, capsys):
+    """--plan --seeds 0 read "a paired t test needs at least 2 seeds, got 1", naming no flag."""
+    _pilot(tmp_path / "cmp")
+    rc, err = _cli(
+        ["compare", "--config", _config(tmp_path), "--output", str(tmp_path / "cmp"), "--plan", "--seeds", "0"], capsys
+    )
+    assert rc == 2 and "--seeds '0': --plan gives the δ that S >= 2 seeds detect" in err
+    assert not (tmp_path / "cmp" / "plan.md").exists()
+
+
+@pytest.mark.parametrize(("score", "named"), [(0.5, "sd(D) = 0 and δ = 0.05"), (0.0, "sd(D) = 0 and δ = 0 ")])
+def test_a_pilot_without_spread_or_reference_score_is_refused_not_planned(tmp_path, capsys, score, named):
+    """Every delta equal planned "2 seeds for 80% power" (power nan), silently."""
+    _pilot(tmp_path / "cmp", score=score)
+    rc, err = _cli(["compare", "--config", _config(tmp_path), "--output", str(tmp_path / "cmp"), "--plan"], capsys)
+    assert rc == 2 and "results.parquet: arm 'bot_rd' against 'none'" in err and named in err
+    assert not (tmp_path / "cmp" / "plan.md").exists()
+
+
+@pytest.mark.parametrize(
+    ("spoil", "named"),
+    [
+        ("nan", "1 score(s) are missing or not finite, the first of arm 'bot_rd' seed 1 step 2 query 'q3'"),
+        ("empty", "no column 'arm', 'seed', 'step', 'query_id', 'score'"),
+    ],
+)
+def test_a_pilot_with_a_nan_score_or_no_rows_is_named_not_planned(tmp_path, capsys, spoil, named):
+    """A NaN score was dropped by pivot_table's mean and the plan made from the rest; a results
+    file with no rows died with KeyError: 'arm'."""
+    import numpy as np
+
+    _pilot(tmp_path / "cmp")
+    path = tmp_path / "cmp" / "results.parquet"
+    df = pd.read_parquet(path)
+    if spoil == "nan":
+        df.loc[(df["arm"] == "bot_rd") & (df["seed"] == 1) & (df["query_id"] == "q3"), "score"] = np.nan
+    else:
+        df = pd.DataFrame()
+    df.to_parquet(path)
+    rc, err = _cli(["compare", "--config", _config(tmp_path), "--output", str(tmp_path / "cmp"), "--plan"], capsys)
+    assert rc == 2 and f"{path}: " in err and named in err, err
+    assert not (tmp_path / "cmp" / "plan.md").exists()

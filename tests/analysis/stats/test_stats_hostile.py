@@ -72,3 +72,21 @@ def test_a_degenerate_top_split_reports_rho_and_says_why_it_skips(tmp_path):
     assert np.isfinite(res.spearman["rho"]).all()
     assert res.retrieval["auc"].isna().all()
     assert any("AUC and precision skipped" in str(w.message) and "tied at the cut" in str(w.message) for w in caught)
+
+
+def test_a_non_finite_per_seed_delta_is_named_by_its_seed():
+    """[nan, 1] read "must be a finite 1-d array of at least 2 seeds, got shape (2,)": two seeds."""
+    from gcpo_analysis.stats.seeds import paired_t, sign_flip_p, tost
+
+    for fn in (paired_t, sign_flip_p, lambda d: tost(d, 0.1)):
+        with pytest.raises(ValueError, match=r"seed 1 \(0-based\) has inf, 1 such"):
+            fn([0.1, float("inf"), 0.2])
+
+
+@pytest.mark.parametrize("margin", [True, np.True_])
+def test_a_boolean_equivalence_margin_is_refused(margin):
+    """tost(d, margin=True) tested equivalence within ±1."""
+    from gcpo_analysis.stats.seeds import tost
+
+    with pytest.raises(ValueError, match="margin δ must be a positive number, got"):
+        tost([0.1, 0.3, 0.2], margin)
