@@ -3,11 +3,12 @@ the Gram matrices (``grams.parquet``) must describe the same gradients, so the p
 from the Grams add up to it: N + C = V (``gradvar.variance_parts``), relative 1e-6, in every group
 of every committed study that has Grams.
 
-Two committed studies do not yet: their Grams were rebuilt by ``scripts/recompute_grams.py`` from
-re-tokenised text (not the sampled tokens V was computed from), so N + C misses V by up to 10%
-(default_study) and 54% (cpu_large) in a group. Regenerating them with ``gcpo study`` (whose Grams
-come from the sampled tokens, ``study.collect``) fixes them; until then they are strict xfails, so
-the regenerated folder turns them into failures that ask for the marker to go."""
+Two committed studies once did not: their Grams had been rebuilt by ``scripts/recompute_grams.py``
+from re-tokenised text (not the sampled tokens V was computed from), so N + C missed V by up to 10%
+(default_study) and 54% (cpu_large) in a group. Both were regenerated with ``gcpo study``, whose
+Grams come from the sampled tokens (``study.collect``); ``STALE`` names any study that still
+needs it, as a strict xfail, so a regenerated folder turns it into a failure that asks for the
+marker to go."""
 
 from pathlib import Path
 
@@ -21,9 +22,7 @@ from gcpo_analysis.study.covariates import group_covariates
 
 FIG = Path(__file__).resolve().parents[2] / "figures"
 STUDIES = sorted(p.parent.relative_to(FIG).as_posix() for p in FIG.rglob("grams.parquet"))
-STALE = {  # rebuilt Grams, measured on the committed files: max |N + C - V| / V over the groups
-    "cpu_large": "Grams rebuilt from re-tokenised text: N + C misses V by up to 54% (131 of 200 groups)",
-}
+STALE: dict[str, str] = {}  # study -> why its Grams do not match V (max |N + C - V| / V over the groups)
 
 
 def parts_gap(folder: Path) -> pd.Series:
