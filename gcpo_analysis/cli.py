@@ -136,16 +136,20 @@ def _run_score(args) -> int:
     return 0
 
 
+def _json_object_with(path: Path, keys: set[str]) -> bool:
+    """Whether ``path`` holds a JSON object with ``keys``: a file an earlier run of the command
+    wrote, which it may replace (anything else is the user's)."""
+    try:
+        blob = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return isinstance(blob, dict) and keys <= blob.keys()
+
+
 def _refuse_foreign_sidecar(sidecar: Path) -> None:
     """-o names the groups frame; its sidecar beside it may replace an earlier `gcpo score`
     sidecar (a JSON object with "measures" and "source"), never another file of that name."""
-    if not sidecar.exists():
-        return
-    try:
-        old = json.loads(sidecar.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
-        old = None
-    if not (isinstance(old, dict) and {"measures", "source"} <= old.keys()):
+    if sidecar.exists() and not _json_object_with(sidecar, {"measures", "source"}):
         raise ValueError(
             f"-o: the sidecar {sidecar} exists and was not written by gcpo score; "
             "move it or choose another -o (it would be replaced)"
@@ -206,7 +210,7 @@ def _read_rollouts(args, measures):
     """(the input as a rollouts frame, use_full_completion resolved): mapped columns renamed,
     rollout_id derived when absent, and an ``answer`` column required only when a measure reads
     the answers (auto reads the frame's ``dataset`` column, vocab.full_completion)."""
-    from .frames import ROLLOUT_REQUIRED, _check_columns, map_rollout_columns, read_table, validate_rollouts
+    from .frames import ROLLOUT_REQUIRED, check_columns, map_rollout_columns, read_table, validate_rollouts
     from .measures.score import MEASURES
 
     mapping = {
@@ -222,7 +226,7 @@ def _read_rollouts(args, measures):
     # the columns a user must give; the error lists the file's own columns, not a derived
     # rollout_id or answer
     given = [c for c in ROLLOUT_REQUIRED if c not in ("rollout_id", "answer")]
-    _check_columns(df, given, "rollouts", str(args.rollouts), has=raw.columns)
+    check_columns(df, given, "rollouts", str(args.rollouts), has=raw.columns)
     full = full_completion(args.full_completion, df.get("dataset"))
     reads_answers = not full and any(MEASURES[m] for m in measures)
     if "answer" not in df.columns:
@@ -275,15 +279,11 @@ def _check_proofs_output(path: str, flag: str) -> None:
         raise ValueError(f"{flag} {path!r} names a folder; give a file path")
     check_output(out, (), flag)
     if out.exists():
-        head = out.read_bytes()[:65536].decode("utf-8", errors="replace")
         if out.suffix == ".json":
-            try:  # ours are a few kB; a larger file is not
-                blob = json.loads(head)
-                ours = isinstance(blob, dict) and {"settings", "claims"} <= set(blob)
-            except ValueError:
-                ours = False
+            ours = _json_object_with(out, {"settings", "claims"})
         else:
-            ours = head.startswith(PROOFS_CSV_HEADER)
+            with open(out, "rb") as fh:
+                ours = fh.read(len(PROOFS_CSV_HEADER)).decode("utf-8", errors="replace") == PROOFS_CSV_HEADER
         if not ours:
             raise ValueError(
                 f"{flag} {path}: the file exists and is not a table gcpo proofs wrote; choose another path "

@@ -79,8 +79,10 @@ class FrameError(ValueError):
     """A frame that does not follow docs/conventions.md's frames; the message names column and row."""
 
 
-def _check_columns(df: pd.DataFrame, required, kind: str, source: str | None, has=None) -> None:
-    """``has``: the columns to list as the file's (default ``df``'s), where ``df`` holds derived ones."""
+def check_columns(df: pd.DataFrame, required, kind: str, source: str | None, has=None) -> None:
+    """A FrameError naming the ``required`` columns a ``kind`` frame (from ``source``) lacks and
+    listing the ones it has; ``has``: the columns to list as the file's (default ``df``'s), where
+    ``df`` holds derived ones. The one missing-column check of the frames gcpo reads."""
     where = f" in {source}" if source else ""
     missing = [c for c in required if c not in df.columns]
     if missing:
@@ -107,7 +109,7 @@ def _check_finite(df: pd.DataFrame, columns, kind: str, source: str | None) -> N
 
 def validate_rollouts(df: pd.DataFrame, source: str | None = None) -> pd.DataFrame:
     """Check a rollouts frame; return it with canonical dtypes. Raises FrameError."""
-    _check_columns(df, ROLLOUT_REQUIRED, "rollouts", source)
+    check_columns(df, ROLLOUT_REQUIRED, "rollouts", source)
     if len(df) == 0:
         raise FrameError(f"rollouts frame{' in ' + source if source else ''} is empty")
     for col in ("query_id", "rollout_id"):
@@ -322,7 +324,7 @@ def _check_numeric(df: pd.DataFrame, col: str, kind: str, source: str | None) ->
 
 def validate_groups(df: pd.DataFrame, source: str | None = None) -> pd.DataFrame:
     """Check a groups frame (one row per query); return it. Raises FrameError."""
-    _check_columns(df, GROUP_REQUIRED, "groups", source)
+    check_columns(df, GROUP_REQUIRED, "groups", source)
     _check_ids(df, "query_id", "groups", source)
     dup = df["query_id"].duplicated().to_numpy()
     if dup.any():

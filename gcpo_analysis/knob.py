@@ -229,19 +229,22 @@ def check_fields(obj: Any, names: Iterable[str] | None = None) -> None:
         object.__setattr__(obj, name, value)  # also on a frozen dataclass: the checked value
 
 
-def check_given_values(cls: type, values: dict, source: dict[str, str]) -> None:
+def check_given_values(cls: type, values: dict, source: dict[str, str], checks: dict | None = None) -> None:
     """The fields of the settings dataclass ``cls`` in ``values`` (a config file's mapping, the
-    command line's overrides), each checked against its declaration before ``cls`` is built, so
-    that the error names where it was given (``source[name]``: the file, ``--set steps=nan``);
-    names that are not fields are left to the caller's unknown-key check."""
+    command line's overrides), each checked against its declaration, or by its own function in
+    ``checks`` (name -> callable), before ``cls`` is built, so that the error names where it was
+    given (``source[name]``: the file, ``--set steps=nan``); names that are not fields are left to
+    the caller's unknown-key check."""
     hints = typing.get_type_hints(cls)
     specs = knobs_of(cls)
     for name, value in values.items():
-        if name in specs:
-            try:
+        try:
+            if name in specs:
                 check_value(name, value, specs[name], hints[name])
-            except ValueError as err:
-                raise ValueError(f"{source[name]}: {err}") from None
+            if checks and name in checks:
+                checks[name](value)
+        except ValueError as err:
+            raise ValueError(f"{source[name]}: {err}") from None
 
 
 def check_flags(args: Any, annotations: dict[str, Any], specs: dict[str, Knob]) -> None:

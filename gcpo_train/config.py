@@ -459,13 +459,8 @@ def check_given(values: dict, source: dict[str, str]) -> None:
     (``knob.check_given_values``), and the two whose checks are their own functions."""
     from gcpo_train.reporting import check_report_to
 
-    check_given_values(TrainConfig, values, source)
-    for name, check in (("modulator_params", check_modulator_params), ("report_to", check_report_to)):
-        if name in values:
-            try:
-                check(values[name])
-            except ValueError as err:
-                raise ValueError(f"{source[name]}: {err}") from None
+    checks = {"modulator_params": check_modulator_params, "report_to": check_report_to}
+    check_given_values(TrainConfig, values, source, checks)
 
 
 def load_config(path: str | Path | None = None, overrides: dict | None = None) -> TrainConfig:

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gcpo_analysis.frames import FrameError, write_frame, write_text
+from gcpo_analysis.frames import FrameError, check_columns, write_frame, write_text
 from gcpo_analysis.outputs import is_temporary, staged_outputs
 from gcpo_analysis.stats.alignment import ORACLE, SHUFFLED, alignment, batch_frame, bootstrap_p, deltas, group_bootstrap
 from gcpo_analysis.stats.rank import _percentile_ci
@@ -80,9 +80,7 @@ def check_snapshot(groups: pd.DataFrame, K: np.ndarray, source: str, gram: str) 
     """Refuse a groups frame or Gram the statistics cannot read, naming the file, column and row:
     a missing column, a non-finite weight (its cosines would be NaN, unnamed), a non-finite or
     asymmetric Gram, a negative ‖g_q‖², too few pool groups for the smallest batch."""
-    missing = [c for c in GROUP_COLUMNS if c not in groups.columns]
-    if missing:
-        raise FrameError(f"{source} lacks the column(s) {missing}; it has {list(groups.columns)}")
+    check_columns(groups, list(GROUP_COLUMNS), "snapshot groups", source)
     for col in [c for c in groups.columns if c.startswith("w_")]:
         values = pd.to_numeric(groups[col], errors="coerce").to_numpy(float)
         bad = np.flatnonzero(~np.isfinite(values))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gcpo_train.compare.run import Comparison
-from gcpo_train.compare.settings import COMPARE_DEFAULTS, load_compare_config, parse_seeds
+from gcpo_train.compare.settings import COMPARE_DEFAULTS, comma_items, load_compare_config, parse_seeds
 
 
 def run_doc() -> str:
@@ -111,11 +111,7 @@ def run_cli(args) -> int:
             settings[key] = getattr(args, key)
     if settings["eval_n"] is not None and settings["eval_n"] < 1:
         raise ValueError(f"--eval_n must be >= 1, got {settings['eval_n']}")
-    modulators = settings["modulators"] if args.modulators is None else args.modulators.split(",")
-    if args.modulators is not None and any(not m.strip() for m in modulators):
-        raise ValueError(
-            f"--modulators {args.modulators!r}: an empty item; give comma-separated arms such as none,bot_rd"
-        )
+    modulators = settings["modulators"] if args.modulators is None else comma_items(args.modulators, "--modulators")
     comparison = Comparison(
         base,
         args.output,

@@ -80,12 +80,11 @@ def plan(
     """One row per arm with ≥ 2 seeds paired with ``reference``: τ, σ_q, queries, the sd of a
     seed's delta, δ, the seeds needed for ``target`` power at δ and the δ detected by 3, 8, 16
     (and ``seeds``) seeds."""
+    from gcpo_analysis.frames import check_columns
     from gcpo_analysis.stats.seeds import detectable_delta, planning_sd, power, seeds_for_power, variance_components
 
-    missing = [c for c in ("arm", "seed", "step", "query_id", "score") if c not in results.columns]
-    if missing:
-        raise ValueError(f"no column {', '.join(map(repr, missing))} (it has {list(results.columns)})")
-    bad = results["score"].isna() | ~np.isfinite(pd.to_numeric(results["score"], errors="coerce"))
+    check_columns(results, ["arm", "seed", "step", "query_id", "score"], "comparison results", None)
+    bad = ~np.isfinite(pd.to_numeric(results["score"], errors="coerce"))  # text, null, NaN and ±inf
     if bad.any():  # pivot_table's mean would drop it and plan on the rest
         row = results[bad].iloc[0]
         raise ValueError(

@@ -57,7 +57,7 @@ def load_compare_config(path, overrides: dict | None = None, flags=()) -> tuple[
     for key in ("modulators", "seeds"):
         value = settings[key]
         if isinstance(value, str):
-            settings[key] = [v.strip() for v in value.split(",") if v.strip()]
+            settings[key] = comma_items(value, f"{path}: compare.{key}")
         elif not isinstance(value, list):
             raise ValueError(f"{path}: compare.{key} must be a list, got {value!r}")
     if "seeds" not in flags:
@@ -102,9 +102,15 @@ def parse_seed(value, where: str) -> int:
     return int(value)
 
 
+def comma_items(text: str, where: str) -> list[str]:
+    """The stripped items of a comma-separated list (``none,bot_rd``, ``0,1,2``); an empty item
+    (``0,,1``, a trailing comma) is refused naming ``where`` (the flag, or the file and key), not skipped."""
+    items = [item.strip() for item in text.split(",")]
+    if not all(items):
+        raise ValueError(f"{where} {text!r}: an empty item; give comma-separated items such as none,bot_rd or 0,1,2")
+    return items
+
+
 def parse_seeds(text: str, flag: str = "--seeds") -> list[int]:
-    """A comma-separated list of seeds (``0,1,2``); an empty item (``0,,1``) is refused, not skipped."""
-    items = text.split(",")
-    if any(not item.strip() for item in items):
-        raise ValueError(f"{flag} {text!r}: an empty item; give comma-separated seeds such as 0,1,2")
-    return [parse_seed(item, flag) for item in items]
+    """A comma-separated list of seeds (``0,1,2``), each checked by ``parse_seed``."""
+    return [parse_seed(item, flag) for item in comma_items(text, flag)]

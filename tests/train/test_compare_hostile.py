@@ -81,6 +81,16 @@ def test_an_empty_modulator_item_is_refused_by_the_flag(tmp_path, capsys, arms):
     assert not out.exists()
 
 
+@pytest.mark.parametrize(("key", "value"), [("modulators", "none,,bot_rd"), ("seeds", "0,1,")])
+def test_an_empty_item_in_a_config_list_is_refused_by_file_and_key(tmp_path, capsys, key, value):
+    """The config file's comma strings dropped an empty item, as the flags did."""
+    config = _config(tmp_path, f"compare:\n  {key}: '{value}'\n")
+    out = tmp_path / "cmp"
+    rc, err = _cli(["compare", "--config", config, "--output", str(out)], capsys)
+    assert rc == 2 and f"{config}: compare.{key} '{value}': an empty item" in err, err
+    assert not out.exists()
+
+
 def test_a_refused_argument_of_the_api_writes_no_compare_json(tmp_path):
     with pytest.raises(ValueError, match="--seeds: a training seed must be an integer >= 0, got -1"):
         _comparison(tmp_path, seeds=(0, -1))
@@ -223,7 +233,10 @@ def test_a_pilot_without_spread_or_reference_score_is_refused_not_planned(tmp_pa
     ("spoil", "named"),
     [
         ("nan", "1 score(s) are missing or not finite, the first of arm 'bot_rd' seed 1 step 2 query 'q3'"),
-        ("empty", "no column 'arm', 'seed', 'step', 'query_id', 'score'"),
+        (
+            "empty",
+            "comparison results frame is missing required column(s) ['arm', 'seed', 'step', 'query_id', 'score']",
+        ),
     ],
 )
 def test_a_pilot_with_a_nan_score_or_no_rows_is_named_not_planned(tmp_path, capsys, spoil, named):

@@ -78,7 +78,7 @@ def test_a_missing_column_is_named(tmp_path, capsys):
     paths = _snapshot(tmp_path)
     pd.read_parquet(paths["groups"]).drop(columns="role").to_parquet(paths["groups"])
     rc, err = _cli(["align", "--restat", str(tmp_path)], capsys)
-    assert rc == 2 and "s0.groups.parquet lacks the column(s) ['role']" in err
+    assert rc == 2 and "s0.groups.parquet is missing required column(s) ['role']" in err
 
 
 @pytest.mark.parametrize("which", ["gram", "card"])
