@@ -38,7 +38,9 @@ def did_you_mean(word: str, choices: Iterable[str], n: int = 3) -> str:
     """The hint for a misspelt name: ``" (did you mean a, b?)"`` with up to ``n`` close matches
     from ``choices`` (difflib's ratio >= 0.6), or "" when none is close. The one helper behind
     every "did you mean" of the command line, the config keys and modulator_params."""
-    close = difflib.get_close_matches(str(word), list(choices), n=n)
+    choices = list(choices)
+    same_letters = [c for c in choices if c.casefold() == str(word).casefold()]  # 'BOT_RD' scores low in difflib
+    close = same_letters or difflib.get_close_matches(str(word), choices, n=n)
     return f" (did you mean {', '.join(close)}?)" if close else ""
 
 

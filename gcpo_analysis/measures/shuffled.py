@@ -26,6 +26,18 @@ def split_arm(name: str) -> tuple[str, bool]:
     return name, False
 
 
+def check_arm_name(name: Any) -> str:
+    """``name`` if it is a modulator name (an identifier, ``registry.check_name``) or one with the
+    ``:shuffled`` suffix, else the ValueError naming it; whether the modulator exists is the config's
+    check. An arm names a folder, so a path is refused as a path."""
+    from gcpo_analysis.registry import check_name
+
+    if isinstance(name, str):
+        check_name("modulator", split_arm(name)[0])
+        return name
+    return check_name("modulator", name)
+
+
 def shuffled_names(modulators: Any) -> list[str]:
     """'<name>:shuffled' for every group-level modulator of a registry (``MODULATORS``) but none."""
     return [f"{name}{SHUFFLED}" for name, m in modulators.items() if m.weight is not None and name != "none"]

@@ -51,6 +51,13 @@ def _deltas(d: ArrayLike) -> np.ndarray:
     return d
 
 
+def _power_of_two(d: np.ndarray) -> float:
+    """A power of two near max |d| (d not all 0). Sums of deltas near 1e308 overflow in scipy and
+    statsmodels; dividing by a power of two is exact, so the t statistics and p of d / scale are
+    those of d, and intervals scale back exactly."""
+    return float(2.0 ** (np.frexp(np.abs(d).max())[1] - 1))
+
+
 def _matrix(d: ArrayLike) -> np.ndarray:
     d = np.asarray(d, dtype=float)
     if d.ndim != 2 or d.shape[0] < 2 or d.shape[1] < 1 or not np.isfinite(d).all():
@@ -64,18 +71,20 @@ def paired_t(deltas: ArrayLike, confidence: float = 0.95) -> dict:
     from scipy import stats
 
     d = _deltas(deltas)
-    if np.ptp(d) == 0:  # every seed the same delta: the t statistic is undefined, the interval a point
+    if np.all(d == d[0]):  # every seed the same delta: the t statistic is undefined, the interval a point
         mean = float(d[0])
         return {"mean": mean, "low": mean, "high": mean, "p": float(mean == 0), "df": int(d.size - 1), "sd": 0.0}
-    res = stats.ttest_1samp(d, 0.0)
+    scale = _power_of_two(d)
+    x = d / scale
+    res = stats.ttest_1samp(x, 0.0)
     ci = res.confidence_interval(confidence)
     return {
-        "mean": float(d.mean()),
-        "low": float(ci.low),
-        "high": float(ci.high),
+        "mean": float(x.mean()) * scale,
+        "low": float(ci.low) * scale,
+        "high": float(ci.high) * scale,
         "p": float(res.pvalue),
         "df": int(d.size - 1),
-        "sd": float(d.std(ddof=1)),
+        "sd": float(x.std(ddof=1)) * scale,
     }
 
 
@@ -121,9 +130,10 @@ def tost(deltas: ArrayLike, margin: float) -> float:
     d = _deltas(deltas)
     if isinstance(margin, (bool, np.bool_)) or not (np.isfinite(margin) and margin > 0):
         raise ValueError(f"the equivalence margin δ must be a positive number, got {margin!r}")
-    if np.ptp(d) == 0:  # no spread: equivalent exactly when the common delta is inside ±margin
+    if np.all(d == d[0]):  # no spread: equivalent exactly when the common delta is inside ±margin
         return float(not abs(d[0]) < margin)
-    p, _, _ = ttost_paired(d, np.zeros_like(d), -margin, margin)
+    scale = _power_of_two(d)
+    p, _, _ = ttost_paired(d / scale, np.zeros_like(d), -margin / scale, margin / scale)
     return float(p)
 
 

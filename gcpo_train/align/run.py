@@ -108,8 +108,14 @@ def _differences(saved: dict, now: dict, cfg: AlignConfig) -> str:
     return "; ".join(out)
 
 
-def check_checkpoint(path: str) -> None:
-    """Refuse, naming ``--checkpoint``, a path that is no checkpoint folder (what ``load_trained`` reads)."""
+# what makes a checkpoint's policy the config's: the base model and the trained parameters' shape
+POLICY_FIELDS = ("model", "dtype", "use_lora", "lora_r", "lora_alpha", "lora_target_modules")
+
+
+def check_checkpoint(path: str, train=None) -> None:
+    """Refuse, naming ``--checkpoint``, a path that is no checkpoint folder (what ``load_trained`` reads),
+    or, given the config ``train``, one whose run trained another policy (``POLICY_FIELDS``): its
+    snapshot would be filed under the config's protocol."""
     folder = Path(path)
     if not folder.is_dir():
         raise ValueError(f"--checkpoint {path}: {'a file, not a' if folder.exists() else 'no such'} checkpoint folder")
@@ -119,6 +125,18 @@ def check_checkpoint(path: str) -> None:
             f"--checkpoint {path} is not a checkpoint folder (it lacks {', '.join(missing)}); give a run's "
             f"checkpoints/step_N"
         )
+    if train is None:
+        return
+    from gcpo_train.runfiles.checkpoint import saved_config
+
+    saved = saved_config(folder)
+    differ = [
+        f"{k} {getattr(saved, k)!r} there, {getattr(train, k)!r} in the config"
+        for k in POLICY_FIELDS
+        if getattr(saved, k) != getattr(train, k)
+    ]
+    if differ:
+        raise ValueError(f"--checkpoint {path} was trained on another policy than --config's: {'; '.join(differ)}")
 
 
 def _peak_rss_gb() -> float:
@@ -138,7 +156,7 @@ def run_snapshot(cfg: AlignConfig) -> Path:
     out = Path(cfg.output)
     check_study_folder(out, "--output")
     if cfg.checkpoint is not None:
-        check_checkpoint(cfg.checkpoint)
+        check_checkpoint(cfg.checkpoint, train)
     work = out / "work" / cfg.snapshot
     card_path = work / "align.json"
     # as JSON reads it back (lists, not tuples): a resumed snapshot compares equal
@@ -324,6 +342,11 @@ def run_align(args) -> None:
 
         restat(Path(args.restat))
         return
+    from gcpo_analysis.knob import check_given_values
+
+    flags = ("snapshot", "checkpoint", "output", "n_pool", "n_ref", "seed")
+    given = {name: getattr(args, name) for name in flags if getattr(args, name) is not None}
+    check_given_values(AlignConfig, given, {name: f"--{name}" for name in flags})  # errors name the flag
     cfg = AlignConfig(
         config=args.config or "",
         snapshot=args.snapshot or "",

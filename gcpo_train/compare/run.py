@@ -47,9 +47,9 @@ RECORDED_SINCE_ISSUE_35 = ("bf16_sampling", "evaluation", "equivalence_margin")
 
 def run_config(base: TrainConfig, arm: str, seed: int, out: Path, eval_every: int, eval_n: int | None, split_seed: int):
     """The TrainConfig of one arm-seed run inside the comparison folder ``out``."""
-    from gcpo_analysis.registry import check_name
+    from gcpo_analysis.measures.shuffled import check_arm_name
 
-    folder = out / "runs" / check_name("modulator", arm) / f"seed_{seed}"  # a folder name: never a path
+    folder = out / "runs" / check_arm_name(arm) / f"seed_{seed}"  # a folder name: never a path
     return dataclasses.replace(
         base,
         modulator=arm,
@@ -115,9 +115,9 @@ class Comparison:
                 check_count(f"--{key}", key, value)
         split_seed = split_seed if split_seed is not None else (base.split_seed or 0)
         for arm in self.modulators:  # each run's config validated now, not after hours of the first arm
-            from gcpo_analysis.registry import check_name
+            from gcpo_analysis.measures.shuffled import check_arm_name
 
-            check_name("modulator", arm)  # before the config: a path is refused as a path
+            check_arm_name(arm)  # before the config: a path is refused as a path
             for seed in self.seeds:
                 run_config(base, arm, seed, self.out, int(eval_every), eval_n, split_seed)
         if base.backend not in ("gcpo", "hf", "trl"):

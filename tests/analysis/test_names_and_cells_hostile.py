@@ -55,7 +55,25 @@ def test_compare_refuses_an_arm_that_is_a_path(tmp_path):
         run_config(base, "../../escaped", 0, tmp_path / "cmp", 0, None, 0)
     with pytest.raises(ValueError, match="must be an identifier"):
         Comparison(base, tmp_path / "cmp", ["none", "../../escaped"], [0])
+    with pytest.raises(ValueError, match="must be an identifier"):
+        Comparison(base, tmp_path / "cmp", ["none", "../../escaped:shuffled"], [0])
     assert not (tmp_path / "escaped").exists() and not (tmp_path / "cmp").exists()
+
+
+def test_compare_takes_the_shuffled_control_arm(tmp_path):
+    """The identifier rule (issue 38) refused every '<modulator>:shuffled' arm, issue 35's control."""
+    pytest.importorskip("torch")
+    from gcpo_train.compare.run import Comparison, run_config
+    from gcpo_train.config import TrainConfig
+
+    base = TrainConfig(model="tiny:llama", output_dir=str(tmp_path / "unused"))
+    Comparison(base, tmp_path / "cmp", ["none", "bot_rd", "bot_rd:shuffled"], [0, 1])
+    cfg = run_config(base, "bot_rd:shuffled", 1, tmp_path / "cmp", 0, None, 0)
+    assert cfg.modulator == "bot_rd:shuffled" and cfg.output_dir == str(
+        tmp_path / "cmp" / "runs" / "bot_rd:shuffled" / "seed_1"
+    )
+    with pytest.raises(ValueError, match=r"did you mean bot_rd:shuffled\?"):
+        Comparison(base, tmp_path / "cmp", ["none", "BOT_RD:shuffled"], [0])
 
 
 @pytest.mark.parametrize(

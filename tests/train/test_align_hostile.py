@@ -64,6 +64,24 @@ def test_a_path_that_is_no_checkpoint_is_refused_by_the_flag_and_writes_nothing(
     assert not out.exists()
 
 
+def test_a_checkpoint_of_another_policy_is_refused_naming_the_fields(tmp_path, capsys, config):
+    import json
+
+    from gcpo_train.config import load_config
+
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    saved = load_config(config).to_dict()
+    saved.update(lora_r=saved["lora_r"] * 2, model="another/model")
+    (ckpt / "config.json").write_text(json.dumps(saved))
+    (ckpt / "trainable.pt").write_bytes(b"never read")
+    out = tmp_path / "study"
+    rc, err = _cli(_args(config, out, "--checkpoint", str(ckpt)), capsys)
+    assert rc == 2 and "trained on another policy than --config's" in err
+    assert "lora_r" in err and "'another/model' there" in err
+    assert not out.exists()
+
+
 def test_a_pool_beyond_the_queries_leaves_no_card(tmp_path, capsys, config):
     out = tmp_path / "study"
     rc, err = _cli(["align", "--config", config, "--snapshot", "s0", "--n_pool", "7", "--output", str(out)], capsys)
@@ -73,7 +91,7 @@ def test_a_pool_beyond_the_queries_leaves_no_card(tmp_path, capsys, config):
 
 def test_a_pool_too_small_for_the_smallest_batch_is_refused(tmp_path, capsys, config):
     rc, err = _cli(_args(config, tmp_path / "study", "--n_pool", "4"), capsys)
-    assert rc == 2 and "n_pool must be >= 5, got 4" in err
+    assert rc == 2 and "--n_pool: n_pool must be >= 5, got 4" in err
     assert not (tmp_path / "study").exists()
 
 

@@ -25,6 +25,22 @@ def test_paired_t_is_the_textbook_interval_and_scipys():
     assert [got["low"], got["high"]] == pytest.approx([ci.low, ci.high], rel=1e-12)
 
 
+@pytest.mark.parametrize("exponent", [300, -300])
+def test_the_seed_statistics_are_scale_free_to_the_edges_of_float64(exponent):
+    """Deltas near 1e308 overflowed scipy's sums (an interval of nan, p nan, RuntimeWarning): the
+    statistics of c·D are c times those of D (p and the TOST p unchanged) for c a power of ten."""
+    d = np.array([3.11, -6.37, 1.01, 2.5])
+    c = 10.0**exponent
+    small, big = S.paired_t(d), S.paired_t(d * c)
+    for key in ("mean", "low", "high", "sd"):
+        assert big[key] == pytest.approx(small[key] * c, rel=1e-12), key
+    assert big["p"] == pytest.approx(small["p"], rel=1e-12)
+    assert S.tost(d * c, 3.0 * c) == pytest.approx(S.tost(d, 3.0), rel=1e-12)
+    with np.errstate(all="raise"):  # no overflow inside; a bound past float64's range is inf, not nan
+        edge = S.paired_t([1e308, -1e308, 5e307])
+    assert edge["low"] == -np.inf and edge["high"] == np.inf and 0 < edge["p"] < 1
+
+
 @pytest.mark.parametrize("n", [3, 5, 8])
 def test_sign_flip_p_is_the_brute_loop_and_scipys_permutation_test(n):
     rng = np.random.default_rng(n)
