@@ -209,6 +209,25 @@ def test_a_seed_added_later_is_trained_alone_and_reported_with_the_others(tmp_pa
 
 
 @pytest.mark.slow
+def test_compare_runs_and_reports_the_shuffled_control_arm(tmp_path):
+    """'bot_rd:shuffled' end to end (since issue 38's identifier rule, compare refused it before
+    any run): its runs, its row in the table with its treatment, and its folder in the comparison."""
+    summary = _comparison(tmp_path, arms=("none", "bot_rd", "bot_rd:shuffled")).run(progress=False)
+    out = tmp_path / "cmp"
+    assert (out / "runs" / "bot_rd:shuffled" / "seed_0" / "done.json").exists()
+    table = summary["table"].set_index("arm")
+    assert table.loc["bot_rd:shuffled", "paired_seeds"] == 2 and np.isfinite(table.loc["bot_rd:shuffled", "delta"])
+    first = {
+        a: pd.read_parquet(out / "runs" / a / "seed_0" / "rollouts" / "step_000001.parquet")
+        for a in ("bot_rd", "bot_rd:shuffled")
+    }
+    assert list(first["bot_rd"]["completion"]) == list(first["bot_rd:shuffled"]["completion"])  # paired
+    own = omega_per_group(first["bot_rd"])
+    np.testing.assert_allclose(np.sort(omega_per_group(first["bot_rd:shuffled"])), np.sort(own), rtol=1e-6)
+    assert "bot_rd:shuffled" in (out / "summary.md").read_text()
+
+
+@pytest.mark.slow
 def test_compare_refuses_a_folder_of_other_settings(tmp_path):
     _comparison(tmp_path, seeds=(0,), arms=("none",)).run(progress=False)
     with pytest.raises(ValueError, match="learning_rate"):  # the config key that differs is named
