@@ -6,11 +6,12 @@
 
 A snapshot samples a pool of ``n_pool`` training queries (seeded, the same queries at every
 snapshot of one config), computes each group's gradient (``gradients.group_gradient``) and writes
-it to a float32 memmap row, then the group's part (``work/<snapshot>/parts/group_00012.json``):
-a rerun skips the groups whose part exists. When every group is done it writes the P × P Gram
-(float64, in row blocks of the memmap), the per-group frame (rewards, reward spread, ‖g_q‖²,
-ω(q) of every group-level modulator from ``gcpo_analysis.measures``), deletes the memmap (unless
-``keep_gradients``) and re-runs the statistics over every finished snapshot of ``output``
+it to its float32 row of ``gradients.npy`` (``align.rows``: file writes, no memory map), then the
+group's part (``work/<snapshot>/parts/group_00012.json``): a rerun skips the groups whose part
+exists. When every group is done it writes the P × P Gram (float64, in row blocks of that file),
+the per-group frame (rewards, reward spread, ‖g_q‖², ω(q) of every group-level modulator from
+``gcpo_analysis.measures``), deletes the gradient file (unless ``keep_gradients``) and re-runs
+the statistics over every finished snapshot of ``output``
 (``gcpo_analysis.study.alignment``).
 
 The reference gradient is the leave-batch-out mean of the pool (``n_ref: 0``, the default: every
@@ -32,6 +33,7 @@ import pandas as pd
 
 from gcpo_analysis.frames import write_frame, write_text
 from gcpo_analysis.knobs import check_knobs, knob, shared
+from gcpo_train.align import rows as gradient_rows
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +55,7 @@ class AlignConfig:
     )
     n_ref: int = knob(0, "R: a disjoint reference pool of R groups; 0 = the leave-batch-out mean of the pool.", ge=0)
     seed: int = shared("seed", 0, help="Seed of the pool's queries and of each group's sampling.")
-    keep_gradients: bool = knob(False, "Keep the gradient memmap after the Gram is written.")
+    keep_gradients: bool = knob(False, "Keep the gradient file (gradients.npy) after the Gram is written.")
     reverse: bool = knob(
         False,
         "Work through the pool from its last position: a second process on the same snapshot "
@@ -190,7 +192,7 @@ def run_snapshot(cfg: AlignConfig) -> Path:
         done = [k for k in range(cfg.n_pool) if (work / "parts" / f"group_{k:05d}.json").exists()]
         if len(done) < MIN_POOL:
             raise ValueError(f"{work}: {len(done)} groups done, fewer than {MIN_POOL}; nothing to finish")
-        dim = int(np.load(work / "gradients.npy", mmap_mode="r").shape[1])
+        dim = gradient_rows.shape(work / "gradients.npy")[1]
         finish_snapshot(cfg, train, work, dim, done)
         return work
     queries = pool_queries(load_split(train, train.train_split), cfg.n_pool + cfg.n_ref, cfg.seed)
@@ -204,12 +206,8 @@ def run_snapshot(cfg: AlignConfig) -> Path:
     write_text(work / "sizes.json", json.dumps(sizes))
     kernels = make_kernels(train.sampling_kernels)
     n = len(queries)
-    grads = np.lib.format.open_memmap(
-        work / "gradients.npy",
-        mode="r+" if (work / "gradients.npy").exists() else "w+",
-        dtype=np.float32,
-        shape=(n, dim),
-    )
+    if not (work / "gradients.npy").exists():
+        gradient_rows.create(work / "gradients.npy", n, dim)
     todo = [k for k in range(n) if not (work / "parts" / f"group_{k:05d}.json").exists()]
     if cfg.reverse:
         todo = todo[::-1]
@@ -218,8 +216,7 @@ def run_snapshot(cfg: AlignConfig) -> Path:
             continue
         row = queries.iloc[k].to_dict()
         g = group_gradient(model, tok, train, row, group_seed(cfg.seed, k), kernels=kernels)
-        grads[k] = g.gradient
-        grads.flush()  # the row is on disk before its part says it is done
+        gradient_rows.write_row(work / "gradients.npy", k, g.gradient)  # on disk before its part says it is done
         part = dict(
             position=k,
             role="pool" if k < cfg.n_pool else "reference",
@@ -235,23 +232,21 @@ def run_snapshot(cfg: AlignConfig) -> Path:
             seconds_gradient=g.seconds_gradient,
         )
         write_text(work / "parts" / f"group_{k:05d}.json", json.dumps(part))  # atomic: a killed run keeps whole parts
-    del grads
     if all((work / "parts" / f"group_{k:05d}.json").exists() for k in range(n)):
         finish_snapshot(cfg, train, work, dim, list(range(n)))
     return work
 
 
 def gram_of(path: Path, rows: list[int], block: int = 16) -> np.ndarray:
-    """K = X Xᵀ of the rows ``rows`` of the (·, D) float32 memmap at ``path``, in float64,
+    """K = X Xᵀ of the rows ``rows`` of the (·, D) float32 ``.npy`` at ``path``, in float64,
     ``block`` rows at a time (peak memory about 2 · block · D · 8 bytes)."""
-    X = np.load(path, mmap_mode="r")
     n = len(rows)
     order = np.asarray(rows)
     K = np.zeros((n, n))
     for i in range(0, n, block):
-        A = np.asarray(X[order[i : i + block]], dtype=np.float64)
+        A = gradient_rows.read_rows(path, order[i : i + block])
         for j in range(i, n, block):
-            B = A if j == i else np.asarray(X[order[j : j + block]], dtype=np.float64)
+            B = A if j == i else gradient_rows.read_rows(path, order[j : j + block])
             K[i : i + block, j : j + block] = A @ B.T
             K[j : j + block, i : i + block] = K[i : i + block, j : j + block].T
     return K
@@ -289,7 +284,7 @@ def finish_snapshot(cfg: AlignConfig, train, work: Path, dim: int, done: list[in
         "reference": "leave-batch-out mean of the pool" if cfg.n_ref == 0 else f"mean of {cfg.n_ref} disjoint groups",
         "seed": cfg.seed,
         **sizes,
-        "gradient_memmap_gb": round((cfg.n_pool + cfg.n_ref) * dim * 4 / 1e9, 3),
+        "gradient_file_gb": round((cfg.n_pool + cfg.n_ref) * dim * 4 / 1e9, 3),
         # full fine-tuning: a float32 gradient of every weight of the base model per group
         "full_finetuning_gb_per_group": round((sizes["all_parameters"] - sizes["trained_parameters"]) * 4 / 1e9, 3),
         # of the process that finished the snapshot (the Gram, in blocks); a sampling process's is
@@ -326,7 +321,7 @@ def add_parser(subparsers):
             default=field.default,
             help=f"{field.metadata['help']} (default: {field.default!r})",
         )
-    p.add_argument("--keep-gradients", action="store_true", help="keep the gradient memmap")
+    p.add_argument("--keep-gradients", action="store_true", help="keep the gradient file (gradients.npy)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--reverse", action="store_true", help=AlignConfig.__dataclass_fields__["reverse"].metadata["help"])
     p.add_argument(
