@@ -84,6 +84,13 @@ def add_parser(subparsers):
         "comparison), print the seeds needed for 80%% power at δ and the δ that --seeds' count detects, and write "
         "OUTPUT/plan.md (gcpo_train.compare.plan)",
     )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="arm-seed runs trained at once, each in its own process with torch's threads // WORKERS threads "
+        "(gcpo_train.compare.workers); a folder keeps the thread count per run it started with (default: 1)",
+    )
     p.add_argument("--no_progress", "--no-progress", action="store_true", help="hide the progress bars")
     p.set_defaults(func=run_cli, _parser=p)
     return p
@@ -128,6 +135,6 @@ def run_cli(args) -> int:
             raise FileNotFoundError(f"{comparison.out} holds no comparison (no compare.json) to report on")
         summary = comparison.report()
     else:
-        summary = comparison.run(progress=not args.no_progress)
+        summary = comparison.run(progress=not args.no_progress, workers=args.workers)
     print(summary["markdown"])
     return 0

@@ -196,18 +196,29 @@ class Comparison:
         return queries.iloc[: self.eval_n] if self.eval_n else queries
 
     # ------------------------------------------------------------------ running
-    def run(self, progress: bool = True) -> dict:
+    def run(self, progress: bool = True, workers: int = 1) -> dict:
         """Train and evaluate what is missing, then write results, summary and figures (results and
-        summary after every finished run too)."""
+        summary after every finished run too). ``workers`` > 1 trains that many arm-seed runs at
+        once, in processes (``compare.workers``)."""
+        from gcpo_train.compare.workers import check_threads, threads_per_worker, train_in_workers
         from gcpo_train.runfiles.run_folder import take_lock
 
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise ValueError(f"--workers must be an integer >= 1, got {workers!r}")
         self.out.mkdir(parents=True, exist_ok=True)
         lock = take_lock(self.out / ".gcpo.lock", self.out / ".gcpo.owner.json", f"comparison folder {self.out}")
         try:
             self.heldout()  # the held-out data read before the folder's record is written
             self._check_spec()
+            if workers > 1:
+                for seed in self.seeds:
+                    self.evaluate_base(seed, progress)
+                train_in_workers(self, workers, progress)
+                return self.report()
             for seed in self.seeds:  # seed-major: each finished seed is a complete paired set
                 self.evaluate_base(seed, progress)
+                if any(not (self.run_folder(arm, seed) / "done.json").exists() for arm in self.modulators):
+                    check_threads(self.out, seed, threads_per_worker(1))
                 for arm in self.modulators:
                     self.train_arm(arm, seed, progress)
                     # the tables after every run, so a stopped comparison has them; the figure (seconds
@@ -216,6 +227,11 @@ class Comparison:
             return self.report()
         finally:
             lock.release()
+
+    def run_folder(self, arm: str, seed: int) -> Path:
+        """The run folder of one arm-seed (``run_config``'s output_dir)."""
+        cfg = run_config(self.base, arm, seed, self.out, self.eval_every, self.eval_n, self.split_seed)
+        return Path(cfg.output_dir)
 
     def listed(self) -> tuple[list[str], list[int]]:
         """The arms and seeds of the whole comparison: those its compare.json lists (asked for by
@@ -293,7 +309,10 @@ class Comparison:
             final = folder / "eval" / f"step_{cfg.steps:06d}.predictions.parquet"
             if not final.exists():  # steps not a multiple of eval_every: the last step is always evaluated
                 trainer.evaluate(tag=f"step_{cfg.steps:06d}")
-        write_text(done, json.dumps({"arm": arm, "seed": seed, "steps": cfg.steps}) + "\n")
+        from gcpo_analysis.models import require
+
+        threads = require("torch").get_num_threads()  # pairing needs one count per comparison (compare.workers)
+        write_text(done, json.dumps({"arm": arm, "seed": seed, "steps": cfg.steps, "threads": threads}) + "\n")
         return folder
 
     # ------------------------------------------------------------------ results

@@ -239,3 +239,47 @@ def test_compare_refuses_bad_arms_and_seeds(tmp_path):
         _comparison(tmp_path, seeds=(0, 0))
     with pytest.raises(ValueError, match=r"modulator must be one of .*got .bot_rdd. \(did you mean bot_rd\?\)"):
         _comparison(tmp_path, arms=("none", "bot_rdd"))
+
+
+@pytest.fixture
+def torch_threads():
+    """Sets torch's thread count for a test and restores it."""
+    import torch
+
+    before = torch.get_num_threads()
+    yield torch.set_num_threads
+    torch.set_num_threads(before)
+
+
+@pytest.mark.slow
+def test_workers_train_the_same_runs_as_one_process(tmp_path, torch_threads):
+    """--workers 2 (two spawned processes of 1 thread each) gives the runs and scores of the
+    sequential comparison at 1 thread, records the thread count, and a folder refuses a rerun
+    with another count per run."""
+    torch_threads(1)
+    one = _comparison(tmp_path / "one", arms=("none", "bot_rd")).run(progress=False)
+    torch_threads(2)
+    two = _comparison(tmp_path / "two", arms=("none", "bot_rd")).run(progress=False, workers=2)
+    a = pd.read_parquet(tmp_path / "one" / "cmp" / "results.parquet")
+    b = pd.read_parquet(tmp_path / "two" / "cmp" / "results.parquet")
+    keys = ["arm", "seed", "step", "query_id"]
+    pd.testing.assert_frame_equal(a.sort_values(keys, ignore_index=True), b.sort_values(keys, ignore_index=True))
+    for arm, seed in itertools.product(("none", "bot_rd"), (0, 1)):
+        run = f"runs/{arm}/seed_{seed}"
+        ra = pd.read_parquet(tmp_path / "one" / "cmp" / run / "rollouts" / "step_000002.parquet")
+        rb = pd.read_parquet(tmp_path / "two" / "cmp" / run / "rollouts" / "step_000002.parquet")
+        assert list(ra["completion"]) == list(rb["completion"]), run
+        assert json.loads((tmp_path / "two" / "cmp" / run / "done.json").read_text())["threads"] == 1
+    pd.testing.assert_frame_equal(one["table"], two["table"])
+    # a third arm of seed 0 at 2 threads per run would not pair with the seed's other arms
+    with pytest.raises(ValueError, match="trained with 1 torch thread.*seed 0 would use 2"):
+        _comparison(tmp_path / "two", arms=("none", "bot_rd", "rd")).run(progress=False)
+    assert not (tmp_path / "two" / "cmp" / "runs" / "rd").exists()
+    torch_threads(1)  # at the seed's count it trains
+    _comparison(tmp_path / "two", seeds=(0,), arms=("none", "bot_rd", "rd")).run(progress=False)
+    assert json.loads((tmp_path / "two" / "cmp" / "runs" / "rd" / "seed_0" / "done.json").read_text())["threads"] == 1
+
+
+def test_workers_must_be_a_positive_integer(tmp_path):
+    with pytest.raises(ValueError, match="--workers must be an integer >= 1, got 0"):
+        _comparison(tmp_path).run(progress=False, workers=0)

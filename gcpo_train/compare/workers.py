@@ -1,0 +1,91 @@
+"""A comparison's arm-seed runs in parallel processes on one machine (``gcpo compare --workers N``).
+
+The runs of a comparison are independent (each its own folder, lock, seed and records), so N of
+them can train at once, each worker with ⌊C / N⌋ torch threads, C the threads torch uses in this
+process (``OMP_NUM_THREADS``). Workers share the device the config names; on one GPU a single run
+usually keeps it busy, so this is meant for CPU comparisons. It is no distributed trainer (a run
+that outgrows one machine belongs to TRL).
+
+Pairing: two arms of one seed are paired by common random numbers, which hold only if both run
+with the same numerics. A CPU's reductions may depend on the thread count, so every run records
+its torch thread count in ``done.json`` and a seed's runs keep one count (``check_threads``):
+resume a seed with the threads per run it was started with. (A run stopped midway and resumed at
+another count is not detected: only finished runs record it.)
+
+Processes are started by ``spawn`` (a forked torch may deadlock); the comparison object is
+pickled to them, so trainer_kwargs must be picklable (module-level functions, plain data).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from gcpo_analysis.models import require
+
+
+def threads_per_worker(workers: int) -> int:
+    """⌊torch's threads in this process / workers⌋, at least 1."""
+    torch = require("torch")
+    return max(1, torch.get_num_threads() // workers)
+
+
+def recorded_threads(out: Path, seed: int) -> dict[str, int]:
+    """{run folder: torch threads} of the finished runs of ``seed`` in the comparison folder ``out``
+    that recorded theirs (runs finished before this record have none)."""
+    found = {}
+    for done in sorted(Path(out).glob(f"runs/*/seed_{seed}/done.json")):
+        record = json.loads(done.read_text())
+        if isinstance(record, dict) and isinstance(record.get("threads"), int):
+            found[str(done.parent.relative_to(out))] = record["threads"]
+    return found
+
+
+def check_threads(out: Path, seed: int, threads: int) -> None:
+    """Refuse to train a run of ``seed`` with another thread count than the seed's finished runs
+    recorded (other seeds are not paired with it and may differ)."""
+    other = {run: n for run, n in recorded_threads(out, seed).items() if n != threads}
+    if other:
+        run, n = next(iter(other.items()))
+        raise ValueError(
+            f"{out}: {run} trained with {n} torch thread(s), this run of seed {seed} would use {threads}; a CPU's "
+            f"sums may depend on the thread count, which would unpair the arms of a seed. Set OMP_NUM_THREADS "
+            f"and --workers so that each run gets {n} (threads per run = torch's threads // workers)"
+        )
+
+
+def _train_one(comparison, arm: str, seed: int, threads: int) -> tuple[str, int]:
+    torch = require("torch")
+    torch.set_num_threads(threads)
+    comparison.train_arm(arm, seed, progress=False)
+    return arm, seed
+
+
+def train_in_workers(comparison, workers: int, progress: bool = True) -> None:
+    """Train the comparison's unfinished arm-seed runs, ``workers`` at a time, seed-major; the
+    tables are rewritten after each finished run. An error in one run stops the others' start and
+    is raised once the running ones end (they stop at their next step when interrupted)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    from tqdm import tqdm
+
+    threads = threads_per_worker(workers)
+    jobs = [
+        (arm, seed)
+        for seed in comparison.seeds
+        for arm in comparison.modulators
+        if not (comparison.run_folder(arm, seed) / "done.json").exists()
+    ]
+    for seed in dict.fromkeys(seed for _, seed in jobs):
+        check_threads(comparison.out, seed, threads)
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+    try:
+        futures = {pool.submit(_train_one, comparison, arm, seed, threads): (arm, seed) for arm, seed in jobs}
+        for future in tqdm(as_completed(futures), total=len(futures), desc="arm-seed runs", disable=not progress):
+            future.result()
+            comparison.report(figures=False)
+    except BaseException:
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
