@@ -26,7 +26,7 @@ same normalisation (mean |w| over live groups).
 Uncertainty: a group bootstrap. Each replicate resamples the P pool groups with replacement,
 redraws the batches from the resample, and recomputes every weighting's mean Δcos (paired by
 batch) and ΔSNR against ``none``; a copy of a batch member never serves as its reference. CIs are
-percentile intervals, p the two-sided bootstrap p = min(1, 2 min(P*(Δ ≤ 0), P*(Δ ≥ 0))), Holm over
+percentile intervals, p the two-sided bootstrap p with the add-one (``bootstrap_p``), Holm over
 the weightings of one (snapshot, batch size, statistic). Hand-written: no library computes a
 cosine from a Gram; tests check it against explicit gradients.
 """
@@ -178,12 +178,16 @@ def deltas(per_batch: dict, snr: dict) -> tuple[dict[str, float], dict[str, floa
 
 
 def bootstrap_p(samples: np.ndarray) -> float:
-    """Two-sided bootstrap p of 0: min(1, 2 min(P*(Δ ≤ 0), P*(Δ ≥ 0))) over the finite replicates."""
+    """Two-sided bootstrap p of 0 over the B finite replicates, with the add-one of Davison &
+    Hinkley (1997, eq. 4.11): min(1, 2 (1 + min(#{Δ* ≤ 0}, #{Δ* ≥ 0})) / (B + 1)). Never 0: its
+    floor 2/(B + 1) says what B can resolve (a p of 0 from 200 replicates passed Holm over 19
+    weightings, which 200 replicates cannot support)."""
     s = np.asarray(samples, float)
     s = s[np.isfinite(s)]
     if s.size == 0:
         return float("nan")
-    return float(min(1.0, 2 * min((s <= 0).mean(), (s >= 0).mean())))
+    tail = min(int((s <= 0).sum()), int((s >= 0).sum()))
+    return float(min(1.0, 2 * (1 + tail) / (s.size + 1)))
 
 
 def group_bootstrap(

@@ -209,6 +209,9 @@ def test_group_bootstrap_is_centred_on_the_estimate_and_p_behaves():
     assert np.quantile(bc[ORACLE], 0.025) > 0  # the ceiling is above equal weights
     assert bootstrap_p(bc[ORACLE]) < 0.05
     assert bootstrap_p(np.array([-1.0, 1.0, 2.0, -2.0])) == 1.0
+    # the add-one: never 0; 2 (1 + smaller tail) / (B + 1), by hand
+    assert bootstrap_p(np.ones(999)) == pytest.approx(2 / 1000)
+    assert bootstrap_p(np.r_[np.ones(95), -np.ones(4)]) == pytest.approx(2 * 5 / 100)
     assert np.isnan(bootstrap_p(np.array([np.nan])))
 
 
