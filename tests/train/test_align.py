@@ -141,3 +141,47 @@ def test_snapshot_command_resumes_and_restats(tmp_path, monkeypatch):
     # other settings in the same folder are refused
     with pytest.raises(ValueError, match="other settings"):
         cli([*args, "--seed", "1"])
+
+
+def test_a_run_stopped_while_finishing_finishes_without_the_model(tmp_path, monkeypatch):
+    """Every group sampled, the Gram not yet written (killed while finishing): the rerun writes
+    the snapshot from the gradient file alone (it loaded the model for nothing, and formed the
+    Gram's blocks beside it)."""
+    import yaml
+
+    from gcpo_analysis.cli import main as cli
+    from gcpo_analysis.study.alignment import snapshot_paths
+    from gcpo_train.align import gradients
+    from gcpo_train.align import run as align_run
+
+    _tiny_data(tmp_path / "data")
+    cfg = loop_config(tmp_path, data_path=str(tmp_path / "data"), beta=0.0, group_size=4)
+    cfg.pop("output_dir")
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
+    real_gradient = gradients.group_gradient
+    monkeypatch.setattr(
+        gradients, "group_gradient", lambda *a, **kw: real_gradient(*a, **{**kw, "reward_fn": word_reward})
+    )
+    real_finish = align_run.finish_snapshot
+
+    class Killed(Exception):
+        pass
+
+    def killed(*a, **kw):
+        raise Killed
+
+    monkeypatch.setattr(align_run, "finish_snapshot", killed)
+    out = tmp_path / "study"
+    args = ["--traceback", "align", "--config", str(tmp_path / "c.yaml"), "--snapshot", "s0", "--n_pool", "5"]
+    args += ["--output", str(out), "--no-progress"]
+    with pytest.raises(Killed):
+        cli(args)
+    assert not snapshot_paths(out, "s0")["card"].exists()
+    monkeypatch.setattr(align_run, "finish_snapshot", real_finish)
+
+    def no_model(*a, **kw):
+        raise AssertionError("the model was loaded to finish a fully sampled snapshot")
+
+    monkeypatch.setattr(gradients, "load_policy", no_model)
+    cli(args)
+    assert np.load(snapshot_paths(out, "s0")["gram"]).shape == (5, 5)
