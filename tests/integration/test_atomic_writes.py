@@ -28,6 +28,9 @@ ALLOWED = {
     # run_folder moves existing files aside and back (resume / overwrite); nothing is written
     ("gcpo_train/runfiles/run_folder.py", "os.replace(p, aside / p.name)"),
     ("gcpo_train/runfiles/run_folder.py", "os.replace(p, self.out / p.name)"),
+    # a snapshot's gradient file is created once (exclusive, sparse) and its rows written in place;
+    # a row counts as done only when its part JSON (written atomically) names it: gcpo_train.align.run
+    ("gcpo_train/align/rows.py", 'with open(path, "xb") as f:'),
     # the training log is appended one JSON line per step (a partial last line is dropped on read:
     # runlog.read_log); rewriting it atomically each step would be quadratic
     ("gcpo_train/loop/trainer.py", 'with open(self.out / "log.jsonl", "a"'),
