@@ -142,6 +142,11 @@ def check_checkpoint(path: str, train=None) -> None:
         raise ValueError(f"--checkpoint {path} was trained on another policy than --config's: {'; '.join(differ)}")
 
 
+def _part(work: Path, k: int) -> Path:
+    """The part file of pool position ``k``: it exists once the group's gradient row is on disk."""
+    return work / "parts" / f"group_{k:05d}.json"
+
+
 def _peak_rss_gb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2  # Linux: KiB
 
@@ -190,7 +195,7 @@ def run_snapshot(cfg: AlignConfig) -> Path:
     if cfg.finish_now:
         if cfg.n_ref:
             raise ValueError("--finish-now needs the leave-batch-out reference (n_ref 0)")
-        done = [k for k in range(cfg.n_pool) if (work / "parts" / f"group_{k:05d}.json").exists()]
+        done = [k for k in range(cfg.n_pool) if _part(work, k).exists()]
         if len(done) < MIN_POOL:
             raise ValueError(f"{work}: {len(done)} groups done, fewer than {MIN_POOL}; nothing to finish")
         dim = gradient_rows.shape(work / "gradients.npy")[1]
@@ -198,7 +203,7 @@ def run_snapshot(cfg: AlignConfig) -> Path:
         return work
     queries = pool_queries(load_split(train, train.train_split), cfg.n_pool + cfg.n_ref, cfg.seed)
     n = len(queries)
-    if (work / "gradients.npy").exists() and all((work / "parts" / f"group_{k:05d}.json").exists() for k in range(n)):
+    if (work / "gradients.npy").exists() and all(_part(work, k).exists() for k in range(n)):
         # every group sampled (a run stopped while finishing): no model needed for the Gram
         finish_snapshot(cfg, train, work, gradient_rows.shape(work / "gradients.npy")[1], list(range(n)))
         return work
@@ -213,11 +218,11 @@ def run_snapshot(cfg: AlignConfig) -> Path:
     kernels = make_kernels(train.sampling_kernels)
     if not (work / "gradients.npy").exists():
         gradient_rows.create(work / "gradients.npy", n, dim)
-    todo = [k for k in range(n) if not (work / "parts" / f"group_{k:05d}.json").exists()]
+    todo = [k for k in range(n) if not _part(work, k).exists()]
     if cfg.reverse:
         todo = todo[::-1]
     for k in tqdm(todo, desc=f"align {cfg.snapshot}", disable=not cfg.progress, initial=n - len(todo), total=n):
-        if (work / "parts" / f"group_{k:05d}.json").exists():  # done meanwhile by a second process
+        if _part(work, k).exists():  # done meanwhile by a second process
             continue
         row = queries.iloc[k].to_dict()
         g = group_gradient(model, tok, train, row, group_seed(cfg.seed, k), kernels=kernels)
@@ -236,12 +241,12 @@ def run_snapshot(cfg: AlignConfig) -> Path:
             seconds_generate=g.seconds_generate,
             seconds_gradient=g.seconds_gradient,
         )
-        write_text(work / "parts" / f"group_{k:05d}.json", json.dumps(part))  # atomic: a killed run keeps whole parts
+        write_text(_part(work, k), json.dumps(part))  # atomic: a killed run keeps whole parts
     # the model (and the kernels' packed copy of it) released before the Gram's float64 blocks are
     # formed: with both, a snapshot's process peaked at 4.5 GB
     del model, tok, kernels
     gc.collect()
-    if all((work / "parts" / f"group_{k:05d}.json").exists() for k in range(n)):
+    if all(_part(work, k).exists() for k in range(n)):
         finish_snapshot(cfg, train, work, dim, list(range(n)))
     return work
 
@@ -267,7 +272,7 @@ def finish_snapshot(cfg: AlignConfig, train, work: Path, dim: int, done: list[in
     from gcpo_train.align.weights import pool_weights
 
     t0 = time.perf_counter()
-    parts = [json.loads((work / "parts" / f"group_{k:05d}.json").read_text()) for k in done]
+    parts = [json.loads(_part(work, k).read_text()) for k in done]
     K = gram_of(work / "gradients.npy", done)
     sizes = json.loads((work / "sizes.json").read_text())
     frame = pool_weights(parts, train)
@@ -308,6 +313,9 @@ def finish_snapshot(cfg: AlignConfig, train, work: Path, dim: int, done: list[in
     restat(Path(cfg.output))
 
 
+FLAGS = ("snapshot", "checkpoint", "output", "n_pool", "n_ref", "seed")  # the AlignConfig fields that are flags
+
+
 def add_parser(subparsers):
     import argparse
 
@@ -320,7 +328,7 @@ def add_parser(subparsers):
     )
     p.add_argument("--restat", default=None, metavar="DIR", help="rewrite DIR's batch frame and tables from its frames")
     p.add_argument("--config", default=None, help=AlignConfig.__dataclass_fields__["config"].metadata["help"])
-    for name in ("snapshot", "checkpoint", "output", "n_pool", "n_ref", "seed"):
+    for name in FLAGS:
         field = AlignConfig.__dataclass_fields__[name]
         kind = int if name in ("n_pool", "n_ref", "seed") else str
         p.add_argument(
@@ -348,9 +356,8 @@ def run_align(args) -> None:
         return
     from gcpo_analysis.knob import check_given_values
 
-    flags = ("snapshot", "checkpoint", "output", "n_pool", "n_ref", "seed")
-    given = {name: getattr(args, name) for name in flags if getattr(args, name) is not None}
-    check_given_values(AlignConfig, given, {name: f"--{name}" for name in flags})  # errors name the flag
+    given = {name: getattr(args, name) for name in FLAGS if getattr(args, name) is not None}
+    check_given_values(AlignConfig, given, {name: f"--{name}" for name in FLAGS})  # errors name the flag
     cfg = AlignConfig(
         config=args.config or "",
         snapshot=args.snapshot or "",

@@ -217,7 +217,7 @@ class Comparison:
                 return self.report()
             for seed in self.seeds:  # seed-major: each finished seed is a complete paired set
                 self.evaluate_base(seed, progress)
-                if any(not (self.run_folder(arm, seed) / "done.json").exists() for arm in self.modulators):
+                if self.unfinished(seed):
                     check_threads(self.out, seed, threads_per_worker(1))
                 for arm in self.modulators:
                     self.train_arm(arm, seed, progress)
@@ -227,6 +227,10 @@ class Comparison:
             return self.report()
         finally:
             lock.release()
+
+    def unfinished(self, seed: int) -> list[str]:
+        """The arms of ``seed`` whose run has no done.json yet."""
+        return [arm for arm in self.modulators if not (self.run_folder(arm, seed) / "done.json").exists()]
 
     def run_folder(self, arm: str, seed: int) -> Path:
         """The run folder of one arm-seed (``run_config``'s output_dir)."""

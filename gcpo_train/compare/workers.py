@@ -71,12 +71,7 @@ def train_in_workers(comparison, workers: int, progress: bool = True) -> None:
     from tqdm import tqdm
 
     threads = threads_per_worker(workers)
-    jobs = [
-        (arm, seed)
-        for seed in comparison.seeds
-        for arm in comparison.modulators
-        if not (comparison.run_folder(arm, seed) / "done.json").exists()
-    ]
+    jobs = [(arm, seed) for seed in comparison.seeds for arm in comparison.unfinished(seed)]
     for seed in dict.fromkeys(seed for _, seed in jobs):
         check_threads(comparison.out, seed, threads)
     pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
