@@ -63,7 +63,7 @@ def run_config(base: TrainConfig, arm: str, seed: int, out: Path, eval_every: in
     )
 
 
-def _base_key(config: TrainConfig, seed: int) -> str:
+def base_key(config: TrainConfig, seed: int) -> str:
     """A random tiny test model is drawn from the seed; any real policy is the same for all seeds."""
     return f"seed_{seed}" if config.model.startswith("tiny:") else "all_seeds"
 
@@ -259,20 +259,12 @@ class Comparison:
     def evaluate_base(self, seed: int, progress: bool = True) -> Path:
         """The base policy's held-out scores (step 0), greedy, as every checkpoint is evaluated."""
         cfg = run_config(self.base, REFERENCE_ARM, seed, self.out, self.eval_every, self.eval_n, self.split_seed)
-        path = self.out / "base" / f"{_base_key(cfg, seed)}.json"
+        path = self.out / "base" / f"{base_key(cfg, seed)}.json"
         if path.with_name(path.stem + ".predictions.parquet").exists():
             return path
-        from gcpo_analysis.models import require
         from gcpo_train.evaluation.evaluate import evaluate
-        from gcpo_train.model.policy import load_model_and_tokenizer
 
-        torch = require("torch")
-        torch.manual_seed(seed)  # the trainer's draw of a random tiny model
-        model, tokenizer = load_model_and_tokenizer(cfg.model, cfg.dtype)
-        # on the device the runs train on (device None: accelerate's and TRL's choice, cuda if available)
-        model.to(cfg.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        if tokenizer.pad_token is None:
-            tokenizer.pad_token = tokenizer.eos_token
+        model, tokenizer = self.base_policy(seed)
         evaluate(
             model,
             tokenizer=tokenizer,
@@ -283,6 +275,20 @@ class Comparison:
             device=cfg.device,
         )
         return path
+
+    def base_policy(self, seed: int):
+        """(model, tokenizer) of the base policy of ``seed``, on the device the runs train on."""
+        from gcpo_analysis.models import require
+        from gcpo_train.model.policy import load_model_and_tokenizer
+
+        torch = require("torch")
+        torch.manual_seed(seed)  # the trainer's draw of a random tiny model
+        model, tokenizer = load_model_and_tokenizer(self.base.model, self.base.dtype)
+        # device None: accelerate's and TRL's choice, cuda if available
+        model.to(self.base.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        return model, tokenizer
 
     def train_arm(self, arm: str, seed: int, progress: bool = True) -> Path:
         """Train one arm-seed run (resuming it when interrupted) and evaluate its last step."""
@@ -328,7 +334,7 @@ class Comparison:
         arms, seeds = self.listed()
         for seed in seeds:
             cfg = run_config(self.base, REFERENCE_ARM, seed, self.out, self.eval_every, self.eval_n, self.split_seed)
-            base = self.out / "base" / f"{_base_key(cfg, seed)}.predictions.parquet"
+            base = self.out / "base" / f"{base_key(cfg, seed)}.predictions.parquet"
             if base.exists():
                 parts.append(_scores(base, "base", seed, 0))
             for arm in arms:
