@@ -63,6 +63,14 @@ def evaluate_blank(folder: Path, blank_data: str, arms: list[str] | None = None,
     from gcpo_train.evaluation.heldout import check_paired_queries, read_scores
 
     cmp = comparison(folder, blank_data)
+    from gcpo_analysis.errors import did_you_mean
+
+    for arm in arms or []:  # a misspelt arm would select nothing, silently
+        if arm not in cmp.modulators:
+            raise SystemExit(
+                f"--arms: {arm!r} is not an arm of {folder} ({', '.join(cmp.modulators)})"
+                + did_you_mean(arm, cmp.modulators)
+            )
     queries = cmp.heldout()
     out = folder / "nopassage"
     todo = []

@@ -92,10 +92,9 @@ def test_blank_passages_are_evaluated_paired_and_resumed(finished, tmp_path):
     before = (cmp / "nopassage" / "none_seed_0_step_2.predictions.parquet").stat().st_mtime_ns
     SCRIPT["evaluate_blank"](cmp, blank_data, progress=False)  # a second run keeps what exists
     assert (cmp / "nopassage" / "none_seed_0_step_2.predictions.parquet").stat().st_mtime_ns == before
-    # an arm filter that matches nothing still evaluates the base policy only
-    assert [p.name for p in SCRIPT["evaluate_blank"](cmp, blank_data, ["bot_rd"], progress=False)] == [
-        "base_seed_0.json"
-    ]
+    # an arm that is not the comparison's is refused, with the close match
+    with pytest.raises(SystemExit, match=r"'nnone' is not an arm .*\(did you mean none\?\)"):
+        SCRIPT["evaluate_blank"](cmp, blank_data, ["nnone"], progress=False)
 
 
 def test_blank_data_of_other_questions_is_refused_before_any_model_loads(finished, tmp_path, monkeypatch):
