@@ -81,3 +81,18 @@ def test_the_seed_level_columns_are_recomputed_from_the_committed_results(header
             stats.ttest_1samp(d, margin, alternative="less").pvalue,
         )
         assert s.p_tost == pytest.approx(tost, rel=1e-8)
+
+
+def test_readme_coupling_numbers():
+    """The README's "N% of their completions identical at step 2 (bf16 sampling: M%)": the coupling
+    of bot_rd with none in the fp32 pilot and in the first (bf16) NarrativeQA-spans comparison,
+    from their committed coupling.csv."""
+    text = (ROOT / "README.md").read_text()
+    m = re.search(r"with\s+(\d+)% of their completions identical at step 2 \(bf16 sampling: (\d+)%\)", text)
+    assert m, "the README's coupling sentence is gone"
+
+    def at_step_2(folder: str) -> int:
+        c = pd.read_csv(ROOT / "figures" / "train_compare" / folder / "coupling.csv")
+        return round(100 * c[(c["arm"] == "bot_rd") & (c["step"] == 2)]["identical"].item())
+
+    assert (int(m.group(1)), int(m.group(2))) == (at_step_2("nqa_fp32/pilot"), at_step_2("nqa_spans"))
