@@ -129,13 +129,15 @@ def evaluate_blank(folder: Path, blank_data: str, arms: list[str] | None = None,
 
 
 def main(argv=None) -> int:
+    from gcpo_train.compare.settings import comma_items  # the one comma-list parser (empty items refused)
+
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("folder", help="a gcpo compare folder")
     p.add_argument("data", help="the --no_passage folder of scripts/narrativeqa_spans.py (the same other options)")
     p.add_argument("--arms", default=None, help="comma-separated arms (default: every finished one)")
     p.add_argument("--no_progress", action="store_true", help="no progress bar")
     args = p.parse_args(argv)
-    arms = [a.strip() for a in args.arms.split(",")] if args.arms else None
+    arms = comma_items(args.arms, "--arms") if args.arms else None
     paths = evaluate_blank(Path(args.folder), args.data, arms, progress=not args.no_progress)
     print(f"{len(paths)} no-passage evaluations in {Path(args.folder) / 'nopassage'}")
     return 0
