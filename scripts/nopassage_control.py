@@ -58,6 +58,7 @@ def finished_runs(folder: Path, arms: list[str] | None) -> list[tuple[str, int, 
 
 def evaluate_blank(folder: Path, blank_data: str, arms: list[str] | None = None, progress: bool = True) -> list[Path]:
     """Evaluate what is missing; the paths of every no-passage evaluation of the folder."""
+    from gcpo_train.compare.layout import arm_seed_folder
     from gcpo_train.compare.run import REFERENCE_ARM, base_key, run_config
     from gcpo_train.evaluation.evaluate import evaluate
     from gcpo_train.evaluation.heldout import check_paired_queries, read_scores
@@ -81,14 +82,14 @@ def evaluate_blank(folder: Path, blank_data: str, arms: list[str] | None = None,
         if name not in [t[0] for t in todo]:
             todo.append((name, folder / "base" / f"{key}.predictions.parquet", cfg, seed, None))
     for arm, seed, step in finished_runs(folder, arms):
-        run = folder / "runs" / arm / f"seed_{seed}"
+        run = arm_seed_folder(folder, arm, seed)
         checkpoint = run / "checkpoints" / f"step_{step:06d}"
         if not checkpoint.is_dir():
             raise SystemExit(f"{checkpoint} is missing: the no-passage control needs the run's last checkpoint")
         cfg = run_config(cmp.base, arm, seed, folder, cmp.eval_every, cmp.eval_n, cmp.split_seed)
         todo.append(
             (
-                f"{arm}_seed_{seed}_step_{step}",
+                f"{run.parent.name}_seed_{seed}_step_{step}",  # the folder's name: no ':' in a file name
                 run / "eval" / f"step_{step:06d}.predictions.parquet",
                 cfg,
                 seed,

@@ -161,9 +161,10 @@ def table(data: str, base: tuple[str, str | None], policies: list[tuple[str, str
 
 def compare_policies(folder: str) -> tuple[tuple[str, str | None], list[tuple[str, str, str | None]]]:
     """The base policy and each arm-seed's last evaluation of a ``gcpo compare`` folder (GRPO,
-    ``none``, first), with the
-    no-passage predictions where ``FOLDER/nopassage/`` holds them (``base.predictions.parquet``,
-    ``<arm>_seed_<s>_step_<N>.predictions.parquet``)."""
+    ``none``, first), with the no-passage predictions where ``FOLDER/nopassage/`` holds them
+    (``base.predictions.parquet``, ``<arm folder>_seed_<s>_step_<N>.predictions.parquet``)."""
+    from gcpo_analysis.measures.shuffled import arm_of_folder
+
     root = Path(folder)
     blank_dir = root / "nopassage"
 
@@ -184,7 +185,8 @@ def compare_policies(folder: str) -> tuple[tuple[str, str | None], list[tuple[st
             continue
         step = int(evals[-1].name.split("_")[1].split(".")[0])
         name = f"{run.parent.name}_{run.name}_step_{step}"
-        policies.append((f"{run.parent.name} {run.name.replace('_', ' ')} step {step}", str(evals[-1]), blank(name)))
+        arm = arm_of_folder(run.parent.name)
+        policies.append((f"{arm} {run.name.replace('_', ' ')} step {step}", str(evals[-1]), blank(name)))
     return (str(base), blank("base")), policies
 
 

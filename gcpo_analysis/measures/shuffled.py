@@ -38,6 +38,19 @@ def check_arm_name(name: Any) -> str:
     return check_name("modulator", name)
 
 
+def arm_folder_name(name: str) -> str:
+    """The folder name of an arm: ``bot_rd:shuffled`` -> ``bot_rd-shuffled``. A ':' is not allowed
+    in a Windows path (git refuses to check such a file out), and an identifier has no '-', so the
+    name maps back one to one (``arm_of_folder``)."""
+    modulator, shuffled = split_arm(check_arm_name(name))
+    return f"{modulator}-shuffled" if shuffled else modulator
+
+
+def arm_of_folder(folder_name: str) -> str:
+    """The arm whose folder is named ``folder_name`` (``arm_folder_name``'s inverse)."""
+    return folder_name[: -len("-shuffled")] + SHUFFLED if folder_name.endswith("-shuffled") else folder_name
+
+
 def shuffled_names(modulators: Any) -> list[str]:
     """'<name>:shuffled' for every group-level modulator of a registry (``MODULATORS``) but none."""
     return [f"{name}{SHUFFLED}" for name, m in modulators.items() if m.weight is not None and name != "none"]

@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from gcpo_analysis.frames import write_figure, write_text
+from gcpo_train.compare.layout import arm_seed_folder
 
 
 def paired_seed_query_bootstrap(d, n_resamples: int = 10_000, confidence: float = 0.95, seed: int = 0):
@@ -218,7 +219,7 @@ def plot_report(out: Path, results: pd.DataFrame, arms, weights: dict, couplings
         per = per.sort_index()
         (line,) = axes[0].plot(per.index, per.mean(axis=1), marker="o", label=arm)
         axes[0].fill_between(per.index, per.min(axis=1), per.max(axis=1), color=line.get_color(), alpha=0.2)
-        for log in (out / "runs" / arm / f"seed_{s}" for s in per.columns):
+        for log in (arm_seed_folder(out, arm, s) for s in per.columns):
             rows = read_log(log / "log.jsonl") if (log / "log.jsonl").exists() else []
             if rows:
                 r = pd.Series([x["reward_mean"] for x in rows], index=[x["step"] for x in rows])

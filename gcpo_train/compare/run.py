@@ -6,7 +6,8 @@ Layout of the comparison folder ``OUT``::
     OUT/compare.json                 what was asked (config identity, arms, seeds, eval settings)
     OUT/base/<key>.predictions.parquet   the base policy's held-out scores (step 0)
     OUT/runs/<arm>/seed_<s>/         an ordinary run folder (gcpo train's rules: locked,
-                                     resumable, refusals); done.json once trained and evaluated
+                                     resumable, refusals); done.json once trained and evaluated;
+                                     bot_rd:shuffled's is runs/bot_rd-shuffled/ (compare.layout)
     OUT/results.parquet              arm, seed, step, query_id, score (long form; step 0 = base)
     OUT/summary.md / summary.csv / figures/   (gcpo_train.compare.report)
 
@@ -38,6 +39,7 @@ from pathlib import Path
 import pandas as pd
 
 from gcpo_analysis.frames import write_frame, write_text
+from gcpo_train.compare.layout import arm_seed_folder
 from gcpo_train.compare.settings import check_count
 from gcpo_train.config import TrainConfig
 
@@ -47,9 +49,7 @@ RECORDED_SINCE_ISSUE_35 = ("bf16_sampling", "evaluation", "equivalence_margin")
 
 def run_config(base: TrainConfig, arm: str, seed: int, out: Path, eval_every: int, eval_n: int | None, split_seed: int):
     """The TrainConfig of one arm-seed run inside the comparison folder ``out``."""
-    from gcpo_analysis.measures.shuffled import check_arm_name
-
-    folder = out / "runs" / check_arm_name(arm) / f"seed_{seed}"  # a folder name: never a path
+    folder = arm_seed_folder(out, arm, seed)
     return dataclasses.replace(
         base,
         modulator=arm,
@@ -338,7 +338,7 @@ class Comparison:
             if base.exists():
                 parts.append(_scores(base, "base", seed, 0))
             for arm in arms:
-                folder = self.out / "runs" / arm / f"seed_{seed}"
+                folder = arm_seed_folder(self.out, arm, seed)
                 evaluations = sorted((folder / "eval").glob("step_*.predictions.parquet"))
                 if evaluations:  # a run of another comparison (compare.json lost or replaced) is not reported
                     check_run(

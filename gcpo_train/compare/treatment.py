@@ -23,6 +23,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from gcpo_train.compare.layout import arm_seed_folder
+
 
 def omega_groups(rollouts: pd.DataFrame, eps: float = 1e-6) -> pd.DataFrame:
     """(step, query_id, omega) of every group of a rollouts frame with unequal rewards: its
@@ -43,11 +45,11 @@ def omega_groups(rollouts: pd.DataFrame, eps: float = 1e-6) -> pd.DataFrame:
 
 
 def _rollout_files(out: Path, arm: str, seed: int) -> list[Path]:
-    return sorted((Path(out) / "runs" / arm / f"seed_{seed}" / "rollouts").glob("step_*.parquet"))
+    return sorted((arm_seed_folder(out, arm, seed) / "rollouts").glob("step_*.parquet"))
 
 
 def _seeds(out: Path, arm: str) -> list[int]:
-    folders = (Path(out) / "runs" / arm).glob("seed_*")
+    folders = arm_seed_folder(out, arm, 0).parent.glob("seed_*")
     return sorted(int(p.name[5:]) for p in folders if p.name[5:].lstrip("-").isdigit())
 
 
@@ -81,7 +83,7 @@ def clipped_share(out, arm: str, max_grad_norm: float) -> float:
 
     norms = []
     for seed in _seeds(out, arm):
-        log = Path(out) / "runs" / arm / f"seed_{seed}" / "log.jsonl"
+        log = arm_seed_folder(out, arm, seed) / "log.jsonl"
         if log.exists():
             norms += [r["grad_norm"] for r in read_log(log) if r.get("grad_norm") is not None]
     if not norms or not max_grad_norm or max_grad_norm <= 0:

@@ -214,12 +214,14 @@ def test_compare_runs_and_reports_the_shuffled_control_arm(tmp_path):
     any run): its runs, its row in the table with its treatment, and its folder in the comparison."""
     summary = _comparison(tmp_path, arms=("none", "bot_rd", "bot_rd:shuffled")).run(progress=False)
     out = tmp_path / "cmp"
-    assert (out / "runs" / "bot_rd:shuffled" / "seed_0" / "done.json").exists()
+    assert (out / "runs" / "bot_rd-shuffled" / "seed_0" / "done.json").exists()  # no ':' in a path
+    assert not [p for p in out.rglob("*") if ":" in p.name]
     table = summary["table"].set_index("arm")
     assert table.loc["bot_rd:shuffled", "paired_seeds"] == 2 and np.isfinite(table.loc["bot_rd:shuffled", "delta"])
+    assert table.loc["bot_rd:shuffled", "omega_mean"] > 1  # its treatment is read from its own runs
     first = {
-        a: pd.read_parquet(out / "runs" / a / "seed_0" / "rollouts" / "step_000001.parquet")
-        for a in ("bot_rd", "bot_rd:shuffled")
+        a: pd.read_parquet(out / "runs" / f / "seed_0" / "rollouts" / "step_000001.parquet")
+        for a, f in (("bot_rd", "bot_rd"), ("bot_rd:shuffled", "bot_rd-shuffled"))
     }
     assert list(first["bot_rd"]["completion"]) == list(first["bot_rd:shuffled"]["completion"])  # paired
     own = omega_per_group(first["bot_rd"])

@@ -5,7 +5,7 @@ seeded one, and a name without a group weight is refused."""
 import numpy as np
 import pytest
 
-from gcpo_analysis.measures.shuffled import shuffle_weights, shuffled_names, split_arm
+from gcpo_analysis.measures.shuffled import arm_folder_name, arm_of_folder, shuffle_weights, shuffled_names, split_arm
 
 pytest.importorskip("torch")
 pytest.importorskip("peft")
@@ -30,6 +30,26 @@ def test_names():
     names = shuffled_names(MODULATORS)
     assert "bot_rd:shuffled" in names and "none:shuffled" not in names
     assert all(MODULATORS[split_arm(n)[0]].weight is not None for n in names)  # per-rollout ones have no ω
+
+
+def test_an_arms_folder_name_has_no_colon_and_maps_back(tmp_path):
+    """A ':' in a committed path breaks a Windows checkout, so ``bot_rd:shuffled`` lives in
+    ``bot_rd-shuffled``; every arm name maps to one folder and back."""
+    from gcpo_analysis.measures.modulators import MODULATORS
+    from gcpo_train.compare.layout import arm_seed_folder
+
+    arms = [*MODULATORS, *shuffled_names(MODULATORS)]
+    folders = [arm_folder_name(a) for a in arms]
+    assert arm_folder_name("bot_rd:shuffled") == "bot_rd-shuffled" and arm_folder_name("none") == "none"
+    assert not any(set(f) & set(':<>"|?*\\/') for f in folders) and len(set(folders)) == len(arms)
+    assert [arm_of_folder(f) for f in folders] == arms
+    assert arm_seed_folder(tmp_path, "bot_rd:shuffled", 3) == tmp_path / "runs" / "bot_rd-shuffled" / "seed_3"
+    with pytest.raises(ValueError, match="modulator"):
+        arm_folder_name("../x")  # a path is refused as a path
+    legacy = tmp_path / "old" / "runs" / "bot_rd:shuffled" / "seed_0"
+    legacy.mkdir(parents=True)  # a run of an older gcpo: named, not silently retrained elsewhere
+    with pytest.raises(ValueError, match="rename .*bot_rd:shuffled to .*bot_rd-shuffled"):
+        arm_seed_folder(tmp_path / "old", "bot_rd:shuffled", 0)
 
 
 def _omegas(frame):

@@ -1,0 +1,19 @@
+"""Where a comparison's files live: ``OUT/runs/<arm folder>/seed_<s>/`` for each arm-seed run
+(the rest of the layout is in ``compare.run``'s docstring). One function, imported by the runner,
+the report and the treatment tables alike, so a run's folder is named in one place."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def arm_seed_folder(out, arm: str, seed: int) -> Path:
+    """``out/runs/<arm's folder name>/seed_<seed>``: the one place that names a run's folder
+    (``bot_rd:shuffled`` lives in ``bot_rd-shuffled``, ``measures.shuffled.arm_folder_name``)."""
+    from gcpo_analysis.measures.shuffled import arm_folder_name
+
+    folder = Path(out) / "runs" / arm_folder_name(arm) / f"seed_{seed}"  # a folder name: never a path
+    legacy = Path(out) / "runs" / arm / f"seed_{seed}"
+    if legacy != folder and legacy.exists() and not folder.exists():  # made before the ':' was dropped
+        raise ValueError(f"{legacy} is {arm!r}'s run from an older gcpo: rename {legacy.parent} to {folder.parent}")
+    return folder
