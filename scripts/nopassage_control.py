@@ -33,7 +33,8 @@ def comparison(folder: Path, blank_data: str):
     if not spec_path.exists():
         raise SystemExit(f"{spec_path} is missing: is {folder} a gcpo compare folder?")
     spec = json.loads(spec_path.read_text())
-    base = load_config(overrides={**spec["config"], "data_path": blank_data})
+    # compare.json keeps steps beside the config's identity (a folder may grow its steps)
+    base = load_config(overrides={**spec["config"], "steps": spec["steps"], "data_path": blank_data})
     return Comparison(
         base,
         folder,
