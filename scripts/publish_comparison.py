@@ -45,26 +45,22 @@ def publish(source: Path, dest: Path) -> list[Path]:
     if dest.exists() and any(dest.iterdir()):
         if not (dest / "compare.json").exists() or _config(dest) != config:
             raise SystemExit(f"{dest} holds something other than a copy of {source}'s comparison: not written")
-    dest.mkdir(parents=True, exist_ok=True)
-    for name in TOP:
-        if (source / name).is_file():
-            shutil.copy2(source / name, dest / name)
-    for name in TOP_FOLDERS:
-        if (source / name).is_dir():
-            shutil.copytree(source / name, dest / name, ignore=_skip, dirs_exist_ok=True)
+    _copy(source, dest, TOP, TOP_FOLDERS)
     runs = []
     for done in sorted(source.glob("runs/*/seed_*/done.json")):
-        run = done.parent
-        target = dest / run.relative_to(source)
-        target.mkdir(parents=True, exist_ok=True)
-        for name in RUN_FILES:
-            if (run / name).is_file():
-                shutil.copy2(run / name, target / name)
-        for name in RUN_FOLDERS:
-            if (run / name).is_dir():
-                shutil.copytree(run / name, target / name, ignore=_skip, dirs_exist_ok=True)
-        runs.append(target)
+        runs.append(dest / done.parent.relative_to(source))
+        _copy(done.parent, runs[-1], RUN_FILES, RUN_FOLDERS)
     return runs
+
+
+def _copy(source: Path, dest: Path, files: tuple[str, ...], folders: tuple[str, ...]) -> None:
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in files:
+        if (source / name).is_file():
+            shutil.copy2(source / name, dest / name)
+    for name in folders:
+        if (source / name).is_dir():
+            shutil.copytree(source / name, dest / name, ignore=_skip, dirs_exist_ok=True)
 
 
 def main(argv=None) -> int:
