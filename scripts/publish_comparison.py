@@ -4,7 +4,7 @@ comparisons are committed as their arm-seeds land, across sessions):
     python scripts/publish_comparison.py runs/nqa_fp32_pilot figures/train_compare/nqa_fp32/confirmatory
 
 What is copied: the comparison's record and report (compare.json, base/, results.parquet,
-summary.md/csv, coupling.csv, figures/, plan.md, gate.md, nopassage/) and, of every arm-seed run
+summary.md/csv, control.csv, coupling.csv, figures/, plan.md, gate.md, nopassage/) and, of every arm-seed run
 with a ``done.json`` (finished and evaluated), its done.json, run.json, log.jsonl, eval/ and
 rollouts/. Never copied: checkpoints (tens of MB a run; the no-passage control reads them in the
 source folder), locks and owner files (``.gcpo*``), and unfinished runs (a half-trained run is
@@ -20,7 +20,16 @@ import shutil
 import sys
 from pathlib import Path
 
-TOP = ("compare.json", "results.parquet", "summary.md", "summary.csv", "coupling.csv", "plan.md", "gate.md")
+TOP = (
+    "compare.json",
+    "results.parquet",
+    "summary.md",
+    "summary.csv",
+    "control.csv",
+    "coupling.csv",
+    "plan.md",
+    "gate.md",
+)
 TOP_FOLDERS = ("base", "figures", "nopassage")
 RUN_FILES = ("done.json", "run.json", "log.jsonl")
 RUN_FOLDERS = ("eval", "rollouts")

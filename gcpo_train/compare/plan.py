@@ -137,8 +137,10 @@ PLANNED_ANALYSIS = """## The planned analysis (fixed before the confirmatory run
 - Beside each Δ: the effective treatment (mean ω, ω / mean_step(ω) p5–p95, share of clipped
   steps) and the coupling with `none` (share of identical completions per step).
 - The arms: `none`, `bot_rd` and `bot_rd:shuffled` (the same ω values per step, permuted across
-  the step's groups): if `bot_rd` beats `none` but not its shuffled twin, the measure's
-  information is not what helps.
+  the step's groups). The control contrast Δ(bot_rd − bot_rd:shuffled) gets the same seed-level
+  statistics and δ (its own family, no Holm; `compare.report.control_table`) and is read only
+  where `bot_rd` is "better" than `none`: if it then does not beat its shuffled twin, the
+  measure's information is not what helps.
 """
 
 

@@ -15,6 +15,11 @@ independently (the same query draw for every seed drawn): with seed counts c_s a
 k_q, Δ* = Σ_{s,q} c_s k_q d_{s,q} / (S·Q). With 3 seeds it has only 10 seed multisets and covers
 about 82% at nominal 95% (issue 35's simulation); kept only so older readings can be compared.
 
+**The shuffled control** (``control_table``): for every arm X whose twin ``X:shuffled`` is in the
+comparison, Δ(X − X:shuffled) with the same seed-level statistics and the same δ, one contrast
+per modulator (no Holm across them). It is read only where X beats GRPO: X better than none but
+not better than X:shuffled means the measure's information about the group is not what helps.
+
 ω and the effective treatment (within-step relative weights, clipped steps) and the coupling are
 read back from the rollouts and logs (``gcpo_train.compare.treatment``).
 """
@@ -68,9 +73,7 @@ def summary_table(
     from gcpo_analysis.stats.seeds import seed_level
     from gcpo_analysis.stats.size_control import holm
 
-    final = results[results["arm"] != "base"]
-    last = final.groupby(["arm", "seed"])["step"].transform("max")
-    final = final[final["step"] == last]
+    final = _final(results)
     ref = final[final["arm"] == reference]
     ref_mean = float(ref.groupby("seed")["score"].mean().mean()) if len(ref) else float("nan")
     rows = []
@@ -90,21 +93,73 @@ def summary_table(
             "omega_p95": float(np.quantile(w, 0.95)) if w.size else float("nan"),
             **(treatments or {}).get(arm, {}),
         }
-        if arm != reference and not ref.empty:
-            a = f.pivot_table(index="seed", columns="query_id", values="score")
-            b = ref.pivot_table(index="seed", columns="query_id", values="score")
-            seeds, queries = a.index.intersection(b.index), a.columns.intersection(b.columns)
-            if len(seeds) >= 2 and len(queries):  # a seed-level interval needs two paired seeds
-                d = a.loc[seeds, queries].to_numpy() - b.loc[seeds, queries].to_numpy()
-                row.update(seed_level(d, margin * ref_mean))
-                _, row["pooled_low"], row["pooled_high"], row["pooled_p"] = paired_seed_query_bootstrap(d)
-                row["paired_seeds"] = int(len(seeds))
+        d = _paired(f, ref) if arm != reference else None
+        if d is not None:
+            row.update(seed_level(d, margin * ref_mean))
+            _, row["pooled_low"], row["pooled_high"], row["pooled_p"] = paired_seed_query_bootstrap(d)
+            row["paired_seeds"] = int(d.shape[0])
         rows.append(row)
     table = pd.DataFrame(rows)
     if "p" in table and table["p"].notna().any():
         has = table["p"].notna()
         table.loc[has, "p_holm"] = holm(table.loc[has, "p"])
     return table
+
+
+def _final(results: pd.DataFrame) -> pd.DataFrame:
+    """Each trained arm-seed's scores at its last evaluated step."""
+    final = results[results["arm"] != "base"]
+    return final[final["step"] == final.groupby(["arm", "seed"])["step"].transform("max")]
+
+
+def _paired(a: pd.DataFrame, b: pd.DataFrame) -> np.ndarray | None:
+    """d = score_a − score_b (seeds x queries) over the seeds and queries both have; None with
+    fewer than two paired seeds (a seed-level interval needs two)."""
+    if a.empty or b.empty:
+        return None
+    a = a.pivot_table(index="seed", columns="query_id", values="score")
+    b = b.pivot_table(index="seed", columns="query_id", values="score")
+    seeds, queries = a.index.intersection(b.index), a.columns.intersection(b.columns)
+    if len(seeds) < 2 or not len(queries):
+        return None
+    return a.loc[seeds, queries].to_numpy() - b.loc[seeds, queries].to_numpy()
+
+
+def control_table(results: pd.DataFrame, arms, reference: str, margin: float = 0.1) -> pd.DataFrame:
+    """One row per arm X with its shuffled twin in ``arms``: Δ(X − X:shuffled) with the
+    seed-level statistics (``stats.seeds.seed_level``) at δ = ``margin`` × the reference's
+    held-out mean, as in ``summary_table``."""
+    from gcpo_analysis.measures.shuffled import SHUFFLED
+    from gcpo_analysis.stats.seeds import seed_level
+
+    final = _final(results)
+    ref = final[final["arm"] == reference]
+    ref_mean = float(ref.groupby("seed")["score"].mean().mean()) if len(ref) else float("nan")
+    rows = []
+    for arm in arms:
+        twin = arm + SHUFFLED
+        d = _paired(final[final["arm"] == arm], final[final["arm"] == twin]) if twin in arms else None
+        if d is not None:
+            rows.append(
+                {"arm": arm, "control": twin, "paired_seeds": int(d.shape[0]), **seed_level(d, margin * ref_mean)}
+            )
+    return pd.DataFrame(rows)
+
+
+def _control_markdown(control: pd.DataFrame) -> str:
+    lines = [
+        "\nShuffled control: Δ(arm − arm:shuffled), the same seed-level statistics and δ (one contrast per"
+        " modulator, no Holm across them).\n",
+        "| arm | control | seeds | Δ [95% t CI, df] | sign-flip p | two-level bootstrap 95% | TOST p (±δ) | verdict |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for _, r in control.iterrows():
+        lines.append(
+            f"| {r['arm']} | {r['control']} | {r['paired_seeds']} "
+            f"| {r['delta']:+.2f} {_ci(r, 'delta_low', 'delta_high')}, df {int(r['df'])} | {r['p']:.3f} "
+            f"| {_ci(r, 'boot2_low', 'boot2_high')} | {r['p_tost']:.3f} (±{r['margin']:.2f}) | {r['verdict']} |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def _ci(r, low: str, high: str) -> str:
@@ -187,6 +242,10 @@ def write_report(out: Path, results: pd.DataFrame, arms, reference: str, figures
     base = results[results["arm"] == "base"]
     base_mean = float(base.groupby("seed")["score"].mean().mean()) if len(base) else None
     md = _markdown(table, base_mean, reference, couplings)
+    control = control_table(results, arms, reference, margin)
+    if len(control):
+        md += _control_markdown(control)
+        write_text(out / "control.csv", control.to_csv(index=False))
     write_text(out / "summary.md", md)
     write_text(out / "summary.csv", table.to_csv(index=False))
     if couplings:
@@ -194,7 +253,7 @@ def write_report(out: Path, results: pd.DataFrame, arms, reference: str, figures
         write_text(out / "coupling.csv", frame[["arm", "step", "identical", "seeds"]].to_csv(index=False))
     if figures:
         plot_report(out, results, arms, weights, couplings)
-    return {"table": table, "markdown": md}
+    return {"table": table, "control": control, "markdown": md}
 
 
 def plot_report(out: Path, results: pd.DataFrame, arms, weights: dict, couplings: dict | None = None) -> None:

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gcpo_train.compare.report import omega_per_group, paired_seed_query_bootstrap, summary_table
+from gcpo_train.compare.report import control_table, omega_per_group, paired_seed_query_bootstrap, summary_table
 
 
 def test_two_level_bootstrap_matches_a_loop():
@@ -71,6 +71,30 @@ def test_summary_table_deltas_and_holm():
     assert {"pooled_low", "pooled_high", "boot2_low", "boot2_high", "p_tost"} <= set(t.columns)
     assert t.loc["a", "p_holm"] <= t.loc["b", "p_holm"] and t.loc["b", "p_holm"] >= t.loc["b", "p"]
     assert t.loc["a", "step"] == 10 and t.loc["a", "seeds"] == 3
+
+
+def test_the_shuffled_control_contrast_is_the_paired_seed_level_delta():
+    """Δ(X − X:shuffled) against scipy's paired t on per-seed means, at δ from GRPO's mean; a
+    twin missing or seen in one seed gives no row; seeds or queries only one side has are left out."""
+    from scipy import stats
+
+    rng = np.random.default_rng(2)
+    rows = []
+    for arm, shift, seeds in (("none", 0.0, 4), ("bot_rd", 3.0, 4), ("bot_rd:shuffled", 1.0, 5), ("rd", 0.0, 4)):
+        for seed, q in itertools.product(range(seeds), range(30)):
+            rows.append(dict(arm=arm, seed=seed, step=60, query_id=f"q{q}", score=40 + shift + rng.normal(0, 2)))
+    rows.append(dict(arm="rd:shuffled", seed=0, step=60, query_id="q0", score=1.0))  # one seed: no interval
+    results = pd.DataFrame(rows)
+    arms = ["none", "bot_rd", "bot_rd:shuffled", "rd", "rd:shuffled"]
+    table = control_table(results, arms, "none")
+    assert list(table["arm"]) == ["bot_rd"] and list(table["control"]) == ["bot_rd:shuffled"]
+    r = table.iloc[0]
+    per = results.groupby(["arm", "seed"])["score"].mean().unstack(0).loc[range(4)]
+    d = per["bot_rd"] - per["bot_rd:shuffled"]
+    ci = stats.ttest_1samp(d, 0.0).confidence_interval(0.95)
+    assert [r.delta, r.delta_low, r.delta_high] == pytest.approx([d.mean(), ci.low, ci.high])
+    assert r.paired_seeds == 4 and r.df == 3 and r.margin == pytest.approx(0.1 * per["none"].mean())
+    assert control_table(results, ["none", "bot_rd"], "none").empty  # no twin, no contrast
 
 
 def test_coupling_and_effective_treatment_from_rollouts(tmp_path):
@@ -227,6 +251,9 @@ def test_compare_runs_and_reports_the_shuffled_control_arm(tmp_path):
     own = omega_per_group(first["bot_rd"])
     np.testing.assert_allclose(np.sort(omega_per_group(first["bot_rd:shuffled"])), np.sort(own), rtol=1e-6)
     assert "bot_rd:shuffled" in (out / "summary.md").read_text()
+    assert "Shuffled control" in (out / "summary.md").read_text()  # bot_rd against its twin, seed-level
+    control = pd.read_csv(out / "control.csv").set_index("arm")
+    assert control.loc["bot_rd", "control"] == "bot_rd:shuffled" and control.loc["bot_rd", "paired_seeds"] == 2
 
 
 @pytest.mark.slow
