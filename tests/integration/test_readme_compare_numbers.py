@@ -95,4 +95,40 @@ def test_readme_coupling_numbers():
         c = pd.read_csv(ROOT / "figures" / "train_compare" / folder / "coupling.csv")
         return round(100 * c[(c["arm"] == "bot_rd") & (c["step"] == 2)]["identical"].item())
 
-    assert (int(m.group(1)), int(m.group(2))) == (at_step_2("nqa_fp32/pilot"), at_step_2("nqa_spans"))
+    assert (int(m.group(1)), int(m.group(2))) == (at_step_2("nqa_fp32/confirmatory"), at_step_2("nqa_spans"))
+
+
+def test_readme_plan_numbers():
+    """The README's "pilot's 4 seeds put τ at X F1 (bf16: Y), so the plan asks for N seeds for 80%
+    power at δ = D F1", recomputed from the committed per-query results without gcpo's planner:
+    τ² = var_s(D_s) − mean_s var_q(d_sq)/Q (one-way random effects, moments), the seeds from
+    statsmodels' paired t power at δ / sd(D), δ = 10% of GRPO's mean. The pilot is seeds 0–3 of
+    the fp32 comparison; the bf16 τ is the first NarrativeQA-spans comparison's."""
+    import numpy as np
+    from statsmodels.stats.power import TTestPower
+
+    text = " ".join((ROOT / "README.md").read_text().split())
+    m = re.search(
+        rf"pilot's (\d+) seeds put τ at ({NUM}) F1 \(bf16: ({NUM})\), so the plan asks for (\d+) seeds for 80% "
+        rf"power at δ = ({NUM}) F1",
+        text,
+    )
+    assert m, "the README's plan sentence is gone"
+
+    def plan(folder: str, seeds: int | None) -> tuple[float, int, float]:
+        r = pd.read_parquet(ROOT / "figures" / "train_compare" / folder / "results.parquet")
+        r = r[r["arm"].isin(["none", "bot_rd"]) & (r["seed"] < (seeds or 10**6))]
+        r = r[r["step"] == r.groupby(["arm", "seed"])["step"].transform("max")]
+        wide = r.pivot_table(index=["seed", "query_id"], columns="arm", values="score")
+        d = (wide["bot_rd"] - wide["none"]).unstack("query_id").to_numpy()
+        within = d.var(axis=1, ddof=1).mean() / d.shape[1]
+        tau = np.sqrt(max(0.0, d.mean(axis=1).var(ddof=1) - within))
+        delta = 0.1 * r[r["arm"] == "none"].groupby("seed")["score"].mean().mean()
+        effect = delta / np.sqrt(tau**2 + within)
+        n = next(n for n in range(2, 1000) if TTestPower().power(effect, n, 0.05) >= 0.8)
+        return round(tau, 2), n, round(delta, 2)
+
+    pilot_seeds = int(m.group(1))
+    tau, n, delta = plan("nqa_fp32/confirmatory", pilot_seeds)
+    assert (_f(m.group(2)), int(m.group(4)), _f(m.group(5))) == (tau, max(8, min(16, n)), delta)
+    assert _f(m.group(3)) == plan("nqa_spans", None)[0]
