@@ -227,3 +227,27 @@ def test_the_fp32_comparisons_gate_table_is_its_predictions(nqa_spans_fit_data):
         a, b = pd.read_parquet(with_passage), pd.read_parquet(blank)
         assert a["query_id"].tolist() == b["query_id"].tolist() and len(a) == 362
         assert b["score"].mean() < a["score"].mean() - 10
+
+
+def test_the_pages_exploratory_reading_of_the_fp32_seeds():
+    """The training page's "Across the N trained `none` and `bot_rd` policies committed, held-out F1
+    and the share of answers copied from the passage have Spearman ρ = R", from the committed
+    gate table (itself recomputed from the predictions above), with scipy."""
+    from scipy import stats
+
+    page = " ".join((ROOT / "docs" / "results" / "training.md").read_text().split())
+    rows = [r for r in _cells((FP32 / "gate.md").read_text()).values()]
+    trained = [r for r in rows if r["policy"].split(" ")[0] in ("none", "bot_rd")]
+    f1 = [float(r["F1"]) for r in trained]
+    copies = [float(r["copies passage"]) for r in trained]
+    rho = stats.spearmanr(f1, copies).statistic
+    quoted = f"Across the {len(trained)} trained `none` and `bot_rd` policies committed, held-out F1 and the share"
+    assert quoted in page
+    assert f"copied from the passage have Spearman ρ = {rho:.2f}:" in page
+    by = {tuple(r["policy"].split(" ")[0:3:2]): r for r in trained}  # (arm, seed)
+    seeds = sorted({int(s) for a, s in by if ("none", s) in by and ("bot_rd", s) in by})
+    assert f"in each of the {len(seeds)} seeds with both arms, the arm that copies more scores higher" in page
+    for s in map(str, seeds):
+        d_f1 = float(by["bot_rd", s]["F1"]) - float(by["none", s]["F1"])
+        d_copies = float(by["bot_rd", s]["copies passage"]) - float(by["none", s]["copies passage"])
+        assert d_f1 * d_copies > 0, s
