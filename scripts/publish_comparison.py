@@ -51,6 +51,8 @@ def publish(source: Path, dest: Path) -> list[Path]:
     """Copy ``source``'s finished results into ``dest``; the finished run folders copied."""
     source, dest = Path(source), Path(dest)
     config = _config(source)
+    if dest.resolve() == source.resolve() or source.resolve() in dest.resolve().parents:
+        raise SystemExit(f"{dest} is {source} or inside it: copy a comparison to a folder of its own")
     if dest.exists() and any(dest.iterdir()):
         if not (dest / "compare.json").exists() or _config(dest) != config:
             raise SystemExit(f"{dest} holds something other than a copy of {source}'s comparison: not written")

@@ -62,5 +62,8 @@ def test_publish_never_writes_over_another_folder(tmp_path):
     publish(_comparison(tmp_path / "a", lr=1e-3), tmp_path / "copy")
     with pytest.raises(SystemExit, match="something other"):  # another comparison's copy
         publish(src, tmp_path / "copy")
+    for inside in (src, src / "copy"):
+        with pytest.raises(SystemExit, match="or inside it"):
+            publish(src, inside)
     with pytest.raises(SystemExit, match="not a gcpo compare record"):
         publish(tmp_path / "other", tmp_path / "new")
