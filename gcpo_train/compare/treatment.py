@@ -49,8 +49,11 @@ def _rollout_files(out: Path, arm: str, seed: int) -> list[Path]:
 
 
 def _seeds(out: Path, arm: str) -> list[int]:
+    """The seeds of ``arm`` whose run finished (``done.json``): a run still training has rollouts
+    and a log but no evaluation, and the report describes the finished runs, which are also the
+    ones a published copy of the folder holds."""
     folders = arm_seed_folder(out, arm, 0).parent.glob("seed_*")
-    return sorted(int(p.name[5:]) for p in folders if p.name[5:].lstrip("-").isdigit())
+    return sorted(int(p.name[5:]) for p in folders if p.name[5:].lstrip("-").isdigit() and (p / "done.json").exists())
 
 
 def omega_frame(out, arm: str) -> pd.DataFrame:

@@ -251,3 +251,21 @@ def test_the_pages_exploratory_reading_of_the_fp32_seeds():
         d_f1 = float(by["bot_rd", s]["F1"]) - float(by["none", s]["F1"])
         d_copies = float(by["bot_rd", s]["copies passage"]) - float(by["none", s]["copies passage"])
         assert d_f1 * d_copies > 0, s
+
+
+def test_the_fp32_comparisons_report_is_its_committed_files(tmp_path):
+    """summary.md, summary.csv, control.csv and coupling.csv of the committed fp32 comparison are
+    what the report computes from the committed results, rollouts and logs alone (a report that
+    read a run still training, or an edit, fails here)."""
+    import shutil
+
+    import pandas as pd
+
+    from gcpo_train.compare.report import write_report
+
+    copy = tmp_path / "cmp"
+    shutil.copytree(FP32, copy)
+    arms = json.loads((FP32 / "compare.json").read_text())["modulators"]
+    write_report(copy, pd.read_parquet(FP32 / "results.parquet"), arms, "none", figures=False)
+    for name in ("summary.md", "summary.csv", "control.csv", "coupling.csv"):
+        assert (copy / name).read_text() == (FP32 / name).read_text(), name

@@ -103,9 +103,16 @@ def test_coupling_and_effective_treatment_from_rollouts(tmp_path):
     from gcpo_analysis.measures.advantages import grpo_advantages
     from gcpo_train.compare.treatment import coupling, effective_treatment, first_below, omega_frame
 
-    for arm, texts2, omegas in (("none", "abcd", (1.0, 1.0)), ("x", "abzz", (1.0, 3.0))):
-        folder = tmp_path / "runs" / arm / "seed_0" / "rollouts"
+    for arm, texts2, omegas, seed in (
+        ("none", "abcd", (1.0, 1.0), 0),
+        ("x", "abzz", (1.0, 3.0), 0),
+        ("none", "abcd", (1.0, 1.0), 1),
+        ("x", "zzzz", (9.0, 9.0), 1),  # seed 1 is still training: not in the report
+    ):
+        folder = tmp_path / "runs" / arm / f"seed_{seed}" / "rollouts"
         folder.mkdir(parents=True)
+        if seed == 0:
+            (folder.parent / "done.json").write_text("{}")
         for step, texts in ((1, "abcd"), (2, texts2)):
             rows = []
             for k, omega in enumerate(omegas):
@@ -125,6 +132,7 @@ def test_coupling_and_effective_treatment_from_rollouts(tmp_path):
             pd.DataFrame(rows).to_parquet(folder / f"step_{step:06d}.parquet")
     curve = coupling(tmp_path, "x", "none")
     assert curve["identical"].tolist() == [1.0, 0.5] and first_below(curve, 0.9) == 2
+    assert curve["seeds"].tolist() == [1, 1]
     assert first_below(curve, 0.5) is None
     omega = omega_frame(tmp_path, "x")
     np.testing.assert_allclose(omega["omega"], [1.0, 3.0, 1.0, 3.0])
