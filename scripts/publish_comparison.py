@@ -15,7 +15,6 @@ compare.json's config equal); files of the destination that the source no longer
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 from pathlib import Path
@@ -36,9 +35,11 @@ RUN_FOLDERS = ("eval", "rollouts")
 
 
 def _config(folder: Path) -> dict:
+    from gcpo_train.compare.run import read_record
+
     path = folder / "compare.json"
     try:
-        return json.loads(path.read_text())["config"]
+        return read_record(path)["config"]
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise SystemExit(f"{path}: not a gcpo compare record ({type(e).__name__}: {e})") from None
 

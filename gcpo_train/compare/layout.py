@@ -7,12 +7,17 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def arm_seed_folder(out, arm: str, seed: int) -> Path:
-    """``out/runs/<arm's folder name>/seed_<seed>``: the one place that names a run's folder
-    (``bot_rd:shuffled`` lives in ``bot_rd-shuffled``, ``measures.shuffled.arm_folder_name``)."""
+def arm_folder(out, arm: str) -> Path:
+    """``out/runs/<arm's folder name>``, the parent of the arm's seed folders (``bot_rd:shuffled``
+    lives in ``bot_rd-shuffled``, ``measures.shuffled.arm_folder_name``)."""
     from gcpo_analysis.measures.shuffled import arm_folder_name
 
-    folder = Path(out) / "runs" / arm_folder_name(arm) / f"seed_{seed}"  # a folder name: never a path
+    return Path(out) / "runs" / arm_folder_name(arm)  # a folder name: never a path
+
+
+def arm_seed_folder(out, arm: str, seed: int) -> Path:
+    """``out/runs/<arm's folder name>/seed_<seed>``: the one place that names a run's folder."""
+    folder = arm_folder(out, arm) / f"seed_{seed}"
     legacy = Path(out) / "runs" / arm / f"seed_{seed}"
     if legacy != folder and legacy.exists() and not folder.exists():  # made before the ':' was dropped
         raise ValueError(f"{legacy} is {arm!r}'s run from an older gcpo: rename {legacy.parent} to {folder.parent}")
