@@ -84,12 +84,12 @@ def test_a_ci_bound_equal_to_its_estimate_is_drawn(tmp_path):
 
     y = np.array([0.3, 0.5])
     lo = y + np.array([1e-17, 0.0])  # a bound a rounding error past its estimate
-    below, above = plots._yerr(y, lo, y)
+    below, above = plots.base._yerr(y, lo, y)
     assert (below >= 0).all() and (above >= 0).all()
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots()
-    plots._errorbars(ax, [0, 1], y, lo, y, None)  # raised "yerr must not contain negative values"
+    plots.base._errorbars(ax, [0, 1], y, lo, y, None)  # raised "yerr must not contain negative values"
     plt.close(fig)
 
 
