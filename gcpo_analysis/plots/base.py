@@ -13,7 +13,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from ..frames import write_figure  # noqa: E402
-from ..stats.gap import MEASURE_LABELS  # noqa: E402
+from ..stats.gap_result import MEASURE_LABELS  # noqa: E402
 
 
 def save_figure(fig, path) -> list[Path]:

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from ..stats.gap import MEASURE_LABELS, GapStudyResult
+from ..stats.gap_result import MEASURE_LABELS, GapStudyResult
 from .base import _errorbars, _human, _label, _mark_reference, _measure_ticks, _yerr, plt, save_figure
 
 

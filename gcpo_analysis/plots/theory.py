@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from ..stats.gap import MEASURE_LABELS
+from ..stats.gap_result import MEASURE_LABELS
 from .base import _errorbars, _human, _label, _measure_ticks, plt, save_figure
 
 

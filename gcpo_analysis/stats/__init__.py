@@ -1,8 +1,9 @@
 """The statistics of the gap study (paper Section 2, Appendix D; docs/conventions.md "gap study").
 
 * ``gap``: ``gap_study`` (Spearman ρ(u, V) with bootstrap CIs, retrieval AUC and precision@10%,
-  the paired bootstrap against a reference measure, held-out regression), ``GapStudyResult``,
-  ``paper_table``, ``trim_top``;
+  the paired bootstrap against a reference measure, held-out regression), ``trim_top``;
+* ``gap_result``: ``GapStudyResult`` (the study's tables, saved to and loaded from a folder),
+  ``paper_table``, ``format_p``;
 * ``rank``: the rank statistics on arrays (Spearman, its bootstrap, retrieval), vectorised and
   checked against the naive loops kept beside them;
 * ``decomposition``: ρ(u, V) split into "is V = 0" and "which V > 0";
@@ -11,7 +12,8 @@
 """
 
 from .decomposition import auc_batch, paired_retrieval_bootstrap, v_zero_decomposition
-from .gap import MEASURE_LABELS, GapStudyResult, format_p, gap_study, heldout_regression, paper_table, trim_top
+from .gap import gap_study, heldout_regression, trim_top
+from .gap_result import MEASURE_LABELS, GapStudyResult, format_p, paper_table
 from .rank import (
     bootstrap_rhos,
     bootstrap_rhos_loop,
