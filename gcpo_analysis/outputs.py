@@ -11,6 +11,7 @@ training run folder that ``gcpo train`` prunes or replaces (issue "Trust, round 
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from contextlib import ExitStack, contextmanager
@@ -174,3 +175,13 @@ def claim_numbered_folder(parent, stem: str) -> Path:
             return folder
         except FileExistsError:
             n += 1
+
+
+def json_object_with(path: Path, keys: set[str]) -> bool:
+    """Whether ``path`` holds a JSON object with ``keys``: a file an earlier run of the command
+    wrote, which it may replace (anything else is the user's)."""
+    try:
+        blob = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return isinstance(blob, dict) and keys <= blob.keys()

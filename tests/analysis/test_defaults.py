@@ -31,8 +31,8 @@ def _field_default(cls, name):
 def _score_flag(dest):
     """The default `gcpo score` runs with: a knob flag's parser default is None (so that a flag
     given is told from its default) and the run fills the knob's declared default."""
-    from gcpo_analysis.cli import SCORE_KNOBS
     from gcpo_analysis.knobs import SHARED
+    from gcpo_analysis.measures.cli import SCORE_KNOBS
 
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     default = next(a for a in sub.choices["score"]._actions if a.dest == dest).default

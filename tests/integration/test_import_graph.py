@@ -55,6 +55,8 @@ LAYER_OF_PREFIX = {
     "gcpo_analysis.checks": "stats",  # the public conformance checks: run the measures and modulators
     "gcpo_analysis.study": "study",
     "gcpo_analysis.study.cli": "cli",
+    "gcpo_analysis.measures.cli": "cli",  # gcpo score
+    "gcpo_analysis.theory.cli": "cli",  # gcpo proofs
     "gcpo_analysis.cli": "cli",
     "gcpo_analysis.__main__": "cli",
 }
