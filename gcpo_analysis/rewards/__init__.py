@@ -21,8 +21,8 @@ from .math.grading import (
     math_equiv,
     math_equiv_any,
     math_fallbacks,
-    normalize_math_answer,
 )
+from .math.normalize import normalize_math_answer
 from .math.syntax import (
     MAX_BITS,
     MAX_DEPTH,
