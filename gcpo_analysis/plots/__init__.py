@@ -8,7 +8,15 @@ holds what they share. Every public name is importable from here.
 """
 
 from .base import draw_each, plt, save_figure
-from .study import STARS_NOTE, ablation_plot, correlation_heatmap, decomposition, figure1, size_control
+from .study import (
+    STARS_NOTE,
+    ablation_plot,
+    correlation_heatmap,
+    decomposition,
+    figure1,
+    rho_over_training,
+    size_control,
+)
 from .theory import lipschitz_plot, simulation_gaps_plot
 
 __all__ = [
@@ -20,6 +28,7 @@ __all__ = [
     "figure1",
     "lipschitz_plot",
     "plt",
+    "rho_over_training",
     "save_figure",
     "simulation_gaps_plot",
     "size_control",

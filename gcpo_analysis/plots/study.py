@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
+from ..frames import write_figure
 from ..stats.gap_result import MEASURE_LABELS, GapStudyResult
 from .base import _errorbars, _human, _label, _mark_reference, _measure_ticks, _yerr, plt, save_figure
 
@@ -288,3 +289,39 @@ def correlation_heatmap(result, path=None, title: str | None = None):
     if path is not None:
         save_figure(fig, path)
     return fig
+
+
+def rho_over_training(table: pd.DataFrame, phases: dict, path) -> None:
+    """One panel per measure: ρ(u, V_train) per step window with its CI band, and the three
+    phases' ρ with their CIs as squares at the phase's mean step (``gcpo study --from-training``;
+    ``phases``: {phase: (mean step, {measure: (rho, lo, hi)})}). Writes <path>.png (120 dpi) and .svg."""
+    measures = list(dict.fromkeys(table["measure"]))
+    ncol = min(4, len(measures))
+    nrow = -(-len(measures) // ncol)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(3.0 * ncol, 2.4 * nrow), sharex=True, sharey=True, squeeze=False)
+    for ax, m in zip(axes.flat, measures):
+        t = table[table["measure"] == m]
+        ax.plot(t["step_mid"], t["rho"], "-o", ms=3, color="C0", label="window")
+        ax.fill_between(t["step_mid"], t["ci_low"], t["ci_high"], color="C0", alpha=0.2)
+        for mid, sp in phases.values():
+            if m in sp:
+                rho, lo, hi = sp[m]
+                ax.errorbar([mid], [rho], yerr=[[rho - lo], [hi - rho]], fmt="s", color="C3", ms=4, capsize=2)
+        ax.axhline(0, color="grey", lw=0.8)
+        ax.set_title(m, fontsize=9)
+        ax.set_ylim(-1.05, 1.05)
+    for ax in axes.flat[len(measures) :]:
+        ax.axis("off")
+    for ax in axes[-1]:
+        ax.set_xlabel("training step")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("Spearman ρ(u, V_train)")
+    fig.suptitle(
+        "ρ(u, V_train) over training: step windows (blue, 95% bootstrap band) and "
+        "early/middle/late phases (red, 95% CI)",
+        fontsize=9,
+    )
+    fig.tight_layout()
+    for ext in ("png", "svg"):
+        write_figure(fig, f"{path}.{ext}", dpi=120)
+    plt.close(fig)

@@ -12,7 +12,7 @@ study's measures on the same rollouts (``measures.score.score_groups``), and run
   middle, late), each with the V = 0 decomposition and the held-out regression ``gap_study``
   carries;
 - Spearman ρ(u, V_train) in windows of consecutive steps with percentile-bootstrap CIs, and
-  its figure over training (``rho_over_training``).
+  its figure over training (``plots.rho_over_training``).
 
 With β > 0 the KL term keeps V_train of a group with all-zero advantages above 0, so the
 study's V = 0 split (our decomposition) is also run on ``grad_var_pg``: V_train with those
@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..frames import note_logprob_convention, write_figure, write_frame, write_json, write_table, write_text
+from ..frames import note_logprob_convention, write_frame, write_json, write_table, write_text
 from ..measures.registry import default_measures, rollouts_columns
 from ..vocab import JUDGE, full_completion
 
@@ -163,46 +163,6 @@ def rho_windows(
                 }
             )
     return pd.DataFrame(rows)
-
-
-def plot_rho_over_training(table: pd.DataFrame, phases: dict, path) -> None:
-    """One panel per measure: ρ(u, V_train) per step window with its CI band, and the three
-    phases' ρ with their CIs as squares at the phase's mean step."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    measures = list(dict.fromkeys(table["measure"]))
-    ncol = min(4, len(measures))
-    nrow = -(-len(measures) // ncol)
-    fig, axes = plt.subplots(nrow, ncol, figsize=(3.0 * ncol, 2.4 * nrow), sharex=True, sharey=True, squeeze=False)
-    for ax, m in zip(axes.flat, measures):
-        t = table[table["measure"] == m]
-        ax.plot(t["step_mid"], t["rho"], "-o", ms=3, color="C0", label="window")
-        ax.fill_between(t["step_mid"], t["ci_low"], t["ci_high"], color="C0", alpha=0.2)
-        for mid, sp in phases.values():
-            if m in sp:
-                rho, lo, hi = sp[m]
-                ax.errorbar([mid], [rho], yerr=[[rho - lo], [hi - rho]], fmt="s", color="C3", ms=4, capsize=2)
-        ax.axhline(0, color="grey", lw=0.8)
-        ax.set_title(m, fontsize=9)
-        ax.set_ylim(-1.05, 1.05)
-    for ax in axes.flat[len(measures) :]:
-        ax.axis("off")
-    for ax in axes[-1]:
-        ax.set_xlabel("training step")
-    for ax in axes[:, 0]:
-        ax.set_ylabel("Spearman ρ(u, V_train)")
-    fig.suptitle(
-        "ρ(u, V_train) over training: step windows (blue, 95% bootstrap band) and "
-        "early/middle/late phases (red, 95% CI)",
-        fontsize=9,
-    )
-    fig.tight_layout()
-    for ext in ("png", "svg"):
-        write_figure(fig, f"{path}.{ext}", dpi=120)
-    plt.close(fig)
 
 
 def _write_tables(result, folder: Path, dataset: str) -> None:
@@ -371,7 +331,9 @@ def training_statistics(
     write_table(windows, out / "tables" / "rho_over_training.csv")
     if figures:
         (out / "figures").mkdir(exist_ok=True)
-        plot_rho_over_training(windows, phase_rho, out / "figures" / "rho_over_training")
+        from ..plots import rho_over_training
+
+        rho_over_training(windows, phase_rho, out / "figures" / "rho_over_training")
     zero = groups["adv_all_zero"]
     card["groups"] = {
         "n": int(len(groups)),
