@@ -246,11 +246,13 @@ def test_the_pages_exploratory_reading_of_the_fp32_seeds():
     assert f"copied from the passage have Spearman ρ = {rho:.2f}:" in page
     by = {tuple(r["policy"].split(" ")[0:3:2]): r for r in trained}  # (arm, seed)
     seeds = sorted({int(s) for a, s in by if ("none", s) in by and ("bot_rd", s) in by})
-    assert f"in each of the {len(seeds)} seeds with both arms, the arm that copies more scores higher" in page
+    agree = 0  # seeds where the arm that copies more also scores higher
     for s in map(str, seeds):
         d_f1 = float(by["bot_rd", s]["F1"]) - float(by["none", s]["F1"])
         d_copies = float(by["bot_rd", s]["copies passage"]) - float(by["none", s]["copies passage"])
-        assert d_f1 * d_copies > 0, s
+        agree += d_f1 * d_copies > 0
+    share = f"each of the {len(seeds)}" if agree == len(seeds) else f"{agree} of the {len(seeds)}"
+    assert f"in {share} seeds with both arms, the arm that copies more scores higher" in page
 
 
 def test_the_fp32_comparisons_report_is_its_committed_files(tmp_path):
