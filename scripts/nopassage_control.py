@@ -50,8 +50,10 @@ def comparison(folder: Path, blank_data: str):
 def finished_runs(folder: Path, arms: list[str] | None) -> list[tuple[str, int, int]]:
     """(arm, seed, last step) of every arm-seed with a ``done.json`` (of ``arms`` when given)."""
     runs = []
-    for done in sorted((folder / "runs").glob("*/seed_*/done.json")):
-        record = json.loads(done.read_text())
+    from gcpo_train.compare.layout import finished_runs
+
+    for run in finished_runs(folder):
+        record = json.loads((run / "done.json").read_text())
         if arms is None or record["arm"] in arms:
             runs.append((record["arm"], int(record["seed"]), int(record["steps"])))
     return runs

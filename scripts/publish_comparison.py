@@ -59,9 +59,11 @@ def publish(source: Path, dest: Path) -> list[Path]:
             raise SystemExit(f"{dest} holds something other than a copy of {source}'s comparison: not written")
     _copy(source, dest, TOP, TOP_FOLDERS)
     runs = []
-    for done in sorted(source.glob("runs/*/seed_*/done.json")):
-        runs.append(dest / done.parent.relative_to(source))
-        _copy(done.parent, runs[-1], RUN_FILES, RUN_FOLDERS)
+    from gcpo_train.compare.layout import finished_runs
+
+    for run in finished_runs(source):
+        runs.append(dest / run.relative_to(source))
+        _copy(run, runs[-1], RUN_FILES, RUN_FOLDERS)
     return runs
 
 

@@ -1,6 +1,7 @@
 """Where a comparison's files live: ``OUT/runs/<arm folder>/seed_<s>/`` for each arm-seed run
 (the rest of the layout is in ``compare.run``'s docstring). One function, imported by the runner,
-the report and the treatment tables alike, so a run's folder is named in one place."""
+the report and the treatment tables alike, so a run's folder is named in one place; and one that
+finds the finished runs (``finished_runs``: a ``done.json``, written once trained and evaluated)."""
 
 from __future__ import annotations
 
@@ -22,3 +23,11 @@ def arm_seed_folder(out, arm: str, seed: int) -> Path:
     if legacy != folder and legacy.exists() and not folder.exists():  # made before the ':' was dropped
         raise ValueError(f"{legacy} is {arm!r}'s run from an older gcpo: rename {legacy.parent} to {folder.parent}")
     return folder
+
+
+def finished_runs(out, arm: str | None = None, seed: int | None = None) -> list[Path]:
+    """The run folders under ``out/runs`` whose run finished (``done.json``), sorted; only
+    ``arm``'s or only ``seed``'s when given."""
+    parent = Path(out) / "runs" if arm is None else arm_folder(out, arm)
+    pattern = ("*/" if arm is None else "") + ("seed_*" if seed is None else f"seed_{seed}") + "/done.json"
+    return sorted(done.parent for done in parent.glob(pattern))

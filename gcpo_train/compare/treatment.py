@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gcpo_train.compare.layout import arm_folder, arm_seed_folder
+from gcpo_train.compare.layout import arm_seed_folder, finished_runs
 
 
 def omega_groups(rollouts: pd.DataFrame, eps: float = 1e-6) -> pd.DataFrame:
@@ -52,8 +52,7 @@ def _seeds(out: Path, arm: str) -> list[int]:
     """The seeds of ``arm`` whose run finished (``done.json``): a run still training has rollouts
     and a log but no evaluation, and the report describes the finished runs, which are also the
     ones a published copy of the folder holds."""
-    folders = arm_folder(out, arm).glob("seed_*")
-    return sorted(int(p.name[5:]) for p in folders if p.name[5:].lstrip("-").isdigit() and (p / "done.json").exists())
+    return sorted(int(p.name[5:]) for p in finished_runs(out, arm=arm) if p.name[5:].lstrip("-").isdigit())
 
 
 def omega_frame(out, arm: str) -> pd.DataFrame:

@@ -22,6 +22,7 @@ import json
 from pathlib import Path
 
 from gcpo_analysis.models import require
+from gcpo_train.compare.layout import finished_runs
 
 
 def threads_per_worker(workers: int) -> int:
@@ -34,10 +35,10 @@ def recorded_threads(out: Path, seed: int) -> dict[str, int]:
     """{run folder: torch threads} of the finished runs of ``seed`` in the comparison folder ``out``
     that recorded theirs (runs finished before this record have none)."""
     found = {}
-    for done in sorted(Path(out).glob(f"runs/*/seed_{seed}/done.json")):
-        record = json.loads(done.read_text())
+    for run in finished_runs(out, seed=seed):
+        record = json.loads((run / "done.json").read_text())
         if isinstance(record, dict) and isinstance(record.get("threads"), int):
-            found[str(done.parent.relative_to(out))] = record["threads"]
+            found[str(run.relative_to(out))] = record["threads"]
     return found
 
 
