@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..frames import _show, id_order, validate_rollouts
+from ..frames import id_order, show_value, validate_rollouts
 from ..vocab import (
     CLUSTERS,
     EMBEDDINGS,
@@ -54,8 +54,8 @@ def check_rewards_in_range(df: pd.DataFrame, r_min: float, r_max: float) -> None
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
         raise ValueError(
-            f"reward {r[row]:g} at row {row} (query_id={_show(df['query_id'].iloc[row])}, rollout_id="
-            f"{_show(df['rollout_id'].iloc[row])}) lies outside the declared range [{r_min:g}, {r_max:g}]; "
+            f"reward {r[row]:g} at row {row} (query_id={show_value(df['query_id'].iloc[row])}, rollout_id="
+            f"{show_value(df['rollout_id'].iloc[row])}) lies outside the declared range [{r_min:g}, {r_max:g}]; "
             f"{int(bad.sum())} such row(s). Set --r-min/--r-max (r_min/r_max) to your rewards' range"
         )
 

@@ -1,93 +1,24 @@
-"""The two data frames every part of gcpo passes around (docs/conventions.md, "How data flows").
-
-rollouts frame (long, one row per rollout)
-    required: query_id, rollout_id, completion, answer, reward
-    optional: references (list[str]), token_entropy (mean per-token entropy),
-              logprob (sum of token log-probabilities), temperature (the sampling
-              temperature), n_tokens, success (bool), dataset, step,
-              ratio_var (Var_t of the policy ratio, for R2VPO)
-    token_entropy and logprob describe the policy pi_theta itself, at temperature 1 (softmax of
-    the raw logits), whatever temperature the rollouts were sampled at; ``gcpo study`` and
-    ``gcpo train`` both write them so (``check_logprob_convention`` warns on a frame that may
-    not).
-groups frame (one row per query)
-    required: query_id, G
-    optional: one column per measure (token_entropy, se, kle, cd, bot, rd, ...), weights
-              (w_cd, w_bot, w_rd, ...), n_clusters, success_rate, mean_reward, grad_var
-
-Both round-trip through Parquet and JSONL. A bad frame is refused with a message that
-names the column and the row.
-"""
+"""The checks of a frame gcpo reads: ids of one type with no nulls, finite numbers, text that is
+text (TRL's conversational cells read as their message), the log-probability convention, and the
+renaming of another tool's columns. A bad frame is refused with a FrameError naming column and row."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-ROLLOUT_REQUIRED = ("query_id", "rollout_id", "completion", "answer", "reward")
-ROLLOUT_NUMERIC = ("reward", "token_entropy", "logprob", "ratio_var")
-GROUP_REQUIRED = ("query_id", "G")
-# the columns that describe pi_theta at temperature 1 (docs/conventions.md, "The frames")
-POLICY_COLUMNS = ("token_entropy", "logprob")
-# columns only gcpo train's own loop writes: a frame with them and no temperature column is one of
-# its frames from before the convention, whose POLICY_COLUMNS were at the sampling temperature
-TRAINER_COLUMNS = ("advantage", "reward_failed")
-# rollouts columns that cannot be negative, and why: refused naming the row, never averaged in
-NONNEGATIVE_ROLLOUT_COLUMNS = {
-    "token_entropy": "a mean per-token entropy",
-    "ratio_var": "a variance of the policy ratio",
-    "n_tokens": "a completion length",
-}
-# Columns of the two frames that are not measures: a measure (a groups column named as the
-# measure, its weight w_<name>) may not take one of these names, nor a name with one of the
-# prefixes (w_: every measure's weight; train_, grad_var_: the training study's and V's parts),
-# or it would overwrite that column (issue 38). token_entropy is both a rollouts column and the
-# measure that averages it.
-RESERVED_COLUMNS = frozenset(
-    ROLLOUT_REQUIRED
-    + ("references", "logprob", "temperature", "n_tokens", "success", "dataset", "step", "ratio_var")
-    + TRAINER_COLUMNS
-    + GROUP_REQUIRED
-    + ("mean_reward", "success_rate", "n_clusters", "grad_var", "grad_norm2_mean", "t_generate", "t_gradvar")
-    + ("grad_cos_abs_mean", "n_tokens_mean", "cap_share", "adv_all_zero", "phase", "prompt", "task", "G_eff")
+from .schema import (
+    GROUP_REQUIRED,
+    NONNEGATIVE_ROLLOUT_COLUMNS,
+    POLICY_COLUMNS,
+    ROLLOUT_NUMERIC,
+    ROLLOUT_REQUIRED,
+    SHARE_GROUP_COLUMNS,
+    TRAINER_COLUMNS,
+    FrameError,
+    check_columns,
+    show_value,
 )
-RESERVED_PREFIXES = ("w_", "train_", "grad_var_", "t_")
-
-
-def reserved_column(name: str) -> str | None:
-    """Why ``name`` may not be a measure's column (a frame column or prefix of one), else None."""
-    if name in RESERVED_COLUMNS:
-        return f"{name!r} is a column of the rollouts or groups frame"
-    for prefix in RESERVED_PREFIXES:
-        if name.startswith(prefix):
-            return f"names starting with {prefix!r} are reserved for the frames' {prefix}* columns"
-    return None
-
-
-# groups columns that are shares of the group's rollouts
-SHARE_GROUP_COLUMNS = ("success_rate",)
-
-
-def _show(value) -> str:
-    """repr of a cell as a user wrote it (1, not np.int64(1))."""
-    return repr(value.item() if isinstance(value, np.generic) else value)
-
-
-class FrameError(ValueError):
-    """A frame that does not follow docs/conventions.md's frames; the message names column and row."""
-
-
-def check_columns(df: pd.DataFrame, required, kind: str, source: str | None, has=None) -> None:
-    """A FrameError naming the ``required`` columns a ``kind`` frame (from ``source``) lacks and
-    listing the ones it has; ``has``: the columns to list as the file's (default ``df``'s), where
-    ``df`` holds derived ones. The one missing-column check of the frames gcpo reads."""
-    where = f" in {source}" if source else ""
-    missing = [c for c in required if c not in df.columns]
-    if missing:
-        listed = list(df.columns if has is None else has)
-        raise FrameError(f"{kind} frame{where} is missing required column(s) {missing}; it has {listed}")
 
 
 def _check_finite(df: pd.DataFrame, columns, kind: str, source: str | None) -> None:
@@ -140,14 +71,14 @@ def validate_rollouts(df: pd.DataFrame, source: str | None = None) -> pd.DataFra
         if nulls.any():
             row = int(np.flatnonzero(nulls)[0])
             raise FrameError(
-                f"rollouts frame: column {col!r} is null at row {row} (query_id={_show(df['query_id'].iloc[row])})"
+                f"rollouts frame: column {col!r} is null at row {row} (query_id={show_value(df['query_id'].iloc[row])})"
             )
     dup = df.duplicated(["query_id", "rollout_id"]).to_numpy()
     if dup.any():
         row = int(np.flatnonzero(dup)[0])
         raise FrameError(
             f"rollouts frame: duplicate (query_id, rollout_id) = "
-            f"({_show(df['query_id'].iloc[row])}, {_show(df['rollout_id'].iloc[row])}) at row {row}"
+            f"({show_value(df['query_id'].iloc[row])}, {show_value(df['rollout_id'].iloc[row])}) at row {row}"
             f"{' of ' + source if source else ''}; each rollout of a query needs its own rollout_id"
         )
     out = df.copy()
@@ -239,7 +170,7 @@ def text_column(df: pd.DataFrame, col: str, kind: str = "rollouts", source: str 
         where = f" in {source}" if source else ""
         cell = df[col].iloc[row]
         raise FrameError(
-            f"{kind} frame{where}: column {col!r} must hold text, got {_show(cell)[:80]} "
+            f"{kind} frame{where}: column {col!r} must hold text, got {show_value(cell)[:80]} "
             f"({type(cell).__name__}) at row {row}; {int(bad.sum())} such row(s)"
         )
     return values.astype(object)
@@ -280,8 +211,8 @@ def _check_ids(df: pd.DataFrame, col: str, kind: str, source: str | None) -> Non
         first = kinds.iloc[0]
         row = int(np.flatnonzero((kinds != first).to_numpy())[0])
         raise FrameError(
-            f"{kind} frame{where}: column {col!r} mixes types: {_show(values.iloc[0])} ({first}) "
-            f"at row 0 and {_show(values.iloc[row])} ({kinds.iloc[row]}) at row {row}; use one type"
+            f"{kind} frame{where}: column {col!r} mixes types: {show_value(values.iloc[0])} ({first}) "
+            f"at row 0 and {show_value(values.iloc[row])} ({kinds.iloc[row]}) at row {row}; use one type"
         )
     if kinds.iloc[0] not in ("number", "text"):
         raise FrameError(
@@ -296,7 +227,7 @@ def _refuse_first(df: pd.DataFrame, col: str, bad, kind: str, source: str | None
         row = int(np.flatnonzero(bad)[0])
         raise FrameError(
             f"{kind} frame{' in ' + source if source else ''}: column {col!r} must be {requirement}, "
-            f"got {_show(df[col].iloc[row])} at row {row} (query_id={_show(df['query_id'].iloc[row])})"
+            f"got {show_value(df[col].iloc[row])} at row {row} (query_id={show_value(df['query_id'].iloc[row])})"
         )
 
 
@@ -317,8 +248,8 @@ def _check_numeric(df: pd.DataFrame, col: str, kind: str, source: str | None) ->
         row = int(np.flatnonzero(bad)[0])
         qid = df["query_id"].iloc[row] if "query_id" in df.columns else "?"
         raise FrameError(
-            f"{kind} frame{where}: column {col!r} must be numeric, got {_show(values.iloc[row])} "
-            f"({type(values.iloc[row]).__name__}) at row {row} (query_id={_show(qid)})"
+            f"{kind} frame{where}: column {col!r} must be numeric, got {show_value(values.iloc[row])} "
+            f"({type(values.iloc[row]).__name__}) at row {row} (query_id={show_value(qid)})"
         )
 
 
@@ -331,7 +262,8 @@ def validate_groups(df: pd.DataFrame, source: str | None = None) -> pd.DataFrame
         row = int(np.flatnonzero(dup)[0])
         where = f" in {source}" if source else ""
         raise FrameError(
-            f"groups frame{where}: query_id {_show(df['query_id'].iloc[row])} repeats at row {row}; one row per query"
+            f"groups frame{where}: query_id {show_value(df['query_id'].iloc[row])} repeats at row {row}; "
+            "one row per query"
         )
     g = pd.to_numeric(df["G"], errors="coerce").to_numpy(dtype=float)
     bad = ~np.isfinite(g) | (g < 1)
@@ -354,65 +286,6 @@ def _as_str_list(value) -> list[str]:
     if isinstance(value, str):
         return [value]
     return [str(v) for v in list(value)]
-
-
-def read_frame(path: str | Path, kind: str = "rollouts") -> pd.DataFrame:
-    """Read a Parquet, JSONL or CSV frame and validate it as ``kind`` ('rollouts' or 'groups')."""
-    df = read_table(path, kind)
-    if kind == "rollouts":
-        return validate_rollouts(df, source=str(path))
-    if kind == "groups":
-        return validate_groups(df, source=str(path))
-    raise ValueError(f"unknown frame kind {kind!r}; expected 'rollouts' or 'groups'")
-
-
-CSV_TEXT_COLUMNS = ("query_id", "rollout_id", "completion", "answer", "prompt", "question")
-
-
-def read_table(path: str | Path, kind: str = "rollouts", text_columns=()) -> pd.DataFrame:
-    """Read a Parquet, JSONL or CSV file as it is (no schema check; ``read_frame`` checks).
-    A CSV's id and text columns (``CSV_TEXT_COLUMNS`` and ``text_columns``) are read as strings."""
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"no such {kind} file: {path}")
-    if path.is_file() and path.stat().st_size == 0:  # pandas said "No columns to parse from file", unnamed
-        raise FrameError(f"{path}: the {kind} file is empty (no header, no rows)")
-    suffix = path.suffix.lower()
-    try:
-        if suffix == ".parquet":
-            df = pd.read_parquet(path)
-        elif suffix in (".jsonl", ".ndjson"):
-            df = _read_jsonl(path)
-        elif suffix == ".json":  # values as written: no type guessing ("01" stays a string, not 1)
-            df = pd.read_json(path, dtype=False)
-        elif suffix == ".csv":
-            df = _read_csv(path, CSV_TEXT_COLUMNS + tuple(text_columns))
-        else:
-            raise FrameError(f"{path}: unknown frame format {suffix!r} (use .parquet, .jsonl or .csv)")
-    except UnicodeDecodeError as err:
-        from .errors import not_utf8
-
-        raise not_utf8(path, err) from None
-    return df
-
-
-# pandas' default NA strings, read as missing only in a CSV's non-text columns (numbers)
-CSV_NA_STRINGS: tuple[str, ...] = ("", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND")
-CSV_NA_STRINGS += ("1.#QNAN", "<NA>", "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null")
-
-
-def _read_csv(path: Path, text_columns) -> pd.DataFrame:
-    """A CSV with its id and text columns as written: strings ("01" and "1" are two queries, "42"
-    is text) and "None", "NA", "null" or an empty cell as those texts, not as missing values
-    (which pandas makes of them by default); other columns read pandas' NA strings as missing."""
-    header = pd.read_csv(path, nrows=0).columns
-    text = [c for c in header if c in text_columns]
-    return pd.read_csv(
-        path,
-        dtype={c: str for c in text},
-        keep_default_na=False,
-        na_values={c: list(CSV_NA_STRINGS) for c in header if c not in text},
-    )
 
 
 def id_order(ids: pd.Series) -> pd.Series:
@@ -457,96 +330,3 @@ def map_rollout_columns(df: pd.DataFrame, columns: dict, source: str | None = No
     if "rollout_id" not in out.columns and "query_id" in out.columns:
         out["rollout_id"] = out.groupby("query_id", sort=False).cumcount()
     return out
-
-
-def _read_jsonl(path: Path) -> pd.DataFrame:
-    import json
-
-    records = []
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise FrameError(f"{path}, line {lineno}: not valid JSON ({err.msg})") from None
-            if not isinstance(record, dict):
-                raise FrameError(
-                    f"{path}, line {lineno}: a JSONL line must be one JSON object (one row), "
-                    f"got a {type(record).__name__}"
-                )
-            records.append(record)
-    return pd.DataFrame.from_records(records)
-
-
-def write_frame(df: pd.DataFrame, path: str | Path) -> Path:
-    """Write a frame atomically (a temporary file then a rename, so nothing written is lost).
-    Any failure (the path is a folder, a parent is a file, the disk is full) removes the
-    temporary file and raises OSError naming the path."""
-    path = Path(path)
-    suffix = path.suffix.lower()
-
-    def jsonl(f):
-        df.to_json(f, orient="records", lines=True, force_ascii=False)
-
-    writers = {
-        ".parquet": lambda f: df.to_parquet(f, index=False),
-        ".jsonl": jsonl,
-        ".ndjson": jsonl,
-        ".csv": lambda f: df.to_csv(f, index=False),
-    }
-    if suffix not in writers:
-        raise FrameError(f"{path}: unknown frame format {suffix!r} (use .parquet, .jsonl or .csv)")
-    _atomic(path, writers[suffix])
-    return path
-
-
-# Tables (CSV) keep 10 significant digits: a full float repr's last digits change with the CPU's
-# summation order (a bootstrap quantile, a regression), and a study's tables must regenerate byte
-# for byte on another machine; the frames (Parquet) keep full precision.
-TABLE_FLOAT_FORMAT = "%.10g"
-
-
-def write_table(df: pd.DataFrame, path: str | Path, index: bool = False) -> Path:
-    """A table as CSV, atomically (``write_frame``'s rename), floats at ``TABLE_FLOAT_FORMAT``."""
-    path = Path(path)
-    _atomic(path, lambda f: df.to_csv(f, index=index, float_format=TABLE_FLOAT_FORMAT))
-    return path
-
-
-def write_text(path: str | Path, text: str) -> Path:
-    """``write_frame``'s atomic write for a text file (sidecars, run cards)."""
-    path = Path(path)
-    _atomic(path, lambda f: Path(f).write_text(text, encoding="utf-8"))
-    return path
-
-
-def write_json(path: str | Path, obj, *, indent: int | None = 2, default=None, newline: bool = False) -> Path:
-    """``write_text`` of ``json.dumps(obj, indent=indent, default=default)`` (a trailing newline
-    when ``newline``): the atomic writer of every JSON output (run cards, sidecars, metrics)."""
-    import json
-
-    return write_text(path, json.dumps(obj, indent=indent, default=default) + ("\n" if newline else ""))
-
-
-def write_figure(fig, path: str | Path, **savefig_kw) -> Path:
-    """``fig.savefig`` through the atomic write: the format is the suffix of ``path``
-    (``.png``, ``.svg``, ``.pdf``), as matplotlib would infer it from the final name."""
-    path = Path(path)
-    fmt = path.suffix.lstrip(".").lower()
-    if fmt in ("svg", "pdf"):
-        # a rerun draws the same bytes: no creation date, and SVG's element ids from a fixed salt
-        # (matplotlib otherwise salts them at random)
-        savefig_kw.setdefault("metadata", {"Date": None} if fmt == "svg" else {"CreationDate": None})
-    import matplotlib
-
-    with matplotlib.rc_context({"svg.hashsalt": "gcpo"}):
-        _atomic(path, lambda f: fig.savefig(f, format=fmt, **savefig_kw))
-    return path
-
-
-def _atomic(path: Path, write) -> None:
-    from .outputs import atomic_write
-
-    atomic_write(path, write)
