@@ -191,15 +191,19 @@ def load_policy(source, config=None, tokenizer=None, device=None):
 
 def pick_kernels(model, config=None, kernels=None):
     """The decoding kernels: those given, else the config's ``sampling_kernels`` (so a run's base
-    policy and its checkpoints decode alike), None for transformers' generate ('exact')."""
-    if kernels is None and config is not None:
-        from gcpo_train.sampling.registry import make_kernels, sampler
+    policy and its checkpoints decode alike), None for transformers' generate ('exact'). A bf16
+    sampler, given or configured, is replaced by its fp32 twin (its ``fallback``)."""
+    from gcpo_train.sampling.registry import kernels_name, make_kernels, sampler
 
-        # never evaluate in bf16 (issue 35): a bf16 logit row has ~2% exact ties, so greedy
-        # completions change with the batch shape; its fp32 twin (the fallback) decodes the policy exactly
-        spec = sampler(config.sampling_kernels)
-        kernels = make_kernels(spec.fallback if spec.bf16 else spec.name, next(model.parameters()).device)
-    return kernels
+    if kernels is None and config is None:
+        return None
+    spec = sampler(kernels_name(kernels) if kernels is not None else config.sampling_kernels)
+    # never evaluate in bf16 (issue 35): a bf16 logit row has ~2% exact ties, so greedy
+    # completions change with the batch shape; its fp32 twin decodes the policy exactly. The
+    # trainer hands its own sampler in, so a given one is checked too, not only the config's.
+    if spec.bf16:
+        return make_kernels(spec.fallback, next(model.parameters()).device)
+    return kernels if kernels is not None else make_kernels(spec.name, next(model.parameters()).device)
 
 
 # ----------------------------------------------------------------------------- 6-7. decode, score

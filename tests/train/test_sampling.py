@@ -219,3 +219,23 @@ def test_multinomials_one_draw_is_an_exponential_race():
         drawn = torch.multinomial(p, 1, generator=torch.Generator().manual_seed(seed)).squeeze(1)
         q = torch.empty_like(p).exponential_(generator=torch.Generator().manual_seed(seed))
         assert torch.equal(drawn, (p / q).argmax(-1))
+
+
+@needs_onednn
+@pytest.mark.parametrize(("given", "evaluated"), [("fused_bf16", "fused"), ("bf16", "onednn"), ("fused", "fused")])
+def test_evaluation_never_decodes_on_a_given_bf16_sampler(given, evaluated):
+    """The trainer hands its own sampler to ``evaluate``: a bf16 one must be swapped for its fp32
+    twin there too, not only when read from the config (issue 35; needs no bf16 CPU, nothing is
+    decoded). A given fp32 sampler is used as it is."""
+    from types import SimpleNamespace
+
+    from gcpo_train.evaluation.evaluate import pick_kernels
+
+    model = torch.nn.Linear(2, 2)
+    kernels = SimpleNamespace(name=given)
+    picked = pick_kernels(model, kernels=kernels)
+    assert picked.name == evaluated
+    assert (picked is kernels) == (given == evaluated)
+    config = SimpleNamespace(sampling_kernels=given)
+    assert pick_kernels(model, config=config).name == evaluated
+    assert pick_kernels(model) is None
