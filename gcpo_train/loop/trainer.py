@@ -35,11 +35,8 @@ Design choices where the paper is silent:
 
 from __future__ import annotations
 
-import contextlib
 import json
 import random
-import time
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -48,7 +45,8 @@ import pandas as pd
 from gcpo_analysis.models import require
 from gcpo_train.config import TrainConfig
 from gcpo_train.evaluation.splits import load_split, query_indices
-from gcpo_train.loop.loss import grpo_loss, masked_var
+from gcpo_train.loop.loss import masked_var
+from gcpo_train.loop.rewarding import reward_rollouts
 from gcpo_train.loop.setup import (
     check_backend,
     load_policy,
@@ -67,6 +65,7 @@ from gcpo_train.loop.step_data import (
     rollouts_frame,
     summarize_step,
 )
+from gcpo_train.loop.update import grpo_update
 from gcpo_train.model.logprobs import TokenLogprobs, cat_token_logprobs, chunk_logprobs, rollout_chunks
 from gcpo_train.modulation import GroupModulator
 from gcpo_train.runfiles import checkpoint as ckpt
@@ -246,39 +245,7 @@ class GCPOLoopTrainer:
         return StepRollouts(queries=queries, batch=batch)
 
     def _reward(self, rollouts: StepRollouts) -> None:
-        """Task rewards and extracted answers of every rollout. A rollout whose reward function
-        raises gets reward 0, a warning, and a mark in ``reward_failed``."""
-        from gcpo_analysis.rewards import extract_answer, math_fallbacks
-
-        G, before = self.config.group_size, sum(math_fallbacks().values())
-        rewards, answers, failed = [], [], []
-        for j, text in enumerate(rollouts.batch.texts):
-            query = rollouts.queries.iloc[j // G]
-            answers.append(extract_answer(text, query["task"]) or "")
-            value = None
-            try:
-                value = self.reward_fn(query["task"], text, list(query["references"]))
-                if not isinstance(value, (bool, np.bool_)):
-                    reward, ok = float(value), True
-            except Exception as err:  # one bad rollout must not kill a 2000-step run
-                warnings.warn(
-                    f"reward function raised on query {query['query_id']!r} rollout {j % G}: "
-                    f"{type(err).__name__}: {err}; reward set to 0",
-                    RuntimeWarning,
-                    stacklevel=2,
-                )
-                reward, ok = 0.0, False
-            if isinstance(value, (bool, np.bool_)):  # a success flag, not a bad rollout: stop at step 1
-                raise TypeError(
-                    f"the reward function returned {value!r} for query {query['query_id']!r} rollout {j % G}: "
-                    "rewards are numbers (return 1.0 and 0.0 if True and False are meant as rewards)"
-                )
-            rewards.append(reward)
-            failed.append(not ok)
-        rollouts.rewards, rollouts.answers = np.asarray(rewards), answers
-        rollouts.reward_failed = np.asarray(failed)
-        # answers the math grader compared as strings (over a guard or its time limit), for the log
-        rollouts.math_fallbacks = sum(math_fallbacks().values()) - before
+        reward_rollouts(rollouts, self.reward_fn, self.config.group_size)
 
     def _logprobs_before_update(self, batch) -> BeforeUpdate:
         """Token log-probabilities under π_old and π_ref, computed only when something reads them
@@ -324,98 +291,7 @@ class GCPOLoopTrainer:
         return advantages, infos, cluster_stats
 
     def _update(self, batch, advantages, before: BeforeUpdate) -> UpdateStats:
-        """μ = num_iterations optimizer steps on the clipped surrogate + β·KL (``loss.grpo_loss``),
-        in micro-batches whose gradients accumulate to the whole batch's."""
-        torch = require("torch")
-        cfg, acc, mask = self.config, self.accelerator, batch.completion_mask
-        # the step's normalisers over all processes; DDP then averages the processes' gradients,
-        # which the factor num_processes undoes, so N processes give one process's gradient
-        n_rollouts = cfg.queries_per_step * cfg.group_size
-        n_tokens = (
-            float(acc.reduce(mask.sum().float(), reduction="sum")) if acc.num_processes > 1 else float(mask.sum())
-        )
-        chunks = self._chunks(batch)
-        # without an extra pass, π_old = π_θ at the first update: take it (and π_θ's own log-probs
-        # and entropies, which the modulators did not need earlier) from the gradient pass itself
-        from_gradient_pass = before.old_logp is None
-        stats = UpdateStats(lr=float(self.scheduler.get_last_lr()[0]))  # the rate of the first update
-        self.model.train()
-        for iteration in range(cfg.num_iterations):
-            t_start = time.perf_counter()
-            loss, kl, clip_frac, passes = 0.0, [], [], []
-            # V_train of every group rides the first update's backward (gradvar_tracking); a
-            # shared prompt's layers see the sum of its rollouts' gradients, so the tracker
-            # back-propagates each rollout's own through the prompt after the training backward
-            tracker = self._gradvar_tracker(mask.shape[0]) if cfg.track_gradvar and iteration == 0 else None
-            for k, (group, rows) in enumerate(chunks):
-                # gradients sync once per update, in the last micro-batch's backward
-                sync = contextlib.nullcontext() if k == len(chunks) - 1 else acc.no_sync(self.model)
-                shared = tracker is not None and group is not None
-                track = tracker.chunk(rows, shared_prompt=shared) if tracker is not None else contextlib.nullcontext()
-                with sync, track:
-                    token = self._forward(
-                        self.model,
-                        batch,
-                        (group, rows),
-                        grad=True,
-                        policy_stats=from_gradient_pass,
-                        on_shared=tracker.on_shared if (tracker is not None and shared) else None,
-                    )
-                    logp = token.logp
-                    old = logp.detach() if from_gradient_pass else before.old_logp[rows]
-                    out = grpo_loss(
-                        logp,
-                        old,
-                        None if before.ref_logp is None else before.ref_logp[rows],
-                        advantages[rows],
-                        mask[rows],
-                        beta=cfg.beta,
-                        clip_epsilon=cfg.clip_epsilon,
-                        aggregation=cfg.loss_aggregation,
-                        n_seqs=n_rollouts,
-                        n_tokens=n_tokens,
-                        max_completion_length=cfg.max_new_tokens,
-                    )
-                    # a tracked shared chunk keeps the graph for its per-rollout prompt passes
-                    acc.backward(out.loss * acc.num_processes, retain_graph=shared)
-                loss += float(out.loss.detach())
-                kl.append(out.kl)
-                clip_frac.append(out.clip_frac)
-                if iteration == 0 and from_gradient_pass:
-                    passes.append(token._replace(logp=None))  # keep π_θ's stats, not the graph
-            if tracker is not None:
-                tracker.remove()
-                stats.gradvar, stats.time_gradvar = tracker.results(), tracker.seconds
-                stats.time_gradvar_prompt = tracker.prompt_seconds
-            t_optimizer = time.perf_counter()
-            stats.time_forward_backward += t_optimizer - t_start
-            if cfg.max_grad_norm and cfg.max_grad_norm > 0:
-                grad_norm = acc.clip_grad_norm_(self.params, cfg.max_grad_norm)
-            else:
-                grad_norm = torch.linalg.vector_norm(
-                    torch.stack([p.grad.norm() for p in self.params if p.grad is not None])
-                )
-            self.optimizer.step()
-            self.scheduler.step()
-            self.optimizer.zero_grad(set_to_none=True)
-            stats.time_step += time.perf_counter() - t_optimizer
-            stats.grad_norm.append(float(grad_norm))
-            stats.loss.append(loss)
-            stats.kl.append(torch.cat(kl).cpu().numpy())
-            stats.clip_frac.append(torch.cat(clip_frac).cpu().numpy())
-            if passes:
-                own = cat_token_logprobs(passes)
-                before.set_rollout_stats(own.policy_logp, own.policy_entropy, mask)
-        return stats
-
-    def _gradvar_tracker(self, n_rows: int):
-        """Hooks on the trainable layers for one update pass (``gradvar_tracking``); the factor
-        num_processes undoes the one the loss is multiplied by before DDP's gradient mean."""
-        from gcpo_train.loop.gradvar_tracking import GradVarTracker
-
-        return GradVarTracker(
-            self.policy, self.params, self.config.group_size, n_rows, scale=self.accelerator.num_processes
-        )
+        return grpo_update(self, batch, advantages, before)
 
     def _log_row(
         self,
