@@ -82,7 +82,7 @@ def add_parser(subparsers):
         action="store_true",
         help="train nothing: estimate τ and the query noise from the finished runs of --output (a pilot or a "
         "comparison), print the seeds needed for 80%% power at δ and the δ that --seeds' count detects, and write "
-        "OUTPUT/plan.md (gcpo_train.compare.plan)",
+        "OUTPUT/plan.md (gcpo_train.compare.plan); an existing plan.md is kept unless --overwrite",
     )
     p.add_argument(
         "--workers",
@@ -111,7 +111,8 @@ def run_cli(args) -> int:
         n_seeds = None if args.seeds is None else len(seeds)
         if n_seeds is not None and n_seeds < 2:
             raise ValueError(f"--seeds {args.seeds!r}: --plan gives the δ that S >= 2 seeds detect (a paired t test)")
-        print(write_plan(args.output, margin=settings["equivalence_margin"], seeds=n_seeds))
+        overwrite = bool(overrides.get("overwrite"))
+        print(write_plan(args.output, margin=settings["equivalence_margin"], seeds=n_seeds, overwrite=overwrite))
         return 0
     for key in ("eval_every", "eval_n", "split_seed"):
         if getattr(args, key) is not None:

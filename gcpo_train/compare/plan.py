@@ -60,8 +60,9 @@ def fastest_fp32_kernels(model, device, backend) -> str:
 def _final_deltas(results: pd.DataFrame, arm: str, reference: str) -> tuple[np.ndarray, float]:
     """d (paired seeds x shared queries) of ``arm`` − ``reference`` at each run's last step, and
     the reference's held-out mean."""
-    final = results[results["arm"] != "base"]
-    final = final[final["step"] == final.groupby(["arm", "seed"])["step"].transform("max")]
+    from gcpo_train.compare.report import final_scores
+
+    final = final_scores(results)
     a = final[final["arm"] == arm].pivot_table(index="seed", columns="query_id", values="score")
     b = final[final["arm"] == reference].pivot_table(index="seed", columns="query_id", values="score")
     seeds, queries = a.index.intersection(b.index), a.columns.intersection(b.columns)
@@ -167,16 +168,34 @@ def plan_markdown(table: pd.DataFrame, folder, margin: float, seeds: int | None 
     return "\n".join(lines) + "\n\n" + PLANNED_ANALYSIS.format(margin=margin)
 
 
-def write_plan(folder, margin: float = 0.1, seeds: int | None = None, reference: str = "none") -> str:
-    """plan.md of a comparison folder (its results.parquet) from ``plan``; returns its text."""
+def write_plan(
+    folder, margin: float = 0.1, seeds: int | None = None, reference: str = "none", overwrite: bool = False
+) -> str:
+    """plan.md of a comparison folder (its results.parquet, at the runs that reached compare.json's
+    steps) from ``plan``; returns its text. A plan is fixed before the runs it plans, so an
+    existing plan.md is kept unless ``overwrite``; ``margin`` must be compare.json's, when it
+    records one (the report reads δ there)."""
     from gcpo_analysis.frames import write_text
+    from gcpo_train.compare.report import _spec, finished_results
 
     folder = Path(folder)
     path = folder / "results.parquet"
     if not path.exists():
         raise FileNotFoundError(f"{folder} holds no results.parquet: run gcpo compare (or --report_only) first")
+    if (folder / "plan.md").exists() and not overwrite:
+        raise FileExistsError(
+            f"{folder / 'plan.md'} exists: a plan is fixed before the runs it plans; move it away, or pass "
+            "--overwrite to replace it"
+        )
+    spec = _spec(folder)
+    recorded = spec.get("equivalence_margin")
+    if recorded is not None and float(recorded) != float(margin):
+        raise ValueError(
+            f"the equivalence margin asked for ({margin:g}) is not the one {folder / 'compare.json'} records "
+            f"({recorded:g}), which its report uses; plan at the recorded one"
+        )
     try:
-        table = plan(pd.read_parquet(path), reference, margin, seeds)
+        table = plan(finished_results(pd.read_parquet(path), spec.get("steps")), reference, margin, seeds)
     except ValueError as err:
         raise ValueError(f"{path}: {err}") from None
     if table.empty:

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gcpo_analysis.frames import write_figure, write_text
+from gcpo_analysis.frames import write_figure, write_table, write_text
 from gcpo_train.compare.layout import arm_seed_folder
 
 
@@ -73,7 +73,7 @@ def summary_table(
     from gcpo_analysis.stats.seeds import seed_level
     from gcpo_analysis.stats.size_control import holm
 
-    final = _final(results)
+    final = final_scores(results)
     ref = final[final["arm"] == reference]
     ref_mean = float(ref.groupby("seed")["score"].mean().mean()) if len(ref) else float("nan")
     rows = []
@@ -106,7 +106,7 @@ def summary_table(
     return table
 
 
-def _final(results: pd.DataFrame) -> pd.DataFrame:
+def final_scores(results: pd.DataFrame) -> pd.DataFrame:
     """Each trained arm-seed's scores at its last evaluated step."""
     final = results[results["arm"] != "base"]
     return final[final["step"] == final.groupby(["arm", "seed"])["step"].transform("max")]
@@ -132,7 +132,7 @@ def control_table(results: pd.DataFrame, arms, reference: str, margin: float = 0
     from gcpo_analysis.measures.shuffled import SHUFFLED
     from gcpo_analysis.stats.seeds import seed_level
 
-    final = _final(results)
+    final = final_scores(results)
     ref = final[final["arm"] == reference]
     ref_mean = float(ref.groupby("seed")["score"].mean().mean()) if len(ref) else float("nan")
     rows = []
@@ -219,10 +219,36 @@ def _markdown(table: pd.DataFrame, base_mean: float | None, reference: str, coup
 
 
 def _spec(out: Path) -> dict:
-    import json
+    from gcpo_train.compare.run import read_record
 
     path = out / "compare.json"
-    return json.loads(path.read_text()) if path.exists() else {}
+    return read_record(path) if path.exists() else {}
+
+
+def finished_results(results: pd.DataFrame, steps: int | None) -> pd.DataFrame:
+    """``results`` without the trained arm-seeds whose last evaluation is before step ``steps``
+    (runs still training, evaluated along the way): Δ pairs each seed's runs at the comparison's
+    last step, never one run's step 20 with another's step 60. Each one left out is named in a
+    warning; the figures still draw them. ``steps`` None: every arm-seed is kept."""
+    if steps is None or results.empty:
+        return results
+    trained = results["arm"] != "base"
+    last = results[trained].groupby(["arm", "seed"])["step"].max()
+    early = last[last < steps]
+    if early.empty:
+        return results
+    import warnings
+
+    named = ", ".join(
+        f"{arm} seed {seed} (step {step})" for arm, seed, step in early.reset_index().itertuples(index=False)
+    )
+    warnings.warn(
+        f"left out of the summary until they reach step {steps}: {named}; their evaluations so far are "
+        "in results.parquet and the figures",
+        stacklevel=2,
+    )
+    keys = pd.MultiIndex.from_frame(results[["arm", "seed"]])
+    return results[~(trained.to_numpy() & keys.isin(early.index))]
 
 
 def write_report(out: Path, results: pd.DataFrame, arms, reference: str, figures: bool = True) -> dict:
@@ -236,21 +262,25 @@ def write_report(out: Path, results: pd.DataFrame, arms, reference: str, figures
     omegas = {arm: omega_frame(out, arm) for arm in arms}
     weights = {arm: omegas[arm]["omega"].to_numpy(float) for arm in arms}
     treatments = {arm: effective_treatment(out, arm, omegas[arm], max_grad_norm) for arm in arms}
-    table = summary_table(results, arms, reference, weights, margin, treatments)
+    final = finished_results(results, spec.get("steps"))
+    table = summary_table(final, arms, reference, weights, margin, treatments)
     couplings = {arm: coupling(out, arm, reference) for arm in arms if arm != reference}
     couplings = {arm: c for arm, c in couplings.items() if len(c)}
     base = results[results["arm"] == "base"]
     base_mean = float(base.groupby("seed")["score"].mean().mean()) if len(base) else None
     md = _markdown(table, base_mean, reference, couplings)
-    control = control_table(results, arms, reference, margin)
+    control = control_table(final, arms, reference, margin)
     if len(control):
         md += _control_markdown(control)
-        write_text(out / "control.csv", control.to_csv(index=False))
+        write_table(control, out / "control.csv")
+    # the tables at frames.TABLE_FLOAT_FORMAT (10 significant digits): a float's last digits (ω's
+    # quantiles) change with the CPU's summation order, and a committed report must regenerate
+    # byte for byte on another machine
     write_text(out / "summary.md", md)
-    write_text(out / "summary.csv", table.to_csv(index=False))
+    write_table(table, out / "summary.csv")
     if couplings:
         frame = pd.concat([c.assign(arm=arm) for arm, c in couplings.items()], ignore_index=True)
-        write_text(out / "coupling.csv", frame[["arm", "step", "identical", "seeds"]].to_csv(index=False))
+        write_table(frame[["arm", "step", "identical", "seeds"]], out / "coupling.csv")
     if figures:
         plot_report(out, results, arms, weights, couplings)
     return {"table": table, "control": control, "markdown": md}
@@ -280,6 +310,9 @@ def plot_report(out: Path, results: pd.DataFrame, arms, weights: dict, couplings
         axes[0].fill_between(per.index, per.min(axis=1), per.max(axis=1), color=line.get_color(), alpha=0.2)
         for log in (arm_seed_folder(out, arm, s) for s in per.columns):
             rows = read_log(log / "log.jsonl") if (log / "log.jsonl").exists() else []
+            broken = next((x for x in rows if not {"step", "reward_mean"} <= set(x)), None)
+            if broken is not None:
+                raise ValueError(f"{log / 'log.jsonl'}: a row without 'step' or 'reward_mean': {str(broken)[:120]}")
             if rows:
                 r = pd.Series([x["reward_mean"] for x in rows], index=[x["step"] for x in rows])
                 axes[1].plot(r.index, r.rolling(10, min_periods=1).mean(), color=line.get_color(), alpha=0.7)

@@ -112,5 +112,9 @@ def comma_items(text: str, where: str) -> list[str]:
 
 
 def parse_seeds(text: str, flag: str = "--seeds") -> list[int]:
-    """A comma-separated list of seeds (``0,1,2``), each checked by ``parse_seed``."""
-    return [parse_seed(item, flag) for item in comma_items(text, flag)]
+    """A comma-separated list of seeds (``0,1,2``), each checked by ``parse_seed``, none twice."""
+    seeds = [parse_seed(item, flag) for item in comma_items(text, flag)]
+    repeated = sorted({s for s in seeds if seeds.count(s) > 1})
+    if repeated:
+        raise ValueError(f"{flag} {text!r}: seed {repeated[0]} is given twice (each seed is one independent run)")
+    return seeds

@@ -179,9 +179,13 @@ def test_compare_end_to_end_crn_and_resume(tmp_path, monkeypatch):
     partial = pd.read_csv(out / "summary.csv")
     assert list(partial["arm"]) == ["none"] and list(partial["seeds"]) == [1] and list(partial["step"]) == [2]
     assert set(pd.read_parquet(out / "results.parquet")["arm"]) == {"base", "none"}
-    # --report_only adds what was evaluated since: bot_rd's step-1 evaluation before the kill
-    again = _comparison(tmp_path).report()["table"]
-    assert again.set_index("arm")["step"].to_dict() == {"none": 2, "bot_rd": 1}
+    # --report_only adds what was evaluated since to results.parquet (bot_rd's step-1 evaluation
+    # before the kill), but the summary pairs runs at the comparison's last step only: bot_rd's
+    # step 1 is not set against none's step 2, and the warning names what was left out
+    with pytest.warns(UserWarning, match=r"left out of the summary until they reach step 2: bot_rd seed 0 \(step 1\)"):
+        again = _comparison(tmp_path).report()["table"]
+    assert again.set_index("arm")["step"].to_dict() == {"none": 2}
+    assert set(pd.read_parquet(out / "results.parquet").query("arm == 'bot_rd'")["step"]) == {1}
     before = (finished / "log.jsonl").read_bytes(), (finished / "log.jsonl").stat().st_mtime_ns
     monkeypatch.setattr(trainer_module.GCPOLoopTrainer, "train_step", real_step)
     summary = _comparison(tmp_path).run(progress=False)
