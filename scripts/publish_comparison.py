@@ -10,6 +10,10 @@ rollouts/. Never copied: checkpoints (tens of MB a run; the no-passage control r
 source folder), locks and owner files (``.gcpo*``), and unfinished runs (a half-trained run is
 not a result). The destination must be new or an earlier copy of the same comparison (its
 compare.json's config equal); files of the destination that the source no longer has are left.
+A symbolic link in what would be copied (it would bring in what lies outside the comparison), or
+where the copy would write (it would write outside the copy), is refused by name, as is a file
+where the copy needs a folder: every check is made before the first write, so a refusal leaves
+the destination as it was.
 """
 
 from __future__ import annotations
@@ -44,37 +48,116 @@ def _config(folder: Path) -> dict:
         raise SystemExit(f"{path}: not a gcpo compare record ({type(e).__name__}: {e})") from None
 
 
-def _skip(_dir: str, names: list[str]) -> list[str]:
-    return [n for n in names if n.startswith(".gcpo") or n == "checkpoints"]
+def _skip(name: str) -> bool:
+    return name.startswith(".gcpo") or name == "checkpoints"
+
+
+def _plain(path: Path, where: str) -> None:
+    """Refuse ``path`` when it is a symbolic link (whatever it points to, or nothing) or neither a
+    regular file nor a folder: a link would copy from, or write to, a place outside the folders."""
+    if path.is_symlink():
+        why = {
+            "source": "a link is not copied (it would bring in what lies outside the comparison)",
+            "destination": "a link is never written through (it would write outside the copy)",
+        }[where]
+        raise SystemExit(
+            f"{path} is a symbolic link (to {path.readlink()}) in the {where}: {why}; put the file or folder "
+            "itself there, or remove the link. Nothing was written"
+        )
+    if path.exists() and not (path.is_file() or path.is_dir()):
+        raise SystemExit(f"{path} is neither a regular file nor a folder, in the {where}: nothing was written")
+
+
+def _tree(source: Path, rel: Path, entries: list[tuple[Path, bool]]) -> None:
+    """Add folder ``source/rel`` and, depth first, everything in it but checkpoints and locks to
+    ``entries`` as (path relative to ``source``, is a folder), refusing a link anywhere."""
+    entries.append((rel, True))
+    for child in sorted((source / rel).iterdir()):
+        if _skip(child.name):
+            continue
+        _plain(child, "source")
+        if child.is_dir():
+            _tree(source, rel / child.name, entries)
+        else:
+            entries.append((rel / child.name, False))
+
+
+def _entries(source: Path, rel: Path, files: tuple[str, ...], folders: tuple[str, ...]) -> list[tuple[Path, bool]]:
+    """What is copied of ``source/rel``: its ``files`` and ``folders`` that exist, each checked."""
+    entries: list[tuple[Path, bool]] = [(rel, True)]
+    for name in files:
+        _plain(source / rel / name, "source")
+        if (source / rel / name).is_file():
+            entries.append((rel / name, False))
+    for name in folders:
+        _plain(source / rel / name, "source")
+        if (source / rel / name).is_dir():
+            _tree(source, rel / name, entries)
+    return entries
+
+
+def _plan(source: Path) -> tuple[list[Path], list[tuple[Path, bool]]]:
+    """The finished runs and every file and folder to copy (relative to ``source``, parents first),
+    once each is known to be a plain file or folder of the comparison: no link is followed."""
+    from gcpo_train.compare.layout import finished_runs
+
+    entries = _entries(source, Path("."), TOP, TOP_FOLDERS)
+    runs = []
+    for run in finished_runs(source):
+        rel = run.relative_to(source)
+        for part in reversed(rel.parents[:-1]):  # runs/, runs/<arm>/: a linked one is outside the comparison
+            _plain(source / part, "source")
+        _plain(run, "source")
+        runs.append(rel)
+        entries += [(rel.parent, True), *_entries(source, rel, RUN_FILES, RUN_FOLDERS)]
+    return runs, entries
+
+
+def _check_dest(dest: Path, entries: list[tuple[Path, bool]]) -> None:
+    """Refuse, before anything is written, a destination where the copy would write through a link
+    or meet a file where it needs a folder (or a folder where it needs a file)."""
+    _plain(dest, "destination")
+    # the destination, or where it would be made: the nearest path above it that is there
+    there = next(p for p in [dest, *dest.absolute().parents] if p.exists() or p.is_symlink())
+    if not there.is_dir():
+        raise SystemExit(
+            f"{there} is not a folder: a comparison is copied into a folder of its own; nothing was written"
+        )
+    seen = set()
+    for rel, folder in entries:
+        for part in [*reversed(rel.parents[:-1]), rel]:
+            path = dest / part
+            if path in seen:
+                continue
+            seen.add(path)
+            _plain(path, "destination")
+            if not path.exists():
+                continue
+            if (part != rel or folder) and not path.is_dir():
+                raise SystemExit(f"{path} is not a folder but the copy puts one there: nothing was written")
+            if part == rel and not folder and not path.is_file():
+                raise SystemExit(f"{path} is not a file but the copy puts one there: nothing was written")
 
 
 def publish(source: Path, dest: Path) -> list[Path]:
-    """Copy ``source``'s finished results into ``dest``; the finished run folders copied."""
+    """Copy ``source``'s finished results into ``dest``; the finished run folders copied. Every
+    check (no link in what is copied or where it goes, the destination's kind, its comparison)
+    is made before the first write, so a refusal leaves the destination as it was."""
     source, dest = Path(source), Path(dest)
     config = _config(source)
     if dest.resolve() == source.resolve() or source.resolve() in dest.resolve().parents:
         raise SystemExit(f"{dest} is {source} or inside it: copy a comparison to a folder of its own")
+    runs, entries = _plan(source)
+    _check_dest(dest, entries)
     if dest.exists() and any(dest.iterdir()):
-        if not (dest / "compare.json").exists() or _config(dest) != config:
+        if not (dest / "compare.json").is_file() or _config(dest) != config:
             raise SystemExit(f"{dest} holds something other than a copy of {source}'s comparison: not written")
-    _copy(source, dest, TOP, TOP_FOLDERS)
-    runs = []
-    from gcpo_train.compare.layout import finished_runs
-
-    for run in finished_runs(source):
-        runs.append(dest / run.relative_to(source))
-        _copy(run, runs[-1], RUN_FILES, RUN_FOLDERS)
-    return runs
-
-
-def _copy(source: Path, dest: Path, files: tuple[str, ...], folders: tuple[str, ...]) -> None:
-    dest.mkdir(parents=True, exist_ok=True)
-    for name in files:
-        if (source / name).is_file():
-            shutil.copy2(source / name, dest / name)
-    for name in folders:
-        if (source / name).is_dir():
-            shutil.copytree(source / name, dest / name, ignore=_skip, dirs_exist_ok=True)
+    for rel, folder in entries:
+        if folder:
+            (dest / rel).mkdir(parents=True, exist_ok=True)
+        else:
+            shutil.copy2(source / rel, dest / rel, follow_symlinks=False)
+    return [dest / rel for rel in runs]
 
 
 def main(argv=None) -> int:

@@ -76,7 +76,33 @@ def _read(path: str, passages: pd.Series) -> pd.DataFrame:
         raise SystemExit(
             f"{path}: queries {missing} are not in the data's test split; give the data it was evaluated on"
         )
+    again = preds["query_id"].duplicated(keep=False)
+    if again.any():
+        rows = np.flatnonzero(again)
+        qid = preds["query_id"].iloc[rows[0]]
+        rows = rows[(preds["query_id"].iloc[rows] == qid).to_numpy()]
+        raise SystemExit(
+            f"{path}: query {qid!r} is scored more than once (rows {', '.join(map(str, rows))}); "
+            "an evaluation scores each held-out query once"
+        )
+    for row, (qid, refs) in enumerate(zip(preds["query_id"], preds["references"], strict=True)):
+        if len(refs) == 0:
+            raise SystemExit(
+                f"{path}: column 'references' is empty at row {row} (query_id={qid!r}): "
+                "a query is scored against at least one reference answer"
+            )
     return preds
+
+
+def _same_queries(base_path: str, base: pd.DataFrame, path: str, preds: pd.DataFrame) -> None:
+    """Refuse ``preds`` unless it scores the base predictions' queries (every difference in the
+    table is paired by query), naming the file and a query it lacks or has over the base's."""
+    want, got = set(base["query_id"]), set(preds["query_id"])
+    lacks, extra = sorted(want - got), sorted(got - want)
+    said = [f"lacks {len(lacks)} of the {len(want)} queries of {base_path} (e.g. {lacks[:3]})"] if lacks else []
+    said += [f"scores {len(extra)} queries that {base_path} does not (e.g. {extra[:3]})"] if extra else []
+    if said:
+        raise SystemExit(f"{path}: {' and '.join(said)}; evaluate every policy on the same held-out queries")
 
 
 def _scores(query_ids, score) -> pd.DataFrame:
@@ -129,14 +155,23 @@ def _pair(spec: str) -> tuple[str, str | None]:
 
 def table(data: str, base: tuple[str, str | None], policies: list[tuple[str, str, str | None]]) -> str:
     """A markdown table: the base policy's row (``base`` = (predictions, no-passage predictions
-    or None)), then one row per (name, predictions, no-passage predictions or None)."""
+    or None)), then one row per (name, predictions, no-passage predictions or None). Every file is
+    read and checked first (each query scored once, with a reference; the base predictions'
+    queries, no more and no fewer), a bad one refused by its path."""
     passages = _passages(data)
-    base_preds = _read(base[0], passages)
-    base_blank = _read(base[1], passages) if base[1] else None
+    frames: dict[str, pd.DataFrame] = {}  # every file read and checked before a row is computed
+
+    def read(path: str) -> pd.DataFrame:
+        if path not in frames:
+            frames[path] = _read(path, passages)
+            _same_queries(base[0], frames[base[0]], path, frames[path])
+        return frames[path]
+
+    base_preds = read(base[0])
+    base_blank = read(base[1]) if base[1] else None
+    read_policies = [(name, read(with_path), read(blank) if blank else None) for name, with_path, blank in policies]
     rows = [gate_row("base", base_preds, passages, base_blank, None, None)]
-    for name, with_path, blank_path in policies:
-        blank = _read(blank_path, passages) if blank_path else None
-        rows.append(gate_row(name, _read(with_path, passages), passages, blank, base_preds, base_blank))
+    rows += [gate_row(name, preds, passages, blank, base_preds, base_blank) for name, preds, blank in read_policies]
     cols = [
         "policy",
         "n",
@@ -159,6 +194,39 @@ def table(data: str, base: tuple[str, str | None], policies: list[tuple[str, str
     return "\n".join(lines) + "\n"
 
 
+def _runs(runs: Path) -> list[tuple[str, int, Path]]:
+    """(arm folder, seed, run folder) of every ``runs/<arm>/seed_<s>``, GRPO (``none``) first,
+    then by arm and seed. Anything else in an arm's folder is refused by name: gcpo compare writes
+    only seed folders there, so another entry is a run renamed or a file put among them by hand,
+    which a table of every arm-seed should not pass over in silence. Hidden entries (a lock, a
+    temporary ``.<name>.*.gcpo-tmp``) are not runs and are passed over."""
+    found = []
+    for arm in sorted(p for p in runs.iterdir() if p.is_dir()) if runs.is_dir() else []:
+        for run in arm.iterdir():
+            if run.name.startswith("."):
+                continue
+            match = re.fullmatch(r"seed_(\d+)", run.name)
+            if match is None or not run.is_dir():
+                raise SystemExit(
+                    f"{run}: not a run of the comparison (an arm's folder holds only folders seed_<digits>); "
+                    f"move it out of {arm}"
+                )
+            found.append((arm.name, int(match[1]), run))
+    return sorted(found, key=lambda r: (r[0] != "none", r[0], r[1]))
+
+
+def _evaluations(folder: Path) -> list[tuple[int, Path]]:
+    """(step, predictions file) of every ``step_<N>.predictions.parquet`` in a run's eval folder,
+    by step; another ``step_*`` predictions file is refused by name."""
+    found = []
+    for path in folder.glob("step_*.predictions.parquet"):
+        match = re.fullmatch(r"step_(\d+)\.predictions\.parquet", path.name)
+        if match is None:
+            raise SystemExit(f"{path}: not an evaluation of the run (named step_<digits>.predictions.parquet)")
+        found.append((int(match[1]), path))
+    return sorted(found)
+
+
 def compare_policies(folder: str) -> tuple[tuple[str, str | None], list[tuple[str, str, str | None]]]:
     """The base policy and each arm-seed's last evaluation of a ``gcpo compare`` folder (GRPO,
     ``none``, first), with the no-passage predictions where ``FOLDER/nopassage/`` holds them
@@ -176,17 +244,13 @@ def compare_policies(folder: str) -> tuple[tuple[str, str | None], list[tuple[st
     if not base.exists():
         raise SystemExit(f"{base} is missing: is {folder} a finished gcpo compare folder of a real policy?")
     policies = []
-    for run in sorted(
-        (root / "runs").glob("*/seed_*"),
-        key=lambda r: (r.parent.name != "none", r.parent.name, int(r.name.split("_")[1])),
-    ):
-        evals = sorted(run.glob("eval/step_*.predictions.parquet"))
+    for arm, seed, run in _runs(root / "runs"):
+        evals = _evaluations(run / "eval")
         if not evals:
             continue
-        step = int(evals[-1].name.split("_")[1].split(".")[0])
+        step, path = evals[-1]
         name = f"{run.parent.name}_{run.name}_step_{step}"
-        arm = arm_of_folder(run.parent.name)
-        policies.append((f"{arm} {run.name.replace('_', ' ')} step {step}", str(evals[-1]), blank(name)))
+        policies.append((f"{arm_of_folder(arm)} seed {seed} step {step}", str(path), blank(name)))
     return (str(base), blank("base")), policies
 
 

@@ -2,7 +2,9 @@
 locks or unfinished runs, and never over a folder that holds something else."""
 
 import json
+import re
 import runpy
+import shutil
 from pathlib import Path
 
 import pytest
@@ -67,3 +69,144 @@ def test_publish_never_writes_over_another_folder(tmp_path):
             publish(src, inside)
     with pytest.raises(SystemExit, match="not a gcpo compare record"):
         publish(tmp_path / "other", tmp_path / "new")
+
+
+def _snapshot(folder: Path) -> dict[str, str]:
+    """Every path under ``folder`` (links as links, never followed) with its content or target."""
+    if not folder.exists() and not folder.is_symlink():
+        return {}
+    if folder.is_symlink() or folder.is_file():
+        return {".": str(folder.readlink()) if folder.is_symlink() else folder.read_text()}
+    out = {}
+    for p in sorted(folder.rglob("*")):
+        rel = str(p.relative_to(folder))
+        out[rel] = "link " + str(p.readlink()) if p.is_symlink() else "dir" if p.is_dir() else p.read_bytes().hex()
+    return out
+
+
+SOURCE_LINKS = [
+    ("gate.md", "file"),  # a top-level file
+    ("base/extra.json", "file"),  # a file inside a copied folder
+    ("figures", "dir"),  # a whole copied folder
+    ("base/sub", "dir"),  # a folder inside a copied folder
+    ("base/gone.json", "dangling"),
+    ("runs/bot_rd-shuffled/seed_0/eval", "dir"),  # a finished run's folder
+    ("runs/bot_rd-shuffled/seed_0/eval/step_000020.json", "file"),
+    ("runs/bot_rd-shuffled/seed_0/run.json", "file"),
+    ("runs/bot_rd-shuffled/seed_0/rollouts/late.parquet", "dangling"),
+    ("runs", "moved"),  # a finished run reached through a linked folder above it
+    ("runs/bot_rd-shuffled", "moved"),
+    ("runs/bot_rd-shuffled/seed_0", "moved"),
+]
+
+
+@pytest.mark.parametrize("rel, kind", SOURCE_LINKS)
+@pytest.mark.parametrize("earlier_copy", [False, True])
+def test_a_symlink_in_the_source_is_refused_before_anything_is_written(tmp_path, rel, kind, earlier_copy):
+    """A link would copy what lies outside the comparison (or, dangling, stop the copy half-way):
+    it is named and nothing is written, to a new destination or to an earlier copy."""
+    src = _comparison(tmp_path / "src")
+    dest = tmp_path / "dest"
+    if earlier_copy:
+        publish(src, dest)
+        (src / "summary.md").write_text("a newer table\n")
+    outside = tmp_path / "outside"
+    (outside / "dir").mkdir(parents=True)
+    (outside / "secret").write_text("not the comparison's")
+    (outside / "dir" / "secret").write_text("not the comparison's")
+    link = src / rel
+    target = {"file": outside / "secret", "dir": outside / "dir", "dangling": outside / "nothing"}.get(kind)
+    if kind == "moved":
+        target = Path(shutil.move(link, outside / "moved"))
+    elif link.is_dir():
+        shutil.rmtree(link)
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(target)
+    before = _snapshot(dest)
+    with pytest.raises(SystemExit, match=re.escape(str(link)) + ".*symbolic link"):
+        publish(src, dest)
+    assert _snapshot(dest) == before
+
+
+def test_a_symlink_in_an_unfinished_run_or_checkpoint_is_not_copied_so_not_refused(tmp_path):
+    src = _comparison(tmp_path / "src")
+    (src / "runs/bot_rd-shuffled/seed_1/eval/x.json").symlink_to("/etc/hostname")
+    (src / "runs/bot_rd-shuffled/seed_0/checkpoints/latest").symlink_to("step_000010")
+    assert publish(src, tmp_path / "dest") == [tmp_path / "dest" / "runs" / "bot_rd-shuffled" / "seed_0"]
+    assert not (tmp_path / "dest/runs/bot_rd-shuffled/seed_0/checkpoints").exists()
+
+
+DEST_LINKS = [
+    ("summary.md", "file"),
+    ("base", "dir"),
+    ("base/all_seeds.json", "file"),
+    ("runs", "dir"),
+    ("runs/bot_rd-shuffled/seed_0/log.jsonl", "file"),
+    ("runs/bot_rd-shuffled/seed_0/eval/step_000010.json", "dangling"),
+    (".", "dir"),  # the destination itself
+]
+
+
+@pytest.mark.parametrize("rel, kind", DEST_LINKS)
+def test_a_symlink_in_the_destination_is_never_written_through(tmp_path, rel, kind):
+    """An earlier copy in which a file or folder the copy writes is now a link (or the destination
+    itself is one): the link is named, and nothing is written, in the copy or where it points."""
+    src = _comparison(tmp_path / "src")
+    dest = tmp_path / "dest"
+    outside = tmp_path / "outside"
+    if rel == ".":  # the destination links to an earlier copy
+        publish(src, outside)
+        link, target = dest, outside
+    else:
+        publish(src, dest)
+        (outside / "dir").mkdir(parents=True)
+        (outside / "secret").write_text("not the copy's")
+        link = dest / rel
+        shutil.rmtree(link) if link.is_dir() else link.unlink()
+        target = {"file": outside / "secret", "dir": outside / "dir", "dangling": outside / "nothing"}[kind]
+    link.symlink_to(target)
+    (src / "summary.md").write_text("a newer table\n")
+    before = (_snapshot(dest), _snapshot(outside))
+    with pytest.raises(SystemExit, match=re.escape(str(link)) + ".*symbolic link"):
+        publish(src, dest)
+    assert (_snapshot(dest), _snapshot(outside)) == before
+
+
+def test_a_destination_that_is_a_file_is_refused(tmp_path):
+    src = _comparison(tmp_path / "src")
+    dest = tmp_path / "notes.md"
+    dest.write_text("mine")
+    with pytest.raises(SystemExit, match=re.escape(str(dest)) + ".*not a folder"):
+        publish(src, dest)
+    with pytest.raises(SystemExit, match=re.escape(str(dest)) + ".*not a folder"):  # a file above it
+        publish(src, dest / "cmp")
+    assert dest.read_text() == "mine"
+
+
+def test_a_file_where_the_copy_needs_a_folder_is_refused_before_anything_is_written(tmp_path):
+    src = _comparison(tmp_path / "src")
+    dest = tmp_path / "dest"
+    publish(src, dest)
+    (src / "summary.md").write_text("a newer table\n")
+    shutil.rmtree(dest / "runs/bot_rd-shuffled/seed_0/eval")
+    (dest / "runs/bot_rd-shuffled/seed_0/eval").write_text("a file")
+    before = _snapshot(dest)
+    with pytest.raises(SystemExit, match=re.escape(str(dest / "runs/bot_rd-shuffled/seed_0/eval")) + ".*not a folder"):
+        publish(src, dest)
+    assert _snapshot(dest) == before
+    (dest / "runs/bot_rd-shuffled/seed_0/eval").unlink()
+    (dest / "summary.md").unlink()
+    (dest / "summary.md").mkdir()
+    before = _snapshot(dest)
+    with pytest.raises(SystemExit, match=re.escape(str(dest / "summary.md")) + ".*not a file"):
+        publish(src, dest)
+    assert _snapshot(dest) == before
+
+
+def test_main_refuses_without_a_traceback(tmp_path, capsys):
+    src = _comparison(tmp_path / "src")
+    (src / "gate.md").symlink_to("/etc/hostname")
+    main = runpy.run_path(str(ROOT / "scripts" / "publish_comparison.py"))["main"]
+    with pytest.raises(SystemExit) as err:
+        main([str(src), str(tmp_path / "dest")])
+    assert str(src / "gate.md") in str(err.value.code) and not (tmp_path / "dest").exists()

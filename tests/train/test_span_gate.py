@@ -2,6 +2,7 @@
 passage effect, on hand-made queries whose scores are worked out by hand."""
 
 import json
+import re
 import runpy
 from pathlib import Path
 
@@ -106,3 +107,108 @@ def test_a_compare_folder_gives_each_arm_seeds_last_evaluation(tmp_path):
     ]
     with pytest.raises(SystemExit, match="is missing"):
         GATE["compare_policies"](str(tmp_path / "nothing"))
+
+
+def _three(tmp_path):
+    """A data folder of three queries and a writer of predictions files on (some of) them."""
+    data = tmp_path / "spans"
+    data.mkdir()
+    recs = [{"id": f"q{k}", "question": "Who sat?", "passage": "red cat sat", "answer": ["cat"]} for k in range(3)]
+    (data / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+
+    def write(name, ids=(0, 1, 2), refs=None):
+        path = tmp_path / f"{name}.predictions.parquet"
+        qids = [f"narrativeqa/test/q{k}" for k in ids]
+        pd.DataFrame(
+            {
+                "query_id": qids,
+                "answer": ["cat"] * len(qids),
+                "score": [100.0] * len(qids),
+                "references": refs or [["cat"]] * len(qids),
+            }
+        ).to_parquet(path)
+        return str(path)
+
+    return str(data), write
+
+
+@pytest.mark.parametrize("which", ["trained", "trained_np", "base", "base_np"])
+def test_a_query_scored_twice_is_named_with_its_file(tmp_path, which):
+    """It was reported as the "base frame" whichever file held it (the length-matched random span,
+    built from a trained file, is paired_gain's base), and without the file."""
+    data, write = _three(tmp_path)
+    paths = {name: write(name, ids=(0, 1, 1) if name == which else (0, 1, 2)) for name in ("base", "base_np")}
+    paths |= {name: write(name, ids=(0, 1, 2, 1) if name == which else (0, 1, 2)) for name in ("trained", "trained_np")}
+    with pytest.raises(SystemExit) as err:
+        GATE["main"]([data, f"{paths['base']},{paths['base_np']}", f"{paths['trained']},{paths['trained_np']}"])
+    msg = str(err.value.code)
+    assert msg.startswith(f"{paths[which]}: ") and "'narrativeqa/test/q1'" in msg and "more than once" in msg
+    assert "base frame" not in msg
+
+
+@pytest.mark.parametrize("which", ["trained", "trained_np", "base_np"])
+@pytest.mark.parametrize("ids", [(0, 2), (0, 1), (0,)])
+def test_a_file_missing_a_query_is_named_with_the_query(tmp_path, which, ids):
+    data, write = _three(tmp_path)
+    base = write("base")
+    paths = {
+        name: write(name, ids=ids if name == which else (0, 1, 2)) for name in ("base_np", "trained", "trained_np")
+    }
+    with pytest.raises(SystemExit) as err:
+        GATE["main"]([data, f"{base},{paths['base_np']}", f"{paths['trained']},{paths['trained_np']}"])
+    msg = str(err.value.code)
+    missing = min(set(range(3)) - set(ids))
+    assert msg.startswith(f"{paths[which]}: lacks") and f"'narrativeqa/test/q{missing}'" in msg and base in msg
+
+
+def test_a_file_scoring_queries_the_base_does_not_is_named(tmp_path):
+    data, write = _three(tmp_path)
+    base, trained = write("base", ids=(0, 1)), write("trained")
+    with pytest.raises(SystemExit) as err:
+        GATE["main"]([data, base, trained])
+    msg = str(err.value.code)
+    assert msg.startswith(f"{trained}: ") and "'narrativeqa/test/q2'" in msg and base in msg
+
+
+def test_empty_references_are_named_with_the_file_and_query(tmp_path):
+    data, write = _three(tmp_path)
+    base = write("base")
+    trained = write("trained", refs=[["cat"], [], ["cat"]])
+    with pytest.raises(
+        SystemExit, match=re.escape(trained) + r": .*references.* at row 1 \(query_id='narrativeqa/test/q1'\)"
+    ):
+        GATE["main"]([data, base, trained])
+
+
+@pytest.mark.parametrize(
+    "name, folder", [("seed_old", True), ("seed_9.txt", False), ("seed_", True), ("seed_1", False)]
+)
+def test_a_compare_folder_entry_that_is_not_a_seed_folder_is_refused(tmp_path, name, folder):
+    root = tmp_path / "cmp"
+    for rel in ["base/all_seeds", "runs/none/seed_0/eval/step_000040"]:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / f"{rel}.predictions.parquet").write_bytes(b"")
+    odd = root / "runs" / "none" / name
+    odd.mkdir() if folder else odd.write_text("notes")
+    with pytest.raises(SystemExit, match=re.escape(str(odd)) + ".*seed_<digits>"):
+        GATE["compare_policies"](str(root))
+
+
+def test_a_compare_folder_evaluation_not_named_by_its_step_is_refused(tmp_path):
+    root = tmp_path / "cmp"
+    for rel in ["base/all_seeds", "runs/none/seed_0/eval/step_000040", "runs/none/seed_0/eval/step_best"]:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / f"{rel}.predictions.parquet").write_bytes(b"")
+    odd = root / "runs/none/seed_0/eval/step_best.predictions.parquet"
+    with pytest.raises(SystemExit, match=re.escape(str(odd)) + ".*step_<digits>"):
+        GATE["compare_policies"](str(root))
+
+
+def test_a_compare_folders_hidden_temporaries_are_not_runs(tmp_path):
+    root = tmp_path / "cmp"
+    for rel in ["base/all_seeds", "runs/none/seed_0/eval/step_000040"]:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / f"{rel}.predictions.parquet").write_bytes(b"")
+    (root / "runs/none/.seed_1.x1y2.gcpo-tmp").mkdir()
+    _, policies = GATE["compare_policies"](str(root))
+    assert [p[0] for p in policies] == ["none seed 0 step 40"]
