@@ -23,6 +23,11 @@ the seed-level analysis is:
 * ``verdict``: "better" (the t interval above 0), "worse" (below 0), "equivalent within ±δ"
   (TOST p < α), else "inconclusive".
 
+The t interval and TOST divide by sd(D): when the per-seed deltas have no spread (sd 0, or float
+noise against their size) both are undefined and ``paired_t`` and ``tost`` raise ``NoSpreadError``
+(a ValueError); ``seed_level`` then reports the interval, the t p and the TOST p as missing, the
+verdict "inconclusive", and warns. The sign-flip p and the bootstrap stay defined.
+
 ``variance_components`` and the power functions (``seeds_for_power``, ``detectable_delta``) plan
 the number of seeds: the sd of D_s is √(τ² + σ_q²/Q), and a paired t test of S seeds has the
 power of a one-sample t test with effect size Δ / sd(D) (statsmodels ``TTestPower``, the
@@ -33,12 +38,48 @@ from __future__ import annotations
 
 import itertools
 import math
+import numbers
+import warnings
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 VERDICTS = ("better", "worse", "equivalent within ±δ", "inconclusive")
 EXACT_SIGN_FLIPS_MAX = 16  # 2^16 = 65,536 sign vectors: exact below this, Monte Carlo above
+# Relative float noise: two sums of the deltas closer than FLOAT_NOISE x sum |D| are a tie, and
+# deltas whose sd is at most FLOAT_NOISE x max |D| have no spread. Rounding alone puts about
+# n·eps·sum|D| (eps = 2.2e-16) into a sum of n deltas, and each D_s, a mean of Q query deltas,
+# carries about Q·eps of its size (0.1 + 0.2 and 0.3 differ by 1.9e-16 relative): 1e-12 stays above
+# that for n, Q up to thousands, and far below any spread a t interval could use (sd / |mean| =
+# 1e-12 is a t statistic of 1e12).
+FLOAT_NOISE = 1e-12
+
+
+class NoSpreadError(ValueError):
+    """The per-seed deltas have no spread: the t interval and the t tests (TOST) are undefined."""
+
+
+def _count(name: str, value: object, low: int) -> int:
+    """An integer (not a bool) >= low, else a ValueError naming ``name`` and the value."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) or int(value) < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    return int(value)
+
+
+def _fraction(name: str, value: object) -> float:
+    """A number strictly between 0 and 1 (a level, a confidence, a power), else a ValueError."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real) or not 0 < float(value) < 1:
+        raise ValueError(f"{name} must be a number in (0, 1), got {value!r}")
+    return float(value)
+
+
+def _positive(name: str, value: object) -> float:
+    """A finite number > 0 (not a bool), else a ValueError naming ``name`` and the value."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real) or not 0 < float(value) < math.inf:
+        raise ValueError(
+            f"{name} must be a positive number, got {value!r}" + ("" if value != math.inf else " (not finite)")
+        )
+    return float(value)
 
 
 def _deltas(d: ArrayLike) -> np.ndarray:
@@ -52,10 +93,25 @@ def _deltas(d: ArrayLike) -> np.ndarray:
 
 
 def _power_of_two(d: np.ndarray) -> float:
-    """A power of two near max |d| (d not all 0). Sums of deltas near 1e308 overflow in scipy and
+    """A power of two near max |d| (0.5 when d is all 0). Sums of deltas near 1e308 overflow in scipy and
     statsmodels; dividing by a power of two is exact, so the t statistics and p of d / scale are
     those of d, and intervals scale back exactly."""
     return float(2.0 ** (np.frexp(np.abs(d).max())[1] - 1))
+
+
+def _spread(d: np.ndarray) -> tuple[np.ndarray, float]:
+    """(d / scale, scale), scale = ``_power_of_two(d)``; a ``NoSpreadError`` when sd(d) ≤
+    FLOAT_NOISE · max |d| (a t statistic would divide by 0 or by rounding noise)."""
+    scale = _power_of_two(d)
+    x = d / scale
+    sd = float(x.std(ddof=1))
+    if not sd > FLOAT_NOISE * float(np.abs(x).max()):
+        raise NoSpreadError(
+            f"the per-seed deltas have no spread (sd = {sd * scale:.3g}, mean {float(x.mean()) * scale:.6g}, "
+            f"{d.size} seeds; a spread at most {FLOAT_NOISE:g} of max |D| is float noise): the t interval and the "
+            "t tests are undefined; the exact sign-flip p still holds"
+        )
+    return x, scale
 
 
 def _matrix(d: ArrayLike) -> np.ndarray:
@@ -67,15 +123,13 @@ def _matrix(d: ArrayLike) -> np.ndarray:
 
 def paired_t(deltas: ArrayLike, confidence: float = 0.95) -> dict:
     """Paired t of the per-seed deltas D: {"mean", "low", "high", "p", "df", "sd"} (two-sided p of
-    Δ = 0; interval mean ± t_{S−1, (1+c)/2} · sd/√S)."""
+    Δ = 0 from t = mean / (sd/√S); interval mean ± t_{S−1, (1+c)/2} · sd/√S). Deltas with no spread
+    (every seed the same delta, up to float noise) raise ``NoSpreadError``: the interval is undefined."""
     from scipy import stats
 
     d = _deltas(deltas)
-    if np.all(d == d[0]):  # every seed the same delta: the t statistic is undefined, the interval a point
-        mean = float(d[0])
-        return {"mean": mean, "low": mean, "high": mean, "p": float(mean == 0), "df": int(d.size - 1), "sd": 0.0}
-    scale = _power_of_two(d)
-    x = d / scale
+    confidence = _fraction("confidence", confidence)
+    x, scale = _spread(d)
     res = stats.ttest_1samp(x, 0.0)
     ci = res.confidence_interval(confidence)
     return {
@@ -89,17 +143,20 @@ def paired_t(deltas: ArrayLike, confidence: float = 0.95) -> dict:
 
 
 def sign_flip_p(deltas: ArrayLike, n_resamples: int = 65_536, seed: int = 0) -> float:
-    """Two-sided randomisation p of the mean of D under sign flips: exact (all 2^S sign vectors)
-    for S ≤ 16, else ``n_resamples`` random sign vectors (the observed one counted in, so p > 0)."""
+    """Two-sided randomisation p of the mean of D under sign flips: the share of sign vectors ε
+    with |Σ ε·D| ≥ |Σ D| (ties within FLOAT_NOISE · Σ|D| count as ties); exact (all 2^S sign
+    vectors) for S ≤ 16, else ``n_resamples`` random sign vectors (the observed one counted in,
+    p = (hits + 1) / (n_resamples + 1) > 0)."""
     d = _deltas(deltas)
-    observed = abs(d.mean())
-    tol = 1e-12 * max(1.0, float(np.abs(d).max()))  # the observed vector and its mirror tie exactly
+    n_resamples = _count("n_resamples", n_resamples, 1)
+    x = d / _power_of_two(d)  # exact; keeps the sums of deltas near 1e308 finite
+    threshold = abs(float(x.sum())) - FLOAT_NOISE * float(np.abs(x).sum())  # relative: ties are scale-free
     if d.size <= EXACT_SIGN_FLIPS_MAX:
         signs = np.array(list(itertools.product((1.0, -1.0), repeat=d.size)))
-        return float(np.mean(np.abs(signs @ d) / d.size >= observed - tol))
+        return float(np.mean(np.abs(signs @ x) >= threshold))
     rng = np.random.default_rng(seed)
     signs = rng.choice((1.0, -1.0), size=(n_resamples, d.size))
-    hits = np.sum(np.abs(signs @ d) / d.size >= observed - tol)
+    hits = np.sum(np.abs(signs @ x) >= threshold)
     return float((hits + 1) / (n_resamples + 1))
 
 
@@ -109,6 +166,9 @@ def two_level_bootstrap(
     """Percentile interval of mean d over resamples that draw S seeds with replacement and then,
     for each drawn seed, Q of its queries with replacement (d: seeds x queries)."""
     d = _matrix(d)
+    n_resamples = _count("n_resamples", n_resamples, 1)
+    confidence = _fraction("confidence", confidence)
+    chunk = _count("chunk", chunk, 1)
     S, Q = d.shape
     rng = np.random.default_rng(seed)
     means = np.empty(n_resamples)
@@ -124,23 +184,29 @@ def two_level_bootstrap(
 
 def tost(deltas: ArrayLike, margin: float) -> float:
     """p of the two one-sided t tests of H0: |Δ| ≥ margin (statsmodels ``ttost_paired`` of D
-    against 0, bounds ±margin): the larger of the two one-sided p-values."""
+    against 0, bounds ±margin): the larger of the two one-sided p-values, t = (mean ± margin) /
+    (sd/√S). Deltas with no spread raise ``NoSpreadError``, as in ``paired_t``."""
     from statsmodels.stats.weightstats import ttost_paired
 
     d = _deltas(deltas)
-    if isinstance(margin, (bool, np.bool_)) or not (np.isfinite(margin) and margin > 0):
-        raise ValueError(f"the equivalence margin δ must be a positive number, got {margin!r}")
-    if np.all(d == d[0]):  # no spread: equivalent exactly when the common delta is inside ±margin
-        return float(not abs(d[0]) < margin)
-    scale = _power_of_two(d)
-    p, _, _ = ttost_paired(d / scale, np.zeros_like(d), -margin / scale, margin / scale)
+    margin = _positive("the equivalence margin δ", margin)
+    x, scale = _spread(d)
+    p, _, _ = ttost_paired(x, np.zeros_like(x), -margin / scale, margin / scale)
     return float(p)
 
 
 def verdict(low: float, high: float, tost_p: float, alpha: float = 0.05) -> str:
     """One of ``VERDICTS`` from the (1 − α) t interval [low, high] and the TOST p at ±δ. A
     significant difference wins over equivalence (a difference inside ±δ but clear of 0 is
-    "better"/"worse")."""
+    "better"/"worse"). A NaN, low > high or a p outside [0, 1] is refused."""
+    alpha = _fraction("alpha", alpha)
+    for name, value in (("low", low), ("high", high)):
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real) or math.isnan(value):
+            raise ValueError(f"the interval bound {name} must be a number, got {value!r}")
+    if low > high:
+        raise ValueError(f"the interval's low bound exceeds its high bound: low={low!r}, high={high!r}")
+    if isinstance(tost_p, (bool, np.bool_)) or not isinstance(tost_p, numbers.Real) or not 0 <= tost_p <= 1:
+        raise ValueError(f"tost_p must be a p-value in [0, 1], got {tost_p!r}")
     if low > 0:
         return "better"
     if high < 0:
@@ -150,27 +216,44 @@ def verdict(low: float, high: float, tost_p: float, alpha: float = 0.05) -> str:
     return "inconclusive"
 
 
-def seed_level(d: ArrayLike, margin: float, confidence: float = 0.95, n_resamples: int = 10_000, seed: int = 0) -> dict:
+def seed_level(
+    d: ArrayLike, margin: float, confidence: float = 0.95, n_resamples: int = 10_000, seed: int = 0, label: str = ""
+) -> dict:
     """Every seed-level statistic of one arm against the reference from d (seeds x queries):
     the paired t interval, the sign-flip p, the two-level bootstrap interval, the TOST p at ±margin
-    and the verdict (α = 1 − confidence)."""
+    and the verdict (α = 1 − confidence). Per-seed deltas with no spread (``NoSpreadError``) give
+    NaN for the t interval, the t p and the TOST p, the verdict "inconclusive" and a warning that
+    names ``label`` (e.g. the arm)."""
     d = _matrix(d)
+    margin = _positive("the equivalence margin δ", margin)
+    confidence = _fraction("confidence", confidence)
     per_seed = d.mean(axis=1)
-    t = paired_t(per_seed, confidence)
+    try:
+        t = paired_t(per_seed, confidence)
+        p_eq = tost(per_seed, margin)
+    except NoSpreadError as exc:
+        warnings.warn(
+            f"{label + ': ' if label else ''}{exc}; the row leaves out the t interval, its p and the TOST p, "
+            "and its verdict is 'inconclusive'",
+            stacklevel=2,
+        )
+        scale = _power_of_two(per_seed)
+        nan = float("nan")
+        t = {"mean": float((per_seed / scale).mean()) * scale, "low": nan, "high": nan, "p": nan}
+        p_eq = nan
     boot_low, boot_high = two_level_bootstrap(d, n_resamples, confidence, seed)
-    p_eq = tost(per_seed, margin)
     return {
         "delta": t["mean"],
         "delta_low": t["low"],
         "delta_high": t["high"],
-        "df": t["df"],
+        "df": int(per_seed.size - 1),
         "p_t": t["p"],
         "p": sign_flip_p(per_seed),
         "boot2_low": boot_low,
         "boot2_high": boot_high,
-        "margin": float(margin),
+        "margin": margin,
         "p_tost": p_eq,
-        "verdict": verdict(t["low"], t["high"], p_eq, 1.0 - confidence),
+        "verdict": "inconclusive" if math.isnan(p_eq) else verdict(t["low"], t["high"], p_eq, 1.0 - confidence),
     }
 
 
@@ -202,19 +285,33 @@ def planning_sd(tau: float, sigma_q: float, queries: int) -> float:
 
 
 def power(delta: float, sd: float, seeds: int, alpha: float = 0.05) -> float:
-    """Power of the two-sided paired t test of S seeds at a true Δ = delta (statsmodels
-    ``TTestPower``: the noncentral t with df S − 1 and noncentrality Δ√S / sd)."""
-    from statsmodels.stats.power import TTestPower
+    """Power of the two-sided paired t test of S seeds at a true Δ = delta: with T noncentral t
+    (df S − 1, noncentrality nc = Δ√S / sd) and c = t_{S−1, 1−α/2}, P(T > c) + P(T < −c) =
+    ``nct.sf(c, S−1, nc) + nct.sf(c, S−1, −nc)``. This is statsmodels' ``TTestPower`` to 1e-16,
+    whose lower tail ``nctdtr(S−1, nc, −c)`` is NaN at many ordinary effect sizes under scipy 1.17
+    (Δ/sd = 7 at 2 seeds; ``seeds_for_power`` skipped such S silently)."""
+    from scipy import stats
 
-    return float(TTestPower().power(effect_size=delta / sd, nobs=seeds, alpha=alpha, alternative="two-sided"))
+    if isinstance(delta, (bool, np.bool_)) or not isinstance(delta, numbers.Real) or not math.isfinite(delta):
+        raise ValueError(f"delta must be a finite number, got {delta!r}")
+    sd = _positive("sd", sd)
+    seeds = _count("seeds", seeds, 2)
+    alpha = _fraction("alpha", alpha)
+    df, nc = seeds - 1, delta / sd * math.sqrt(seeds)
+    crit = stats.t.isf(alpha / 2, df)
+    p = float(stats.nct.sf(crit, df, nc) + stats.nct.sf(crit, df, -nc))
+    if not math.isfinite(p):  # scipy's noncentral t gives nan past a noncentrality of about 3e9
+        raise ValueError(f"the power at Δ/sd = {delta / sd:g} with {seeds} seeds is not computable (scipy gives nan)")
+    return p
 
 
 def seeds_for_power(delta: float, sd: float, target: float = 0.8, alpha: float = 0.05, max_seeds: int = 1000) -> int:
     """The smallest number of seeds whose paired t test has power ≥ target at Δ = delta (a scan
     over S with ``power``; statsmodels' solve_power gives the real-valued root, whose ceiling is
     the same)."""
-    if not (delta > 0 and sd > 0):
-        raise ValueError(f"delta and sd must be positive, got delta={delta!r}, sd={sd!r}")
+    delta, sd = _positive("delta", delta), _positive("sd", sd)
+    target, alpha = _fraction("target power", target), _fraction("alpha", alpha)
+    max_seeds = _count("max_seeds", max_seeds, 2)
     for s in range(2, max_seeds + 1):
         if power(delta, sd, s, alpha) >= target:
             return s
@@ -222,11 +319,22 @@ def seeds_for_power(delta: float, sd: float, target: float = 0.8, alpha: float =
 
 
 def detectable_delta(sd: float, seeds: int, target: float = 0.8, alpha: float = 0.05) -> float:
-    """The Δ that S seeds detect with power ``target`` (two-sided paired t; statsmodels
-    ``TTestPower.solve_power`` for the effect size, times sd)."""
-    from statsmodels.stats.power import TTestPower
+    """The Δ that S seeds detect with power ``target`` (two-sided paired t): sd times the effect
+    size e solving ``power(e, 1, S, alpha) = target``, found by brentq on [0, h] with h doubled
+    until the power there reaches the target (statsmodels' ``TTestPower.solve_power`` returned
+    non-roots silently, e.g. 10.0 with power 0.018 at 2 seeds, α = 0.001)."""
+    from scipy.optimize import brentq
 
-    if seeds < 2:
-        raise ValueError(f"a paired t test needs at least 2 seeds, got {seeds}")
-    es = TTestPower().solve_power(nobs=seeds, power=target, alpha=alpha, alternative="two-sided")
-    return float(np.asarray(es).item()) * sd
+    sd = _positive("sd", sd)
+    seeds = _count("seeds", seeds, 2)
+    target, alpha = _fraction("target power", target), _fraction("alpha", alpha)
+    if target <= alpha:  # the power at Δ = 0 is α and grows with |Δ|: no Δ > 0 has a lower one
+        raise ValueError(f"target power must exceed alpha (the power at Δ = 0), got target={target}, alpha={alpha}")
+
+    def short(effect: float) -> float:
+        return power(effect, 1.0, seeds, alpha) - target
+
+    high = 1.0
+    while short(high) < 0:  # the power tends to 1 > target: this ends (or power() refuses where scipy gives nan)
+        high *= 2.0
+    return float(brentq(short, 0.0, high, xtol=1e-14, rtol=1e-14)) * sd

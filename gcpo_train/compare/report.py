@@ -95,7 +95,7 @@ def summary_table(
         }
         d = _paired(f, ref) if arm != reference else None
         if d is not None:
-            row.update(seed_level(d, margin * ref_mean))
+            row.update(seed_level(d, margin * ref_mean, label=f"{arm} vs {reference}"))
             _, row["pooled_low"], row["pooled_high"], row["pooled_p"] = paired_seed_query_bootstrap(d)
             row["paired_seeds"] = int(d.shape[0])
         rows.append(row)
@@ -140,9 +140,8 @@ def control_table(results: pd.DataFrame, arms, reference: str, margin: float = 0
         twin = arm + SHUFFLED
         d = _paired(final[final["arm"] == arm], final[final["arm"] == twin]) if twin in arms else None
         if d is not None:
-            rows.append(
-                {"arm": arm, "control": twin, "paired_seeds": int(d.shape[0]), **seed_level(d, margin * ref_mean)}
-            )
+            stats = seed_level(d, margin * ref_mean, label=f"{arm} vs {twin}")
+            rows.append({"arm": arm, "control": twin, "paired_seeds": int(d.shape[0]), **stats})
     return pd.DataFrame(rows)
 
 
@@ -157,7 +156,8 @@ def _control_markdown(control: pd.DataFrame) -> str:
         lines.append(
             f"| {r['arm']} | {r['control']} | {r['paired_seeds']} "
             f"| {r['delta']:+.2f} {_ci(r, 'delta_low', 'delta_high')}, df {int(r['df'])} | {r['p']:.3f} "
-            f"| {_ci(r, 'boot2_low', 'boot2_high')} | {r['p_tost']:.3f} (±{r['margin']:.2f}) | {r['verdict']} |"
+            f"| {_ci(r, 'boot2_low', 'boot2_high')} | {_num(r['p_tost'], '.3f')} (±{r['margin']:.2f}) "
+            f"| {r['verdict']} |"
         )
     return "\n".join(lines) + "\n"
 

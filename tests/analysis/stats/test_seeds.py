@@ -2,6 +2,8 @@
 loops and a coverage simulation with known τ and query noise."""
 
 import itertools
+import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -64,10 +66,13 @@ def test_sign_flip_p_is_the_brute_loop_and_scipys_permutation_test(n):
 def test_sign_flip_p_edge_cases():
     assert S.sign_flip_p([1.0, 2.0, 3.0]) == pytest.approx(2 / 8)  # the smallest p at 3 seeds
     assert S.sign_flip_p([0.0, 0.0]) == 1.0
-    # no spread between seeds (e.g. two arms that trained alike): a point interval, no warning
-    assert S.paired_t([0.0, 0.0, 0.0])["low"] == S.paired_t([0.0, 0.0, 0.0])["high"] == 0.0
-    assert S.paired_t([0.0, 0.0])["p"] == 1.0 and S.paired_t([2.0, 2.0])["p"] == 0.0
-    assert S.tost([0.5, 0.5], 1.0) == 0.0 and S.tost([1.5, 1.5], 1.0) == 1.0
+    # no spread between seeds (e.g. two arms that trained alike): no t interval, no t test
+    for no_spread in ([0.0, 0.0, 0.0], [0.0, 0.0], [2.0, 2.0]):
+        with pytest.raises(S.NoSpreadError, match="no spread"):
+            S.paired_t(no_spread)
+    for no_spread in ([0.5, 0.5], [1.5, 1.5]):
+        with pytest.raises(S.NoSpreadError, match="no spread"):
+            S.tost(no_spread, 1.0)
     big = np.arange(1.0, 19.0)  # 18 seeds: Monte Carlo, all positive -> p near 2/2^18
     assert S.sign_flip_p(big) < 1e-3
     with pytest.raises(ValueError, match="at least 2 seeds"):
@@ -172,3 +177,141 @@ def test_power_is_the_noncentral_t():
     assert S.power(S.detectable_delta(sd, 10), sd, 10) == pytest.approx(0.8, abs=1e-6)
     with pytest.raises(ValueError, match="positive"):
         S.seeds_for_power(0.0, sd)
+
+
+def _exact_sign_flip_p(d) -> float:
+    """The sign-flip p by exact rational arithmetic over all 2^n sign vectors (no rounding, no
+    tolerance): the share with |Σ ε·d| ≥ |Σ d|."""
+    exact = [Fraction(float(x)) for x in d]
+    observed = abs(sum(exact))
+    hits = sum(
+        abs(sum(e * x for e, x in zip(eps, exact))) >= observed for eps in itertools.product((1, -1), repeat=len(d))
+    )
+    return hits / 2 ** len(d)
+
+
+@pytest.mark.parametrize("deltas", [[1.0] * 5, [0.1 + 0.2, 0.3, 0.3], [1e300] * 3, [-3e-300] * 4, [0.0] * 6])
+def test_deltas_with_no_spread_have_no_t_interval_but_a_sign_flip_p(deltas):
+    """Five deltas of +1.0 gave p = 0 and a point interval ("better") while the exact sign-flip p
+    is 2/32; 0.1 + 0.2, 0.3, 0.3 (a spread of float rounding only) gave p = 1e-32."""
+    with pytest.raises(S.NoSpreadError, match=r"the per-seed deltas have no spread \(sd = "):
+        S.paired_t(deltas)
+    with pytest.raises(ValueError, match="no spread"):  # NoSpreadError is a ValueError
+        S.tost(deltas, 1.0)
+    assert S.sign_flip_p(deltas) == _exact_sign_flip_p(deltas)
+
+
+def test_a_tiny_real_spread_still_has_its_t_interval():
+    d = np.array([1.0, 1.0 + 1e-9, 1.0 - 2e-9])  # sd / max|D| ~ 1e-9: data, not rounding
+    got = S.paired_t(d)
+    ci = stats.ttest_1samp(d, 0.0).confidence_interval(0.95)
+    assert [got["low"], got["high"]] == pytest.approx([ci.low, ci.high], rel=1e-12)
+    assert S.tost(d, 0.5) == pytest.approx(stats.ttest_1samp(d, 0.5, alternative="less").pvalue, rel=1e-9)
+
+
+def test_seed_level_with_no_spread_is_inconclusive_with_missing_t_statistics():
+    d = np.tile([[0.5, 1.5, 1.0]], (5, 1))  # every seed's delta is 1.0
+    with pytest.warns(UserWarning, match="arm x: the per-seed deltas have no spread .* 'inconclusive'"):
+        row = S.seed_level(d, margin=2.0, label="arm x")
+    assert row["verdict"] == "inconclusive"
+    assert all(math.isnan(row[k]) for k in ("delta_low", "delta_high", "p_t", "p_tost"))
+    assert row["delta"] == 1.0 and row["df"] == 4 and row["margin"] == 2.0
+    assert row["p"] == _exact_sign_flip_p(d.mean(axis=1)) == 2 / 32
+    assert (row["boot2_low"], row["boot2_high"]) == S.two_level_bootstrap(d)
+    assert list(row) == list(S.seed_level(np.arange(15.0).reshape(5, 3) ** 1.5, margin=2.0))  # same columns
+
+
+@pytest.mark.parametrize("scale", [1e-13, 1e-200, 1e-310, 1.0, 1e200, 1e307])
+@pytest.mark.parametrize("n", [3, 6, 9])
+def test_sign_flip_p_is_exact_enumeration_at_any_scale(n, scale):
+    """An absolute tie tolerance of 1e-12 counted every sign vector as extreme for deltas near
+    1e-13 (p = 1 instead of 0.25 at 3 seeds): ties are now relative to the deltas' own size."""
+    d = np.random.default_rng(n).normal(0.7, 1.0, size=n) * scale
+    assert S.sign_flip_p(d) == _exact_sign_flip_p(d)
+
+
+def test_sign_flip_p_counts_exact_ties_and_is_scale_free_by_monte_carlo():
+    assert S.sign_flip_p([1e-13, 2e-13, 3e-13]) == _exact_sign_flip_p([1e-13, 2e-13, 3e-13]) == 0.25
+    tied = np.array([1.0, 2.0, -3.0, 5.0, 0.5]) * 2.0**-60  # ε flipping {1, 2, -3} ties the observed sum
+    assert S.sign_flip_p(tied) == _exact_sign_flip_p(tied)
+    big = np.arange(1.0, 19.0)  # 18 seeds: Monte Carlo; the same draws at any scale
+    assert S.sign_flip_p(big * 1e-13) == S.sign_flip_p(big) == S.sign_flip_p(big * 2.0**-40) < 1e-3
+
+
+def _power_by_integral(effect, seeds, alpha=0.05):
+    """The two-sided paired t power by quadrature over the chi-distributed sd, not the noncentral
+    t: T = (Z + nc) / (U/√df), U ~ chi(df), so P(|T| > c) = E_U[Φ(nc − cU/√df) + Φ(−nc − cU/√df)]."""
+    from scipy import integrate
+
+    df, nc = seeds - 1, effect * np.sqrt(seeds)
+    c = stats.t.isf(alpha / 2, df)
+
+    def f(u):
+        return (stats.norm.cdf(nc - c * u / np.sqrt(df)) + stats.norm.cdf(-nc - c * u / np.sqrt(df))) * stats.chi.pdf(
+            u, df
+        )
+
+    return integrate.quad(f, 0, np.inf, epsabs=1e-13, epsrel=1e-12)[0]
+
+
+@pytest.mark.parametrize(("effect", "seeds"), [(7.0, 2), (7.6, 2), (10.0, 3), (-7.0, 2), (20.0, 5), (0.3, 8)])
+def test_power_is_finite_where_the_noncentral_t_tail_was_nan(effect, seeds):
+    """statsmodels' lower tail nctdtr(df, nc, −c) is NaN under scipy 1.17 at these effect sizes
+    (power(7, 1, 2) was nan, and seeds_for_power skipped such seed counts)."""
+    assert S.power(effect, 1.0, seeds) == pytest.approx(_power_by_integral(effect, seeds), abs=1e-9)
+    assert S.power(effect * 3.0, 3.0, seeds) == pytest.approx(S.power(effect, 1.0, seeds), abs=1e-15)
+
+
+@pytest.mark.parametrize(
+    ("seeds", "target", "alpha"), [(2, 0.8, 1e-3), (2, 0.99, 0.05), (3, 0.9999, 0.05), (10, 0.8, 0.05)]
+)
+def test_detectable_delta_has_the_target_power(seeds, target, alpha):
+    """statsmodels' solve_power returned 10.0 (power 0.018, not 0.8) at 2 seeds and α = 0.001, and
+    power 0.977 for a 0.99 target at 2 seeds."""
+    delta = S.detectable_delta(2.5, seeds, target, alpha)
+    assert _power_by_integral(delta / 2.5, seeds, alpha) == pytest.approx(target, abs=1e-8)
+    # just above it, these seeds are the fewest with the target power (power grows with seeds)
+    assert S.seeds_for_power(delta * (1 + 1e-9), 2.5, target, alpha) == seeds
+
+
+D = [0.3, -0.1, 0.4, 0.2]
+SEVENTEEN = list(np.linspace(-1.0, 2.0, 17))
+NAN, INF = float("nan"), float("inf")
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: S.power(1, 1, 1), r"seeds must be an integer >= 2, got 1"),
+        (lambda: S.power(1, 1, 2.5), r"seeds must be an integer >= 2, got 2.5"),
+        (lambda: S.power(1, 0.0, 5), r"sd must be a positive number, got 0.0"),
+        (lambda: S.power(NAN, 1, 5), r"delta must be a finite number, got nan"),
+        (lambda: S.power(1, 1, 5, alpha=1.0), r"alpha must be a number in \(0, 1\), got 1.0"),
+        (lambda: S.detectable_delta(NAN, 8), r"sd must be a positive number, got nan"),
+        (lambda: S.detectable_delta(-1, 8), r"sd must be a positive number, got -1"),
+        (lambda: S.detectable_delta(1, True), r"seeds must be an integer >= 2, got True"),
+        (lambda: S.detectable_delta(1, 8, target=0.04), r"target power must exceed alpha"),
+        (lambda: S.detectable_delta(1, 8, target=1.0), r"target power must be a number in \(0, 1\), got 1.0"),
+        (lambda: S.paired_t(D, NAN), r"confidence must be a number in \(0, 1\), got nan"),
+        (lambda: S.paired_t(D, 1.0), r"confidence must be a number in \(0, 1\), got 1.0"),
+        (lambda: S.seed_level(np.ones((3, 2)) * [[1], [2], [4]], NAN), r"margin δ must be a positive number, got nan"),
+        (lambda: S.two_level_bootstrap(np.ones((3, 2)), n_resamples=0), r"n_resamples must be an integer >= 1, got 0"),
+        (lambda: S.two_level_bootstrap(np.ones((3, 2)), chunk=0), r"chunk must be an integer >= 1, got 0"),
+        (lambda: S.two_level_bootstrap(np.ones((3, 2)), confidence=NAN), r"confidence must be a number in \(0, 1\)"),
+        (lambda: S.sign_flip_p(SEVENTEEN, n_resamples=0), r"n_resamples must be an integer >= 1, got 0"),
+        (lambda: S.seeds_for_power(INF, 1), r"delta must be a positive number, got inf \(not finite\)"),
+        (lambda: S.seeds_for_power(1, NAN), r"sd must be a positive number, got nan"),
+        (lambda: S.seeds_for_power(1, 1, alpha=0), r"alpha must be a number in \(0, 1\), got 0"),
+        (lambda: S.seeds_for_power(1, 1, target=1.0), r"target power must be a number in \(0, 1\), got 1.0"),
+        (lambda: S.verdict(2, -1, 0.5), r"low bound exceeds its high bound: low=2, high=-1"),
+        (lambda: S.verdict(NAN, 1.0, 0.5), r"the interval bound low must be a number, got nan"),
+        (lambda: S.verdict(0.1, 1.0, NAN), r"tost_p must be a p-value in \[0, 1\], got nan"),
+        (lambda: S.verdict(-1.0, 1.0, 1.5), r"tost_p must be a p-value in \[0, 1\], got 1.5"),
+        (lambda: S.verdict(-1.0, 1.0, 0.01, alpha=0), r"alpha must be a number in \(0, 1\), got 0"),
+    ],
+)
+def test_bad_arguments_are_refused_naming_them(call, message):
+    """Each returned nan or a misleading number (power(1, 1, 1) nan, detectable_delta(-1, 8) −1.16,
+    verdict(2, -1, .5) "better", seeds_for_power(1, 1, target=1.0) 111, ...) or an IndexError."""
+    with pytest.raises(ValueError, match=message):
+        call()

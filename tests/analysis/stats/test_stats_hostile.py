@@ -90,3 +90,34 @@ def test_a_boolean_equivalence_margin_is_refused(margin):
 
     with pytest.raises(ValueError, match="margin δ must be a positive number, got"):
         tost([0.1, 0.3, 0.2], margin)
+
+
+def test_a_report_row_whose_seeds_agree_exactly_is_inconclusive_not_better():
+    """Five seeds each exactly +1.0 above GRPO read "better" (t interval [1, 1], p 0) while the
+    exact sign-flip p is 2/32: the report now leaves the t interval and the TOST p out ("—"),
+    says "inconclusive" and warns naming the arm; the sign-flip p stays."""
+    import itertools
+
+    from gcpo_train.compare.report import _control_markdown, _markdown, control_table, summary_table
+
+    rows = []
+    for arm, shift in (("none", 0.0), ("bot_rd", 1.0), ("bot_rd:shuffled", 1.0)):
+        for seed, q in itertools.product(range(5), range(4)):
+            rows.append(dict(arm=arm, seed=seed, step=9, query_id=f"q{q}", score=40.0 + 10 * q + seed + shift))
+    results = pd.DataFrame(rows)
+    arms = ["none", "bot_rd", "bot_rd:shuffled"]
+    with pytest.warns(UserWarning) as caught:
+        table = summary_table(results, arms, "none", {}).set_index("arm")
+    labels = sorted(str(w.message).split(": the per-seed")[0] for w in caught)
+    assert labels == ["bot_rd vs none", "bot_rd:shuffled vs none"]
+    assert all("no spread" in str(w.message) and "'inconclusive'" in str(w.message) for w in caught)
+    with pytest.warns(UserWarning, match="bot_rd vs bot_rd:shuffled: the per-seed deltas have no spread"):
+        control = control_table(results, arms, "none")
+    r = table.loc["bot_rd"]
+    assert r.verdict == "inconclusive" and r.delta == pytest.approx(1.0)
+    assert np.isnan([r.delta_low, r.delta_high, r.p_t, r.p_tost]).all()
+    assert r.p == 2 / 2**5  # all 32 sign vectors: only the observed one and its mirror reach |mean| = 1
+    assert control.iloc[0].verdict == "inconclusive" and control.iloc[0].p == 1.0  # every delta 0
+    text = _markdown(table.reset_index(), None, "none") + _control_markdown(control)
+    assert "nan" not in text.lower() and "better" not in text
+    assert "| +1.00 —, df 4 | 0.062 (" in text and "| +0.00 —, df 4 | 1.000 |" in text
