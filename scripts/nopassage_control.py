@@ -87,12 +87,14 @@ def evaluate_blank(folder: Path, blank_data: str, arms: list[str] | None = None,
     for arm, seed, step in finished_runs(folder, arms):
         run = arm_seed_folder(folder, arm, seed)
         checkpoint = run / "checkpoints" / f"step_{step:06d}"
-        if not checkpoint.is_dir():
+        name = f"{run.parent.name}_seed_{seed}_step_{step}"  # the folder's name: no ':' in a file name
+        # a run already evaluated needs no checkpoint (a folder restored from its published copy has none)
+        if not checkpoint.is_dir() and not (out / f"{name}.predictions.parquet").exists():
             raise SystemExit(f"{checkpoint} is missing: the no-passage control needs the run's last checkpoint")
         cfg = run_config(cmp.base, arm, seed, folder, cmp.eval_every, cmp.eval_n, cmp.split_seed)
         todo.append(
             (
-                f"{run.parent.name}_seed_{seed}_step_{step}",  # the folder's name: no ':' in a file name
+                name,
                 run / "eval" / f"step_{step:06d}.predictions.parquet",
                 cfg,
                 seed,

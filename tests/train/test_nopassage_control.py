@@ -121,3 +121,16 @@ def test_a_folder_without_compare_json_or_checkpoint_is_named(finished, tmp_path
     shutil.rmtree(cmp / "runs" / "none" / "seed_0" / "checkpoints")
     with pytest.raises(SystemExit, match="step_000002 is missing"):
         SCRIPT["evaluate_blank"](cmp, str(finished / "data"))
+
+
+def test_a_run_already_evaluated_needs_no_checkpoint(finished, tmp_path):
+    """A folder restored from its published copy (scripts/publish_comparison.py copies no
+    checkpoints) was refused for every run, though each one's no-passage evaluation was there."""
+    import shutil
+
+    cmp = _copy(finished, tmp_path)
+    first = SCRIPT["evaluate_blank"](cmp, str(finished / "data"), progress=False)
+    stamps = {p: p.stat().st_mtime_ns for p in first}
+    shutil.rmtree(cmp / "runs" / "none" / "seed_0" / "checkpoints")
+    again = SCRIPT["evaluate_blank"](cmp, str(finished / "data"), progress=False)
+    assert again == first and {p: p.stat().st_mtime_ns for p in again} == stamps  # kept, not evaluated again
