@@ -197,6 +197,8 @@ def compare_table(data: str, folder: str) -> str:
 
     named, bases = [], set()  # (first cells, gate row): the header needs every row's options
     for run in sorted(root.glob("runs/*/seed_*")):
+        if not (run.is_dir() and re.fullmatch(r"seed_\d+", run.name)):  # seed_old, seed_9.txt: not a run
+            raise SystemExit(f"{run}: not a run of the comparison (runs/<arm>/ holds folders seed_<digits>)")
         evals = sorted(run.glob("eval/step_*.predictions.parquet"))
         if evals:
             seed = run.name.split("_")[1]

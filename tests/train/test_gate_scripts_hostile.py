@@ -149,3 +149,17 @@ def test_read_predictions_passes_a_good_file(tmp_path):
     path = tmp_path / "p.parquet"
     _preds(path, ["a", "b"], ["", "x"], [0, 50.5], [["r"], np.array(["s", "t"], dtype=object)])
     assert list(read_predictions(path)["answer"]) == ["", "x"]
+
+
+@pytest.mark.parametrize("entry", ["seed_old/", "seed_9.txt"])
+def test_choice_gate_refuses_an_entry_that_is_not_a_seed_folder(tmp_path, entry):
+    """choice_gate --compare cut "seed_old" at its "_" and failed in int(); a file seed_9.txt was
+    passed over in silence. Both are named now, as span_gate names them."""
+    arm = tmp_path / "runs" / "none"
+    arm.mkdir(parents=True)
+    if entry.endswith("/"):
+        (arm / entry).mkdir()
+    else:
+        (arm / entry).write_text("")
+    with pytest.raises(SystemExit, match=rf"{entry.rstrip('/')}: not a run of the comparison"):
+        CHOICE["compare_table"]("unused.jsonl", str(tmp_path))
