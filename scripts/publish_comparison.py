@@ -39,7 +39,7 @@ RUN_FOLDERS = ("eval", "rollouts")
 
 
 def _config(folder: Path) -> dict:
-    from gcpo_train.compare.run import read_record
+    from gcpo_train.compare.record import read_record
 
     path = folder / "compare.json"
     try:

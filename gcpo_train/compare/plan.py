@@ -176,7 +176,8 @@ def write_plan(
     existing plan.md is kept unless ``overwrite``; ``margin`` must be compare.json's, when it
     records one (the report reads δ there)."""
     from gcpo_analysis.frames import write_text
-    from gcpo_train.compare.report import _spec, finished_results
+    from gcpo_train.compare.record import read_spec
+    from gcpo_train.compare.report import finished_results
 
     folder = Path(folder)
     path = folder / "results.parquet"
@@ -187,7 +188,7 @@ def write_plan(
             f"{folder / 'plan.md'} exists: a plan is fixed before the runs it plans; move it away, or pass "
             "--overwrite to replace it"
         )
-    spec = _spec(folder)
+    spec = read_spec(folder)
     recorded = spec.get("equivalence_margin")
     if recorded is not None and float(recorded) != float(margin):
         raise ValueError(

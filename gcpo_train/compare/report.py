@@ -33,6 +33,7 @@ import pandas as pd
 
 from gcpo_analysis.frames import write_figure, write_table, write_text
 from gcpo_train.compare.layout import arm_seed_folder
+from gcpo_train.compare.record import read_spec
 
 
 def paired_seed_query_bootstrap(d, n_resamples: int = 10_000, confidence: float = 0.95, seed: int = 0):
@@ -218,13 +219,6 @@ def _markdown(table: pd.DataFrame, base_mean: float | None, reference: str, coup
     return text
 
 
-def _spec(out: Path) -> dict:
-    from gcpo_train.compare.run import read_record
-
-    path = out / "compare.json"
-    return read_record(path) if path.exists() else {}
-
-
 def finished_results(results: pd.DataFrame, steps: int | None) -> pd.DataFrame:
     """``results`` without the trained arm-seeds whose last evaluation is before step ``steps``
     (runs still training, evaluated along the way): Δ pairs each seed's runs at the comparison's
@@ -256,7 +250,7 @@ def write_report(out: Path, results: pd.DataFrame, arms, reference: str, figures
     from gcpo_train.compare.treatment import coupling, effective_treatment, omega_frame
 
     out = Path(out)
-    spec = _spec(out)
+    spec = read_spec(out)
     margin = float(spec.get("equivalence_margin", 0.1))
     max_grad_norm = float(spec.get("config", {}).get("max_grad_norm", 1.0) or 0.0)
     omegas = {arm: omega_frame(out, arm) for arm in arms}

@@ -34,13 +34,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import numbers
-import re
 from pathlib import Path
 
 import pandas as pd
 
 from gcpo_analysis.frames import write_frame, write_text
+from gcpo_train.compare.evaluations import check_same_queries, eval_step, read_scores
 from gcpo_train.compare.layout import arm_seed_folder
+from gcpo_train.compare.record import read_record
 from gcpo_train.compare.settings import check_count
 from gcpo_train.config import TrainConfig
 
@@ -337,7 +338,7 @@ class Comparison:
             cfg = run_config(self.base, REFERENCE_ARM, seed, self.out, self.eval_every, self.eval_n, self.split_seed)
             base = self.out / "base" / f"{base_key(cfg, seed)}.predictions.parquet"
             if base.exists():
-                parts.append(_scores(base, "base", seed, 0))
+                parts.append(read_scores(base, "base", seed, 0))
             for arm in arms:
                 folder = arm_seed_folder(self.out, arm, seed)
                 evaluations = sorted((folder / "eval").glob("step_*.predictions.parquet"))
@@ -347,55 +348,12 @@ class Comparison:
                         run_config(self.base, arm, seed, self.out, self.eval_every, self.eval_n, self.split_seed),
                     )
                 for path in evaluations:
-                    parts.append(_scores(path, arm, seed, _eval_step(path)))
+                    parts.append(read_scores(path, arm, seed, eval_step(path)))
         columns = ["arm", "seed", "step", "query_id", "score"]
         if not parts:
             return pd.DataFrame({c: pd.Series(dtype=object) for c in columns})
-        _check_same_queries(parts)
+        check_same_queries(parts)
         return pd.concat(parts, ignore_index=True)[columns]
-
-
-def read_record(path: Path) -> dict:
-    """A comparison's ``compare.json``, or a ValueError naming the file when it is not one."""
-    try:
-        record = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as err:
-        raise ValueError(
-            f"{path} is not a readable comparison record ({type(err).__name__}: {err}); restore it, or use "
-            "another --output folder"
-        ) from None
-    if not isinstance(record, dict) or not isinstance(record.get("config"), dict):
-        raise ValueError(
-            f"{path} is not a comparison record (no 'config' mapping); restore it, or use another --output"
-        )
-    _check_record_fields(path, record)
-    return record
-
-
-def _check_record_fields(path: Path, record: dict) -> None:
-    """The fields of compare.json that listing and reporting read, each of its type, or a
-    ValueError naming the field (a hand-edited record must not become a wrong report)."""
-
-    def bad(field: str, want: str):
-        return ValueError(f"{path}: field {field!r} must be {want}, got {record[field]!r}; restore the file")
-
-    seeds = record.get("seeds", [])
-    if not isinstance(seeds, list) or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
-        raise bad("seeds", "a list of integers")
-    arms = record.get("modulators", [])
-    if not isinstance(arms, list) or not all(isinstance(a, str) and a for a in arms):
-        raise bad("modulators", "a list of names")
-    margin = record.get("equivalence_margin", 0.1)
-    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not 0 < margin < float("inf"):
-        raise bad("equivalence_margin", "a positive number")
-    steps = record.get("steps", 1)
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise bad("steps", "a positive integer")
-    clip = record["config"].get("max_grad_norm")
-    if clip is not None and (isinstance(clip, bool) or not isinstance(clip, (int, float))):
-        raise ValueError(
-            f"{path}: config field 'max_grad_norm' must be a number or null, got {clip!r}; restore the file"
-        )
 
 
 def check_run(folder: Path, cfg: TrainConfig) -> None:
@@ -443,58 +401,3 @@ def _restore_finished(trainer, folder: Path, cfg: TrainConfig) -> bool:
             folder, model=trainer.policy, optimizer=trainer.optimizer, scheduler=trainer.scheduler, config=cfg
         )
     return state is not None and state["step"] >= cfg.steps
-
-
-EVAL_FILE = re.compile(r"step_(\d{6})\.predictions\.parquet")
-
-
-def _eval_step(path: Path) -> int:
-    """The step of an evaluation file the comparison wrote (``step_000060.predictions.parquet``);
-    any other name in a run's eval/ is refused: a stray copy would otherwise count as a step."""
-    m = EVAL_FILE.fullmatch(path.name)
-    if m is None:
-        raise ValueError(
-            f"{path}: not an evaluation file of this comparison (expected step_NNNNNN.predictions.parquet); "
-            "move it out of the run's eval/ folder"
-        )
-    return int(m.group(1))
-
-
-def _scores(path: Path, arm: str, seed: int, step: int) -> pd.DataFrame:
-    """(query_id, score) of one evaluation, checked: both columns, each query once, finite scores."""
-    import numpy as np
-
-    from gcpo_analysis.frames import check_columns, read_table, show_value
-
-    df = read_table(path, kind="predictions")
-    check_columns(df, ("query_id", "score"), "predictions", str(path))
-    df = df[["query_id", "score"]]
-    repeated = df["query_id"].duplicated(keep=False).to_numpy()
-    if repeated.any():
-        row = int(np.flatnonzero(repeated)[0])
-        raise ValueError(f"{path}: query {df['query_id'].iloc[row]!r} is scored more than once (row {row})")
-    score = pd.to_numeric(df["score"], errors="coerce").to_numpy(dtype=float)
-    if not np.isfinite(score).all():
-        row = int(np.flatnonzero(~np.isfinite(score))[0])
-        raise ValueError(
-            f"{path}: score of query {df['query_id'].iloc[row]!r} (row {row}) is {show_value(df['score'].iloc[row])}, "
-            "not a finite number"
-        )
-    return df.assign(score=score, arm=arm, seed=seed, step=step)
-
-
-def _check_same_queries(parts: list[pd.DataFrame]) -> None:
-    """Every evaluation of a comparison scores the same held-out queries (the first eval_n of one
-    split): one that lacks a query or has another would silently shrink the pairing."""
-    first = parts[0]
-    expected = set(first["query_id"])
-    for part in parts[1:]:
-        got = set(part["query_id"])
-        if got != expected:
-            what = f"{part['arm'].iloc[0]} seed {part['seed'].iloc[0]} step {part['step'].iloc[0]}"
-            ref = f"{first['arm'].iloc[0]} seed {first['seed'].iloc[0]} step {first['step'].iloc[0]}"
-            missing, extra = sorted(map(str, expected - got)), sorted(map(str, got - expected))
-            raise ValueError(
-                f"the evaluation of {what} scores other held-out queries than that of {ref}: "
-                f"{len(missing)} missing (first {missing[:1]}), {len(extra)} extra (first {extra[:1]})"
-            )

@@ -104,7 +104,7 @@ def test_a_query_scored_twice_missing_or_not_a_number_is_refused_by_file(folder,
 def test_a_hand_edited_compare_json_names_its_field(folder, field, value):
     """seeds ["a"] failed as "invalid literal for int()", a margin "x" as "could not convert
     string to float"; a margin of 0 was used."""
-    from gcpo_train.compare.run import read_record
+    from gcpo_train.compare.record import read_record
 
     spec = json.loads((folder / "compare.json").read_text())
     spec[field] = value

@@ -1,0 +1,58 @@
+"""A comparison's record, ``OUT/compare.json``: what was compared (the config, the arms and seeds,
+the steps, the evaluation and its margin), written by ``Comparison`` and read back by every later
+run, the report, the planner and the publishing script. Read as untrusted: a file that is not a
+record, or a field of the wrong type, is refused by name, never turned into a wrong report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def read_record(path: Path) -> dict:
+    """A comparison's ``compare.json``, or a ValueError naming the file when it is not one."""
+    try:
+        record = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise ValueError(
+            f"{path} is not a readable comparison record ({type(err).__name__}: {err}); restore it, or use "
+            "another --output folder"
+        ) from None
+    if not isinstance(record, dict) or not isinstance(record.get("config"), dict):
+        raise ValueError(
+            f"{path} is not a comparison record (no 'config' mapping); restore it, or use another --output"
+        )
+    _check_record_fields(path, record)
+    return record
+
+
+def _check_record_fields(path: Path, record: dict) -> None:
+    """The fields of compare.json that listing and reporting read, each of its type, or a
+    ValueError naming the field (a hand-edited record must not become a wrong report)."""
+
+    def bad(field: str, want: str):
+        return ValueError(f"{path}: field {field!r} must be {want}, got {record[field]!r}; restore the file")
+
+    seeds = record.get("seeds", [])
+    if not isinstance(seeds, list) or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
+        raise bad("seeds", "a list of integers")
+    arms = record.get("modulators", [])
+    if not isinstance(arms, list) or not all(isinstance(a, str) and a for a in arms):
+        raise bad("modulators", "a list of names")
+    margin = record.get("equivalence_margin", 0.1)
+    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not 0 < margin < float("inf"):
+        raise bad("equivalence_margin", "a positive number")
+    steps = record.get("steps", 1)
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise bad("steps", "a positive integer")
+    clip = record["config"].get("max_grad_norm")
+    if clip is not None and (isinstance(clip, bool) or not isinstance(clip, (int, float))):
+        raise ValueError(
+            f"{path}: config field 'max_grad_norm' must be a number or null, got {clip!r}; restore the file"
+        )
+
+
+def read_spec(out: Path) -> dict:
+    """The record of the comparison folder ``out`` (``read_record``), {} when it has none yet."""
+    path = Path(out) / "compare.json"
+    return read_record(path) if path.exists() else {}
