@@ -38,6 +38,7 @@ import pandas as pd
 
 from gcpo_analysis.data import load_queries
 from gcpo_analysis.rewards import normalize_answer, token_f1
+from gcpo_train.compare.evaluations import eval_step
 from gcpo_train.evaluation.heldout import paired_gain, read_predictions
 
 
@@ -199,7 +200,10 @@ def compare_table(data: str, folder: str) -> str:
     for run in sorted(root.glob("runs/*/seed_*")):
         if not (run.is_dir() and re.fullmatch(r"seed_\d+", run.name)):  # seed_old, seed_9.txt: not a run
             raise SystemExit(f"{run}: not a run of the comparison (runs/<arm>/ holds folders seed_<digits>)")
-        evals = sorted(run.glob("eval/step_*.predictions.parquet"))
+        try:  # by step, and a stray name refused: step_000060_old... sorted after step_000060 and won
+            evals = sorted(run.glob("eval/step_*.predictions.parquet"), key=eval_step)
+        except ValueError as err:
+            raise SystemExit(str(err)) from None
         if evals:
             seed = run.name.split("_")[1]
             base_path = base_of(seed)

@@ -115,8 +115,9 @@ def write_frame(df: pd.DataFrame, path: str | Path) -> Path:
 
 
 # Tables (CSV) keep 10 significant digits: a full float repr's last digits change with the CPU's
-# summation order (a bootstrap quantile, a regression), and a study's tables must regenerate byte
-# for byte on another machine; the frames (Parquet) keep full precision.
+# summation order (a bootstrap quantile, a regression), and a study's tables must regenerate on
+# another machine (up to a last-digit rounding where a value sits at a rounding boundary); the
+# frames (Parquet) keep full precision.
 TABLE_FLOAT_FORMAT = "%.10g"
 
 

@@ -30,8 +30,8 @@ verdict "inconclusive", and warns. The sign-flip p and the bootstrap stay define
 
 ``variance_components`` and the power functions (``seeds_for_power``, ``detectable_delta``) plan
 the number of seeds: the sd of D_s is √(τ² + σ_q²/Q), and a paired t test of S seeds has the
-power of a one-sample t test with effect size Δ / sd(D) (statsmodels ``TTestPower``, the
-noncentral t).
+power of a one-sample t test with effect size Δ / sd(D) (the noncentral t, ``scipy.stats.nct``;
+``detectable_delta`` is its root in Δ by ``scipy.optimize.brentq``).
 """
 
 from __future__ import annotations
@@ -307,8 +307,7 @@ def power(delta: float, sd: float, seeds: int, alpha: float = 0.05) -> float:
 
 def seeds_for_power(delta: float, sd: float, target: float = 0.8, alpha: float = 0.05, max_seeds: int = 1000) -> int:
     """The smallest number of seeds whose paired t test has power ≥ target at Δ = delta (a scan
-    over S with ``power``; statsmodels' solve_power gives the real-valued root, whose ceiling is
-    the same)."""
+    over S with ``power``)."""
     delta, sd = _positive("delta", delta), _positive("sd", sd)
     target, alpha = _fraction("target power", target), _fraction("alpha", alpha)
     max_seeds = _count("max_seeds", max_seeds, 2)

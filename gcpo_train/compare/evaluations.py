@@ -7,9 +7,9 @@ change Δ without a word (``Comparison.results``)."""
 from __future__ import annotations
 
 import re
+from collections import Counter
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 EVAL_FILE = re.compile(r"step_(\d{6})\.predictions\.parquet")
@@ -28,38 +28,27 @@ def eval_step(path: Path) -> int:
 
 
 def read_scores(path: Path, arm: str, seed: int, step: int) -> pd.DataFrame:
-    """(query_id, score) of one evaluation, checked: both columns, each query once, finite scores."""
-    from gcpo_analysis.frames import check_columns, read_table, show_value
+    """(query_id, score, arm, seed, step) of one evaluation, checked by the held-out reader
+    (``evaluation.heldout.read_scores``: both columns, no empty file, every query once with an id,
+    each score a finite number, not a text or a bool), each error naming the run and the file."""
+    from gcpo_train.evaluation.heldout import read_scores as read_checked
 
-    df = read_table(path, kind="predictions")
-    check_columns(df, ("query_id", "score"), "predictions", str(path))
-    df = df[["query_id", "score"]]
-    repeated = df["query_id"].duplicated(keep=False).to_numpy()
-    if repeated.any():
-        row = int(np.flatnonzero(repeated)[0])
-        raise ValueError(f"{path}: query {df['query_id'].iloc[row]!r} is scored more than once (row {row})")
-    score = pd.to_numeric(df["score"], errors="coerce").to_numpy(dtype=float)
-    if not np.isfinite(score).all():
-        row = int(np.flatnonzero(~np.isfinite(score))[0])
-        raise ValueError(
-            f"{path}: score of query {df['query_id'].iloc[row]!r} (row {row}) is {show_value(df['score'].iloc[row])}, "
-            "not a finite number"
-        )
-    return df.assign(score=score, arm=arm, seed=seed, step=step)
+    return read_checked(path, f"{arm} seed {seed} step {step}").assign(arm=arm, seed=seed, step=step)
 
 
-def check_same_queries(parts: list[pd.DataFrame]) -> None:
-    """Every evaluation of a comparison scores the same held-out queries (the first eval_n of one
-    split): one that lacks a query or has another would silently shrink the pairing."""
-    first = parts[0]
-    expected = set(first["query_id"])
-    for part in parts[1:]:
-        got = set(part["query_id"])
-        if got != expected:
-            what = f"{part['arm'].iloc[0]} seed {part['seed'].iloc[0]} step {part['step'].iloc[0]}"
-            ref = f"{first['arm'].iloc[0]} seed {first['seed'].iloc[0]} step {first['step'].iloc[0]}"
-            missing, extra = sorted(map(str, expected - got)), sorted(map(str, got - expected))
+def check_same_queries(parts: list[tuple[Path, pd.DataFrame]]) -> None:
+    """Every evaluation of a comparison ((file, ``read_scores`` frame) pairs) scores the same held-out
+    queries (the first eval_n of one split): one that lacks a query or has another would silently
+    shrink the pairing. The set most files hold is the comparison's; each file that differs from
+    it is named, with a query it lacks or adds."""
+    sets = {path: frozenset(frame["query_id"]) for path, frame in parts}
+    counts = Counter(sets.values())
+    common = max(counts, key=counts.__getitem__)
+    holder = next(path for path, ids in sets.items() if ids == common)
+    for path, ids in sets.items():
+        if ids != common:
+            missing, extra = sorted(map(str, common - ids)), sorted(map(str, ids - common))
             raise ValueError(
-                f"the evaluation of {what} scores other held-out queries than that of {ref}: "
+                f"{path} scores other held-out queries than the comparison's other evaluations (as {holder}): "
                 f"{len(missing)} missing (first {missing[:1]}), {len(extra)} extra (first {extra[:1]})"
             )

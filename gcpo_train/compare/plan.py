@@ -14,7 +14,7 @@
   query noise) by ``stats.seeds.variance_components``; the sd of one seed's delta
   √(τ² + σ_q²/Q); the seeds a two-sided paired t test needs for 80% power at δ (δ =
   ``equivalence_margin`` × GRPO's held-out score, 10% by default: the paper's claimed gain), and
-  the δ that a given number of seeds detects (statsmodels' ``TTestPower``, the noncentral t).
+  the δ that a given number of seeds detects (``stats.seeds.power``, the noncentral t).
 """
 
 from __future__ import annotations

@@ -40,8 +40,8 @@ def _check_record_fields(path: Path, record: dict) -> None:
     if not isinstance(arms, list) or not all(isinstance(a, str) and a for a in arms):
         raise bad("modulators", "a list of names")
     margin = record.get("equivalence_margin", 0.1)
-    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not 0 < margin < float("inf"):
-        raise bad("equivalence_margin", "a positive number")
+    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not 0 < margin < 1:
+        raise bad("equivalence_margin", "a number in (0, 1), a share of GRPO's held-out score")
     steps = record.get("steps", 1)
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise bad("steps", "a positive integer")

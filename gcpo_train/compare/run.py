@@ -332,13 +332,13 @@ class Comparison:
         """Long form (arm, seed, step, query_id, score) of every finished evaluation of the
         comparison's arms and seeds (``listed``); the base policy is arm 'base' at step 0 of each
         seed."""
-        parts = []
+        parts: list[tuple[Path, pd.DataFrame]] = []  # (file, its scores): a shared base file once per seed
         arms, seeds = self.listed()
         for seed in seeds:
             cfg = run_config(self.base, REFERENCE_ARM, seed, self.out, self.eval_every, self.eval_n, self.split_seed)
             base = self.out / "base" / f"{base_key(cfg, seed)}.predictions.parquet"
             if base.exists():
-                parts.append(read_scores(base, "base", seed, 0))
+                parts.append((base, read_scores(base, "base", seed, 0)))
             for arm in arms:
                 folder = arm_seed_folder(self.out, arm, seed)
                 evaluations = sorted((folder / "eval").glob("step_*.predictions.parquet"))
@@ -348,12 +348,12 @@ class Comparison:
                         run_config(self.base, arm, seed, self.out, self.eval_every, self.eval_n, self.split_seed),
                     )
                 for path in evaluations:
-                    parts.append(read_scores(path, arm, seed, eval_step(path)))
+                    parts.append((path, read_scores(path, arm, seed, eval_step(path))))
         columns = ["arm", "seed", "step", "query_id", "score"]
         if not parts:
             return pd.DataFrame({c: pd.Series(dtype=object) for c in columns})
         check_same_queries(parts)
-        return pd.concat(parts, ignore_index=True)[columns]
+        return pd.concat([frame for _, frame in parts], ignore_index=True)[columns]
 
 
 def check_run(folder: Path, cfg: TrainConfig) -> None:

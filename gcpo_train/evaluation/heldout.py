@@ -42,7 +42,7 @@ def read_scores(path, flag: str = "predictions") -> pd.DataFrame:
     (query_id, score) frame, read and checked before it is needed: a missing or unreadable file,
     a missing column, a query scored twice or a score that is not a finite number is refused,
     naming ``flag`` and the file (and the row)."""
-    from gcpo_analysis.frames import read_table
+    from gcpo_analysis.frames import read_table, show_value
 
     try:
         df = read_table(path, "predictions", text_columns=("query_id",))
@@ -76,7 +76,8 @@ def read_scores(path, flag: str = "predictions") -> pd.DataFrame:
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
         raise ValueError(
-            f"{flag} {path}: row {row} (query {ids.iloc[row]!r}) has score {raw.iloc[row]!r}, not a finite number"
+            f"{flag} {path}: row {row} (query {ids.iloc[row]!r}) has score {show_value(raw.iloc[row])}, "
+            "not a finite number"
         )
     return pd.DataFrame({"query_id": ids.to_numpy(), "score": scores})
 

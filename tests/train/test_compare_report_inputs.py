@@ -67,10 +67,10 @@ def test_an_evaluation_file_of_another_name_is_refused(folder):
         _comparison(folder).results()
 
 
-@pytest.mark.parametrize("corrupt", ["repeat", "drop", "nan", "text", "no_score"])
+@pytest.mark.parametrize("corrupt", ["repeat", "drop", "nan", "text", "bool", "no_score", "empty"])
 def test_a_query_scored_twice_missing_or_not_a_number_is_refused_by_file(folder, corrupt):
     """A repeated row was averaged, a missing query dropped from the pairing, a NaN left out of
-    the mean: each changed Δ without a word."""
+    the mean, a column of texts or bools read as numbers: each changed Δ without a word."""
     path = folder / EVAL
     df = pd.read_parquet(path)
     qid = df["query_id"].iloc[3]
@@ -81,19 +81,36 @@ def test_a_query_scored_twice_missing_or_not_a_number_is_refused_by_file(folder,
     elif corrupt == "nan":
         df.loc[3, "score"] = math.nan
     elif corrupt == "text":
-        df["score"] = df["score"].astype(str)  # a column of text, as a hand-made file may have
-        df.loc[3, "score"] = "high"
-    else:
+        df["score"] = df["score"].astype(str)  # "50.0": a text, as a hand-made file may hold, not a score
+    elif corrupt == "bool":
+        df["score"] = df["score"] > 50
+    elif corrupt == "no_score":
         df = df.drop(columns="score")
+    else:
+        df = df.iloc[:0]
     df.to_parquet(path)
+    run = "bot_rd seed 0 step 60"
     expected = {
-        "repeat": rf"{path}: query '{qid}' is scored more than once",
-        "drop": rf"bot_rd seed 0 step 60 scores other held-out queries .*1 missing \(first \['{qid}'\]\)",
-        "nan": rf"{path}: score of query '{qid}' \(row 3\) is nan, not a finite number",
-        "text": rf"{path}: score of query '{qid}' \(row 3\) is 'high', not a finite number",
-        "no_score": r"missing required column\(s\) \['score'\]",
+        "repeat": rf"{run} {path}: row 362 scores query '{qid}' a second time",
+        "drop": rf"{path} scores other held-out queries than .*: 1 missing \(first \['{qid}'\]\)",
+        "nan": rf"{run} {path}: row 3 \(query '{qid}'\) has score nan, not a finite number",
+        "text": rf"{run} {path}: row 0 \(query .*\) has score '[0-9.]+', not a finite number",
+        "bool": rf"{run} {path}: row 0 \(query .*\) has score (True|False), not a finite number",
+        "no_score": rf"{run} {path}: no 'score' column",
+        "empty": rf"{run} {path}: the file holds no predictions",
     }[corrupt]
     with pytest.raises(ValueError, match=expected):
+        _comparison(folder).results()
+
+
+def test_a_base_evaluation_that_differs_is_named_not_the_runs(folder):
+    """The first file read (the base policy's) was the reference: a base file missing a query
+    reported every trained run as scoring an extra one."""
+    base = folder / "base" / "all_seeds.predictions.parquet"
+    df = pd.read_parquet(base)
+    qid = df["query_id"].iloc[5]
+    df.drop(index=5).to_parquet(base)
+    with pytest.raises(ValueError, match=rf"{base} scores other held-out queries .* 1 missing \(first \['{qid}'\]\)"):
         _comparison(folder).results()
 
 
@@ -121,7 +138,7 @@ def test_a_log_row_without_its_reward_is_named(folder):
     log = folder / "runs" / "none" / "seed_0" / "log.jsonl"
     log.write_text(json.dumps({"step": 1, "reward_mean": 0.5}) + "\n" + json.dumps({"step": 2}) + "\n")
     results = pd.read_parquet(folder / "results.parquet")
-    with pytest.raises(ValueError, match=rf"{log}: a row without 'step' or 'reward_mean'"):
+    with pytest.raises(ValueError, match=rf"{log}: a row without 'reward_mean'"):
         plot_report(folder, results, ["none"], {})
 
 

@@ -163,3 +163,14 @@ def test_choice_gate_refuses_an_entry_that_is_not_a_seed_folder(tmp_path, entry)
         (arm / entry).write_text("")
     with pytest.raises(SystemExit, match=rf"{entry.rstrip('/')}: not a run of the comparison"):
         CHOICE["compare_table"]("unused.jsonl", str(tmp_path))
+
+
+def test_choice_gate_refuses_a_stray_evaluation_file(tmp_path):
+    """A stray step_000060_old.predictions.parquet sorted after step_000060 and was taken as the
+    run's last evaluation; the report and span_gate refused it, choice_gate now does too."""
+    ev = tmp_path / "runs" / "none" / "seed_0" / "eval"
+    ev.mkdir(parents=True)
+    (ev / "step_000060.predictions.parquet").write_bytes(b"")
+    (ev / "step_000060_old.predictions.parquet").write_bytes(b"")
+    with pytest.raises(SystemExit, match=r"step_000060_old\.predictions\.parquet: not an evaluation file"):
+        CHOICE["compare_table"]("unused.jsonl", str(tmp_path))

@@ -206,7 +206,12 @@ def test_a_tiny_real_spread_still_has_its_t_interval():
     got = S.paired_t(d)
     ci = stats.ttest_1samp(d, 0.0).confidence_interval(0.95)
     assert [got["low"], got["high"]] == pytest.approx([ci.low, ci.high], rel=1e-12)
-    assert S.tost(d, 0.5) == pytest.approx(stats.ttest_1samp(d, 0.5, alternative="less").pvalue, rel=1e-9)
+    inside = d - 0.9  # a mean of 0.1, inside ±0.5: both one-sided tests matter, and they differ
+    tost = max(
+        stats.ttest_1samp(inside, -0.5, alternative="greater").pvalue,
+        stats.ttest_1samp(inside, 0.5, alternative="less").pvalue,
+    )
+    assert 0 < tost < 1e-6 and S.tost(inside, 0.5) == pytest.approx(tost, rel=1e-6)
 
 
 def test_seed_level_with_no_spread_is_inconclusive_with_missing_t_statistics():
@@ -259,7 +264,6 @@ def test_power_is_finite_where_the_noncentral_t_tail_was_nan(effect, seeds):
     """statsmodels' lower tail nctdtr(df, nc, −c) is NaN under scipy 1.17 at these effect sizes
     (power(7, 1, 2) was nan, and seeds_for_power skipped such seed counts)."""
     assert S.power(effect, 1.0, seeds) == pytest.approx(_power_by_integral(effect, seeds), abs=1e-9)
-    assert S.power(effect * 3.0, 3.0, seeds) == pytest.approx(S.power(effect, 1.0, seeds), abs=1e-15)
 
 
 @pytest.mark.parametrize(
