@@ -57,17 +57,15 @@ def fastest_fp32_kernels(model, device, backend) -> str:
 
 
 # ---------------------------------------------------------------------- planning the seeds
-def _final_deltas(results: pd.DataFrame, arm: str, reference: str) -> tuple[np.ndarray, float]:
-    """d (paired seeds x shared queries) of ``arm`` − ``reference`` at each run's last step, and
-    the reference's held-out mean."""
-    from gcpo_train.compare.report import final_scores
+def _final_deltas(results: pd.DataFrame, arm: str, reference: str) -> tuple[np.ndarray | None, float]:
+    """d (paired seeds x shared queries) of ``arm`` − ``reference`` at each run's last step (the
+    report's ``paired_deltas``: None under two paired seeds), and the reference's held-out mean."""
+    from gcpo_train.compare.report import final_scores, paired_deltas
 
     final = final_scores(results)
-    a = final[final["arm"] == arm].pivot_table(index="seed", columns="query_id", values="score")
-    b = final[final["arm"] == reference].pivot_table(index="seed", columns="query_id", values="score")
-    seeds, queries = a.index.intersection(b.index), a.columns.intersection(b.columns)
-    d = a.loc[seeds, queries].to_numpy() - b.loc[seeds, queries].to_numpy()
-    return d, float(b.mean(axis=1).mean())
+    ref = final[final["arm"] == reference]
+    ref_mean = float(ref.pivot_table(index="seed", columns="query_id", values="score").mean(axis=1).mean())
+    return paired_deltas(final[final["arm"] == arm], ref), ref_mean
 
 
 def plan(
@@ -95,7 +93,7 @@ def plan(
     rows = []
     for arm in [a for a in dict.fromkeys(results["arm"]) if a not in ("base", reference)]:
         d, ref_mean = _final_deltas(results, arm, reference)
-        if d.shape[0] < 2 or d.shape[1] < 1:
+        if d is None:
             continue
         vc = variance_components(d)
         sd = planning_sd(vc["tau"], vc["sigma_q"], vc["queries"])

@@ -94,7 +94,7 @@ def summary_table(
             "omega_p95": float(np.quantile(w, 0.95)) if w.size else float("nan"),
             **(treatments or {}).get(arm, {}),
         }
-        d = _paired(f, ref) if arm != reference else None
+        d = paired_deltas(f, ref) if arm != reference else None
         if d is not None:
             row.update(seed_level(d, margin * ref_mean, label=f"{arm} vs {reference}"))
             _, row["pooled_low"], row["pooled_high"], row["pooled_p"] = paired_seed_query_bootstrap(d)
@@ -113,7 +113,7 @@ def final_scores(results: pd.DataFrame) -> pd.DataFrame:
     return final[final["step"] == final.groupby(["arm", "seed"])["step"].transform("max")]
 
 
-def _paired(a: pd.DataFrame, b: pd.DataFrame) -> np.ndarray | None:
+def paired_deltas(a: pd.DataFrame, b: pd.DataFrame) -> np.ndarray | None:
     """d = score_a − score_b (seeds x queries) over the seeds and queries both have; None with
     fewer than two paired seeds (a seed-level interval needs two)."""
     if a.empty or b.empty:
@@ -139,7 +139,7 @@ def control_table(results: pd.DataFrame, arms, reference: str, margin: float = 0
     rows = []
     for arm in arms:
         twin = arm + SHUFFLED
-        d = _paired(final[final["arm"] == arm], final[final["arm"] == twin]) if twin in arms else None
+        d = paired_deltas(final[final["arm"] == arm], final[final["arm"] == twin]) if twin in arms else None
         if d is not None:
             stats = seed_level(d, margin * ref_mean, label=f"{arm} vs {twin}")
             rows.append({"arm": arm, "control": twin, "paired_seeds": int(d.shape[0]), **stats})
