@@ -216,14 +216,17 @@ def _runs(runs: Path) -> list[tuple[str, int, Path]]:
 
 
 def _evaluations(folder: Path) -> list[tuple[int, Path]]:
-    """(step, predictions file) of every ``step_<N>.predictions.parquet`` in a run's eval folder,
-    by step; another ``step_*`` predictions file is refused by name."""
+    """(step, predictions file) of every ``step_NNNNNN.predictions.parquet`` in a run's eval folder,
+    by step, named as ``gcpo compare`` names them (``compare.evaluations.eval_step``, so both read
+    the same files); another ``step_*`` predictions file is refused by name."""
+    from gcpo_train.compare.evaluations import eval_step
+
     found = []
     for path in folder.glob("step_*.predictions.parquet"):
-        match = re.fullmatch(r"step_(\d+)\.predictions\.parquet", path.name)
-        if match is None:
-            raise SystemExit(f"{path}: not an evaluation of the run (named step_<digits>.predictions.parquet)")
-        found.append((int(match[1]), path))
+        try:
+            found.append((eval_step(path), path))
+        except ValueError as err:
+            raise SystemExit(str(err)) from None
     return sorted(found)
 
 

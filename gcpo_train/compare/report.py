@@ -198,6 +198,10 @@ def _markdown(table: pd.DataFrame, base_mean: float | None, reference: str, coup
         )
     if base_mean is not None:
         lines.append(f"| base policy | | 0 | {base_mean:.2f} | | | | | | | | | | |")
+    lines.append(
+        f"\nΔ is over the seeds both the arm and {reference} finished (df = those seeds − 1); "
+        "— until two seeds are paired, since a seed-level interval needs two."
+    )
     text = "\n".join(lines) + "\n"
     if couplings:
         text += (

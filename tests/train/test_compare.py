@@ -73,6 +73,24 @@ def test_summary_table_deltas_and_holm():
     assert t.loc["a", "step"] == 10 and t.loc["a", "seeds"] == 3
 
 
+def test_an_arm_with_one_paired_seed_shows_no_delta_and_the_table_says_why():
+    from gcpo_train.compare.report import _markdown
+
+    rows = [
+        dict(arm=arm, seed=seed, step=10, query_id=f"q{q}", score=float(q + seed))
+        for arm, seeds in (("none", (0, 1)), ("a", (1, 2)))
+        for seed in seeds
+        for q in range(5)
+    ]
+    t = summary_table(pd.DataFrame(rows), ["none", "a"], "none", {})
+    assert pd.isna(t.set_index("arm").loc["a"].get("delta"))  # only seed 1 is paired
+    md = _markdown(t, None, "none")
+    row = next(line for line in md.splitlines() if line.startswith("| a |"))
+    assert row.split(" | ")[4] == "—"
+    assert "over the seeds both the arm and none finished (df = those seeds − 1)" in md
+    assert "until two seeds are paired" in md
+
+
 def test_the_shuffled_control_contrast_is_the_paired_seed_level_delta():
     """Δ(X − X:shuffled) against scipy's paired t on per-seed means, at δ from GRPO's mean; a
     twin missing or seen in one seed gives no row; seeds or queries only one side has are left out."""

@@ -194,13 +194,15 @@ def test_a_compare_folder_entry_that_is_not_a_seed_folder_is_refused(tmp_path, n
         GATE["compare_policies"](str(root))
 
 
-def test_a_compare_folder_evaluation_not_named_by_its_step_is_refused(tmp_path):
+@pytest.mark.parametrize("name", ["step_best", "step_40", "step_0000040"])
+def test_a_compare_folder_evaluation_not_named_by_its_step_is_refused(tmp_path, name):
+    # gcpo compare writes step_NNNNNN and reads nothing else; the gate must read the same files
     root = tmp_path / "cmp"
-    for rel in ["base/all_seeds", "runs/none/seed_0/eval/step_000040", "runs/none/seed_0/eval/step_best"]:
+    for rel in ["base/all_seeds", "runs/none/seed_0/eval/step_000040", f"runs/none/seed_0/eval/{name}"]:
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / f"{rel}.predictions.parquet").write_bytes(b"")
-    odd = root / "runs/none/seed_0/eval/step_best.predictions.parquet"
-    with pytest.raises(SystemExit, match=re.escape(str(odd)) + ".*step_<digits>"):
+    odd = root / f"runs/none/seed_0/eval/{name}.predictions.parquet"
+    with pytest.raises(SystemExit, match=re.escape(str(odd)) + ".*step_NNNNNN"):
         GATE["compare_policies"](str(root))
 
 
