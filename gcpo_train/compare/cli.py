@@ -85,6 +85,14 @@ def add_parser(subparsers):
         "OUTPUT/plan.md (gcpo_train.compare.plan); an existing plan.md is kept unless --overwrite",
     )
     p.add_argument(
+        "--plan_file",
+        "--plan-file",
+        default="plan.md",
+        metavar="NAME",
+        help="with --plan: the file in OUTPUT it writes, e.g. closing_plan.md for a finished comparison's own τ "
+        "and the δ its seeds detect, beside the plan fixed before it (default: plan.md)",
+    )
+    p.add_argument(
         "--workers",
         type=int,
         default=1,
@@ -112,7 +120,10 @@ def run_cli(args) -> int:
         if n_seeds is not None and n_seeds < 2:
             raise ValueError(f"--seeds {args.seeds!r}: --plan gives the δ that S >= 2 seeds detect (a paired t test)")
         overwrite = bool(overrides.get("overwrite"))
-        print(write_plan(args.output, margin=settings["equivalence_margin"], seeds=n_seeds, overwrite=overwrite))
+        text = write_plan(
+            args.output, margin=settings["equivalence_margin"], seeds=n_seeds, overwrite=overwrite, name=args.plan_file
+        )
+        print(text)
         return 0
     for key in ("eval_every", "eval_n", "split_seed"):
         if getattr(args, key) is not None:

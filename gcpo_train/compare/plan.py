@@ -167,24 +167,34 @@ def plan_markdown(table: pd.DataFrame, folder, margin: float, seeds: int | None 
 
 
 def write_plan(
-    folder, margin: float = 0.1, seeds: int | None = None, reference: str = "none", overwrite: bool = False
+    folder,
+    margin: float = 0.1,
+    seeds: int | None = None,
+    reference: str = "none",
+    overwrite: bool = False,
+    name: str = "plan.md",
 ) -> str:
-    """plan.md of a comparison folder (its results.parquet, at the runs that reached compare.json's
-    steps) from ``plan``; returns its text. A plan is fixed before the runs it plans, so an
-    existing plan.md is kept unless ``overwrite``; ``margin`` must be compare.json's, when it
-    records one (the report reads δ there)."""
+    """plan.md (or ``name``, a file name in ``folder``) of a comparison folder (its results.parquet,
+    at the runs that reached compare.json's steps) from ``plan``; returns its text. A plan is fixed
+    before the runs it plans, so an existing file is kept unless ``overwrite``; a finished
+    comparison's own τ and the δ its seeds detect (the closing reading of what it can exclude) go
+    to another ``name``. ``margin`` must be compare.json's, when it records one (the report reads
+    δ there)."""
     from gcpo_analysis.frames import write_text
     from gcpo_train.compare.record import read_spec
     from gcpo_train.compare.report import finished_results
 
     folder = Path(folder)
+    if Path(name).name != name or not name.endswith(".md"):
+        raise ValueError(f"plan file {name!r}: a file name ending in .md, written inside {folder}")
     path = folder / "results.parquet"
     if not path.exists():
         raise FileNotFoundError(f"{folder} holds no results.parquet: run gcpo compare (or --report_only) first")
-    if (folder / "plan.md").exists() and not overwrite:
+    target = folder / name
+    if target.exists() and not overwrite:
         raise FileExistsError(
-            f"{folder / 'plan.md'} exists: a plan is fixed before the runs it plans; move it away, or pass "
-            "--overwrite to replace it"
+            f"{target} exists: a plan is fixed before the runs it plans; write this one to another file "
+            "(--plan_file), move it away, or pass --overwrite to replace it"
         )
     spec = read_spec(folder)
     recorded = spec.get("equivalence_margin")
@@ -200,5 +210,5 @@ def write_plan(
     if table.empty:
         raise ValueError(f"{path}: no arm has two or more seeds paired with {reference!r}; a plan needs a pilot")
     text = plan_markdown(table, folder, margin, seeds)
-    write_text(folder / "plan.md", text)
+    write_text(target, text)
     return text

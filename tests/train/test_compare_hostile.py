@@ -255,3 +255,15 @@ def test_a_pilot_with_a_nan_score_or_no_rows_is_named_not_planned(tmp_path, caps
     rc, err = _cli(["compare", "--config", _config(tmp_path), "--output", str(tmp_path / "cmp"), "--plan"], capsys)
     assert rc == 2 and f"{path}: " in err and named in err, err
     assert not (tmp_path / "cmp" / "plan.md").exists()
+
+
+def test_plan_file_writes_the_named_file_and_refuses_a_path(tmp_path, capsys):
+    """--plan --plan_file closing_plan.md writes beside plan.md; a path out of OUTPUT is refused by name."""
+    _pilot(tmp_path / "cmp")
+    argv = ["compare", "--config", _config(tmp_path), "--output", str(tmp_path / "cmp"), "--plan"]
+    rc, err = _cli([*argv, "--plan_file", "closing_plan.md"], capsys)
+    assert rc == 0, err
+    assert (tmp_path / "cmp" / "closing_plan.md").exists() and not (tmp_path / "cmp" / "plan.md").exists()
+    rc, err = _cli([*argv, "--plan_file", "../plan.md"], capsys)
+    assert rc == 2 and "plan file '../plan.md': a file name ending in .md" in err
+    assert not (tmp_path / "plan.md").exists()

@@ -158,6 +158,23 @@ def test_plan_keeps_an_existing_plan_and_the_recorded_margin(folder):
     assert (folder / "plan.md").read_text() == text != before
 
 
+def test_a_finished_comparisons_own_plan_goes_beside_the_fixed_one(folder):
+    """The closing reading (τ from the comparison's own seeds, the δ they detect) is written to
+    another file and leaves the plan fixed before the runs untouched; a path is not a file name."""
+    from gcpo_train.compare.plan import write_plan
+
+    before = (folder / "plan.md").read_text()
+    text = write_plan(folder, seeds=3, name="closing_plan.md")
+    assert (folder / "closing_plan.md").read_text() == text and "3 seeds detect δ" in text
+    assert (folder / "plan.md").read_text() == before
+    with pytest.raises(FileExistsError, match=r"closing_plan\.md exists"):
+        write_plan(folder, name="closing_plan.md")
+    for bad in ("../plan.md", "sub/plan.md", "plan.txt"):
+        with pytest.raises(ValueError, match="a file name ending in .md"):
+            write_plan(folder, name=bad)
+    assert not (folder.parent / "plan.md").exists()
+
+
 def test_a_seed_given_twice_is_refused():
     """--plan --seeds 0,0 planned for "2 seeds"; a comparison would list seed 0 twice."""
     from gcpo_train.compare.settings import parse_seeds
