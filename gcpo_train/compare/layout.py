@@ -31,3 +31,9 @@ def finished_runs(out, arm: str | None = None, seed: int | None = None) -> list[
     parent = Path(out) / "runs" if arm is None else arm_folder(out, arm)
     pattern = ("*/" if arm is None else "") + ("seed_*" if seed is None else f"seed_{seed}") + "/done.json"
     return sorted(done.parent for done in parent.glob(pattern))
+
+
+def finished_seeds(out, arm: str) -> list[int]:
+    """The seeds of ``arm`` whose run finished (``done.json``), sorted: what the report describes,
+    and what a published copy of the folder holds."""
+    return sorted(int(p.name[5:]) for p in finished_runs(out, arm=arm) if p.name[5:].isdigit())

@@ -223,34 +223,49 @@ def _markdown(table: pd.DataFrame, base_mean: float | None, reference: str, coup
     return text
 
 
-def finished_results(results: pd.DataFrame, steps: int | None) -> pd.DataFrame:
+def finished_results(
+    results: pd.DataFrame, steps: int | None, finished: set[tuple[str, int]] | None = None
+) -> pd.DataFrame:
     """``results`` without the trained arm-seeds whose last evaluation is before step ``steps``
     (runs still training, evaluated along the way): Δ pairs each seed's runs at the comparison's
-    last step, never one run's step 20 with another's step 60. Each one left out is named in a
-    warning; the figures still draw them. ``steps`` None: every arm-seed is kept."""
-    if steps is None or results.empty:
+    last step, never one run's step 20 with another's step 60. With ``finished`` (the (arm, seed)
+    runs with a done.json, ``layout.finished_runs``), also without a run evaluated but not marked
+    finished (stopped between its last evaluation and done.json), so Δ and the effective treatment,
+    which reads the finished runs, describe the same runs. Each one left out is named in a
+    warning; the figures still draw them. ``steps`` None and no ``finished``: every arm-seed is kept."""
+    if results.empty or (steps is None and finished is None):
         return results
     trained = results["arm"] != "base"
     last = results[trained].groupby(["arm", "seed"])["step"].max()
-    early = last[last < steps]
-    if early.empty:
+    early = last[last < steps] if steps is not None else last.iloc[:0]
+    unmarked = last[[key not in finished for key in last.index]] if finished is not None else last.iloc[:0]
+    unmarked = unmarked[~unmarked.index.isin(early.index)]
+    if early.empty and unmarked.empty:
         return results
     import warnings
 
-    named = ", ".join(
-        f"{arm} seed {seed} (step {step})" for arm, seed, step in early.reset_index().itertuples(index=False)
-    )
+    def named(rows: pd.Series) -> str:
+        cells = rows.reset_index().itertuples(index=False)
+        return ", ".join(f"{arm} seed {seed} (step {step})" for arm, seed, step in cells)
+
+    reasons = []
+    if not early.empty:
+        reasons.append(f"until they reach step {steps}: {named(early)}")
+    if not unmarked.empty:
+        reasons.append(f"until their run folder has a done.json: {named(unmarked)}")
     warnings.warn(
-        f"left out of the summary until they reach step {steps}: {named}; their evaluations so far are "
-        "in results.parquet and the figures",
+        f"left out of the summary {'; '.join(reasons)}; their evaluations so far are in results.parquet and "
+        "the figures",
         stacklevel=2,
     )
     keys = pd.MultiIndex.from_frame(results[["arm", "seed"]])
-    return results[~(trained.to_numpy() & keys.isin(early.index))]
+    dropped = early.index.append(unmarked.index)
+    return results[~(trained.to_numpy() & keys.isin(dropped))]
 
 
 def write_report(out: Path, results: pd.DataFrame, arms, reference: str, figures: bool = True) -> dict:
     """summary.md, summary.csv, coupling.csv and (``figures``) figures/ of the comparison folder ``out``."""
+    from gcpo_train.compare.layout import finished_seeds
     from gcpo_train.compare.treatment import coupling, effective_treatment, omega_frame
 
     out = Path(out)
@@ -260,7 +275,8 @@ def write_report(out: Path, results: pd.DataFrame, arms, reference: str, figures
     omegas = {arm: omega_frame(out, arm) for arm in arms}
     weights = {arm: omegas[arm]["omega"].to_numpy(float) for arm in arms}
     treatments = {arm: effective_treatment(out, arm, omegas[arm], max_grad_norm) for arm in arms}
-    final = finished_results(results, spec.get("steps"))
+    finished = {(arm, seed) for arm in arms for seed in finished_seeds(out, arm)}
+    final = finished_results(results, spec.get("steps"), finished)
     table = summary_table(final, arms, reference, weights, margin, treatments)
     couplings = {arm: coupling(out, arm, reference) for arm in arms if arm != reference}
     couplings = {arm: c for arm, c in couplings.items() if len(c)}

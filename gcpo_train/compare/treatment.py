@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gcpo_train.compare.layout import arm_seed_folder, finished_runs
+from gcpo_train.compare.layout import arm_seed_folder, finished_seeds
 
 
 def omega_groups(rollouts: pd.DataFrame, eps: float = 1e-6) -> pd.DataFrame:
@@ -48,19 +48,12 @@ def _rollout_files(out: Path, arm: str, seed: int) -> list[Path]:
     return sorted((arm_seed_folder(out, arm, seed) / "rollouts").glob("step_*.parquet"))
 
 
-def _seeds(out: Path, arm: str) -> list[int]:
-    """The seeds of ``arm`` whose run finished (``done.json``): a run still training has rollouts
-    and a log but no evaluation, and the report describes the finished runs, which are also the
-    ones a published copy of the folder holds."""
-    return sorted(int(p.name[5:]) for p in finished_runs(out, arm=arm) if p.name[5:].lstrip("-").isdigit())
-
-
 def omega_frame(out, arm: str) -> pd.DataFrame:
     """(seed, step, query_id, omega) of every group of every seed of ``arm`` in folder ``out``."""
     import pyarrow.parquet as pq
 
     parts = []
-    for seed in _seeds(out, arm):
+    for seed in finished_seeds(out, arm):
         for f in _rollout_files(out, arm, seed):
             omega = "weight" if "weight" in pq.read_schema(f).names else "advantage"
             frame = omega_groups(pd.read_parquet(f, columns=["step", "query_id", "reward", omega]))
@@ -84,7 +77,7 @@ def clipped_share(out, arm: str, max_grad_norm: float) -> float:
     from gcpo_train.runfiles.runlog import read_log
 
     norms = []
-    for seed in _seeds(out, arm):
+    for seed in finished_seeds(out, arm):
         log = arm_seed_folder(out, arm, seed) / "log.jsonl"
         if log.exists():
             norms += [r["grad_norm"] for r in read_log(log) if r.get("grad_norm") is not None]
@@ -118,7 +111,7 @@ def coupling(out, arm: str, reference: str) -> pd.DataFrame:
     ``reference`` at each step, averaged over the seeds both have."""
     columns = ["step", "query_id", "rollout_id", "completion"]
     curves = []
-    for seed in sorted(set(_seeds(out, arm)) & set(_seeds(out, reference))):
+    for seed in sorted(set(finished_seeds(out, arm)) & set(finished_seeds(out, reference))):
         files = {f.name: f for f in _rollout_files(out, arm, seed)}
         ref = {f.name: f for f in _rollout_files(out, reference, seed)}
         shared = sorted(set(files) & set(ref))

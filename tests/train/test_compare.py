@@ -91,6 +91,27 @@ def test_an_arm_with_one_paired_seed_shows_no_delta_and_the_table_says_why():
     assert "until two seeds are paired" in md
 
 
+def test_the_summary_reads_only_runs_marked_finished_as_the_treatment_does():
+    """A run evaluated at the last step but stopped before its done.json counted in Δ while the
+    effective treatment (done.json runs only) left it out; now both leave it out, by name."""
+    from gcpo_train.compare.report import finished_results
+
+    rows = [
+        dict(arm=arm, seed=seed, step=step, query_id="q", score=1.0)
+        for arm, seed, step in [("base", 0, 0), ("none", 0, 2), ("none", 1, 2), ("a", 0, 2), ("a", 1, 2), ("a", 2, 1)]
+    ]
+    results = pd.DataFrame(rows)
+    finished = {("none", 0), ("none", 1), ("a", 0)}
+    with pytest.warns(UserWarning) as caught:
+        kept = finished_results(results, 2, finished)
+    message = str(caught[0].message)
+    assert "until they reach step 2: a seed 2 (step 1)" in message
+    assert "until their run folder has a done.json: a seed 1 (step 2)" in message
+    keys = set(kept[["arm", "seed"]].itertuples(index=False, name=None))
+    assert keys == {("base", 0), ("none", 0), ("none", 1), ("a", 0)}
+    assert finished_results(results, None, None) is results
+
+
 def test_the_shuffled_control_contrast_is_the_paired_seed_level_delta():
     """Δ(X − X:shuffled) against scipy's paired t on per-seed means, at δ from GRPO's mean; a
     twin missing or seen in one seed gives no row; seeds or queries only one side has are left out."""
