@@ -272,7 +272,7 @@ def write_report(out: Path, results: pd.DataFrame, arms, reference: str, figures
     spec = read_spec(out)
     margin = float(spec.get("equivalence_margin", 0.1))
     max_grad_norm = float(spec.get("config", {}).get("max_grad_norm", 1.0) or 0.0)
-    omegas = {arm: omega_frame(out, arm) for arm in arms}
+    omegas = {arm: omega_frame(out, arm, spec.get("config", {}).get("eps")) for arm in arms}
     weights = {arm: omegas[arm]["omega"].to_numpy(float) for arm in arms}
     treatments = {arm: effective_treatment(out, arm, omegas[arm], max_grad_norm) for arm in arms}
     finished = {(arm, seed) for arm in arms for seed in finished_seeds(out, arm)}

@@ -3,7 +3,8 @@ committed rollouts and logs (issue 35):
 
 * **ω per group** (``omega_groups``, ``omega_frame``): Ã = ω·A for a group-level modulator, so
   ω = Σ_i Ã_i A_i / Σ_i A_i² with A the plain GRPO advantages (groups whose rewards are all equal
-  have A = 0 and no ω); a TRL run's rollouts carry ω as the column ``weight``.
+  have A = 0 and no ω); a TRL run's rollouts carry ω as the column ``weight``. A is made with the
+  comparison's own ``eps`` (its config's, as the trainer made Ã), so plain GRPO reads ω = 1.
 * **Effective treatment** (``effective_treatment``): AdamW normalises a uniform rescaling of a
   step's loss away (up to ε and gradient clipping; ``gcpo proofs``' Adam-invariance check), so
   what can reach the update is the within-step relative weight ω / mean_step(ω) (its p5–p95 over
@@ -18,17 +19,20 @@ committed rollouts and logs (issue 35):
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from gcpo_analysis.vocab import EPS
 from gcpo_train.compare.layout import arm_seed_folder, finished_seeds
 
 
-def omega_groups(rollouts: pd.DataFrame, eps: float = 1e-6) -> pd.DataFrame:
+def omega_groups(rollouts: pd.DataFrame, eps: float = EPS) -> pd.DataFrame:
     """(step, query_id, omega) of every group of a rollouts frame with unequal rewards: its
-    ``weight`` column where it has one (TRL runs), else read back from ``advantage``."""
+    ``weight`` column where it has one (TRL runs), else read back from ``advantage`` with the
+    GRPO advantages of ``eps`` (the config's: the trainer's)."""
     from gcpo_analysis.measures.advantages import grpo_advantages
 
     rows = []
@@ -48,15 +52,21 @@ def _rollout_files(out: Path, arm: str, seed: int) -> list[Path]:
     return sorted((arm_seed_folder(out, arm, seed) / "rollouts").glob("step_*.parquet"))
 
 
-def omega_frame(out, arm: str) -> pd.DataFrame:
-    """(seed, step, query_id, omega) of every group of every seed of ``arm`` in folder ``out``."""
+def omega_frame(out, arm: str, eps: float | None = None) -> pd.DataFrame:
+    """(seed, step, query_id, omega) of every group of every seed of ``arm`` in folder ``out``,
+    with the GRPO advantages of ``eps``: the comparison config's (compare.json's config.eps,
+    what the trainer used); None is the trainer's default (``TrainConfig.eps``), what a config
+    without an eps trained with."""
     import pyarrow.parquet as pq
 
+    eps = EPS if eps is None else eps
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps < 0:
+        raise ValueError(f"eps must be a number >= 0 (the config's eps in {Path(out) / 'compare.json'}), got {eps!r}")
     parts = []
     for seed in finished_seeds(out, arm):
         for f in _rollout_files(out, arm, seed):
             omega = "weight" if "weight" in pq.read_schema(f).names else "advantage"
-            frame = omega_groups(pd.read_parquet(f, columns=["step", "query_id", "reward", omega]))
+            frame = omega_groups(pd.read_parquet(f, columns=["step", "query_id", "reward", omega]), float(eps))
             parts.append(frame.assign(seed=seed))
     if not parts:
         return pd.DataFrame(columns=["seed", "step", "query_id", "omega"])
