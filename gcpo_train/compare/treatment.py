@@ -15,11 +15,17 @@ committed rollouts and logs (issue 35):
   come from the updates alone. The share of identical completions (same step, query and rollout
   index) per step, averaged over seeds, says how long a pair stays paired; ``first_below`` gives
   the first step at which it falls below a level (90%, 50%).
+
+The rollouts are read as untrusted (``read_rollouts``): a file that is not what the trainer
+wrote (a missing or mistyped column, a row twice, another step's rows, a non-finite advantage)
+is refused naming the file and the row, never turned into a ω or a coupling curve that is
+silently wrong.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -28,22 +34,148 @@ import pandas as pd
 from gcpo_analysis.vocab import EPS
 from gcpo_train.compare.layout import arm_seed_folder, finished_seeds
 
+ROLLOUT_FILE = re.compile(r"step_(\d+)\.parquet")
+KEY = ["step", "query_id", "rollout_id"]  # one rollout: the trainer writes each once
+# what the trainers write (``loop.step_data``, ``compare.trl_arm``): ids and steps as integers,
+# query ids and completions as text, rewards, advantages and weights as numbers
+COLUMN_KIND = {
+    "step": "integer",
+    "rollout_id": "integer",
+    "query_id": "text",
+    "completion": "text",
+    "reward": "number",
+    "advantage": "number",
+    "weight": "number",
+}
+
+
+def rollout_step(path: Path) -> int:
+    """The step of a rollouts file as the trainer names it (``step_000012.parquet``); any other
+    ``step_*.parquet`` name in a run's rollouts/ is refused: a stray copy would count its groups
+    twice in ω, and step_12 would never pair with the reference arm's step_000012."""
+    m = ROLLOUT_FILE.fullmatch(path.name)
+    if m is None or path.name != f"step_{int(m[1]):06d}.parquet":
+        raise ValueError(
+            f"{path}: not a rollouts file of the run (the trainer writes rollouts/step_NNNNNN.parquet); "
+            f"move it out of {path.parent}"
+        )
+    return int(m[1])
+
+
+def read_rollouts(path: Path, columns: list[str], either: tuple[str, ...] = ()) -> pd.DataFrame:
+    """``columns`` (with the key step, query_id, rollout_id) and the first of ``either`` the file
+    has, of one rollouts file, checked: each column there, of its type (``COLUMN_KIND``) and never
+    null, every row of the step the file is named for, and each rollout once. Anything else is a
+    ValueError naming the file and the column or row."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    step = rollout_step(path)
+    try:
+        parquet = pq.ParquetFile(path)
+        names = parquet.schema_arrow.names
+        if either and not set(either) & set(names):
+            raise ValueError(f"{path}: no column {' or '.join(map(repr, either))} (columns: {', '.join(names)})")
+        wanted = list(dict.fromkeys(KEY + columns + [c for c in either if c in names][:1]))
+        missing = [c for c in wanted if c not in names]
+        if missing:
+            raise ValueError(f"{path}: no column {', '.join(map(repr, missing))} (columns: {', '.join(names)})")
+        table = parquet.read(columns=wanted)
+    except (OSError, pa.ArrowException) as err:  # not a Parquet file, or a truncated one
+        raise ValueError(f"{path}: not a readable rollouts file ({type(err).__name__}: {err})") from None
+    if table.num_rows == 0:
+        raise ValueError(f"{path}: the file holds no rollouts")
+    for name in wanted:
+        _check_type(path, name, table.column(name).type)
+    nulls = [name for name in wanted if table.column(name).null_count]  # pandas writes a float NaN as null
+    if nulls:
+        frame = table.to_pandas()
+        row = int(np.flatnonzero(frame[nulls[0]].isna().to_numpy())[0])
+        raise ValueError(f"{path}: row {row} ({_row_name(frame, row)}) has no {nulls[0]} (null or NaN)")
+    other = np.flatnonzero(table.column("step").to_numpy() != step)
+    if other.size:
+        raise ValueError(
+            f"{path}: row {other[0]} is a rollout of step {table.column('step')[other[0]]}, not of step {step} "
+            "(the file's name); a file copied under another step's name?"
+        )
+    _refuse_duplicates(zip(*(table.column(c).to_pylist() for c in KEY)), f"{path}: ")
+    return table.to_pandas()
+
+
+def _check_type(path: Path, name: str, t) -> None:
+    """A column of the type the trainer writes (``COLUMN_KIND``): 1 and "1" would be two rollout
+    ids to the merge, and a reward "3.0" a text."""
+    import pyarrow as pa
+
+    kind = COLUMN_KIND[name]
+    if kind == "text":
+        ok = pa.types.is_string(t) or pa.types.is_large_string(t)
+    else:
+        ok = pa.types.is_integer(t) or (kind == "number" and pa.types.is_floating(t))
+    if not ok:
+        raise ValueError(f"{path}: column {name!r} must hold {kind}s, it holds {t}")
+
+
+def _row_name(frame: pd.DataFrame, row: int) -> str:
+    """The 'step S, query Q' of a row, as much of it as the row has."""
+    step, query = frame["step"].iloc[row], frame["query_id"].iloc[row]
+    return (
+        ", ".join([f"step {int(step)}"] * (not pd.isna(step)) + [f"query {query!r}"] * (not pd.isna(query)))
+        or "no step, no query"
+    )
+
+
+def _refuse_duplicates(keys, prefix: str = "") -> None:
+    """Each (step, query_id, rollout_id) of ``keys`` once: a copy would weigh its group twice in
+    ω and pair with every copy of the other arm's in the coupling."""
+    seen: set = set()
+    for key in keys:
+        if key in seen:
+            step, query, rollout = key
+            raise ValueError(f"{prefix}step {step}, query {query!r}: rollout {rollout} is there twice")
+        seen.add(key)
+
 
 def omega_groups(rollouts: pd.DataFrame, eps: float = EPS) -> pd.DataFrame:
     """(step, query_id, omega) of every group of a rollouts frame with unequal rewards: its
     ``weight`` column where it has one (TRL runs), else read back from ``advantage`` with the
-    GRPO advantages of ``eps`` (the config's: the trainer's)."""
+    GRPO advantages of ``eps`` (the config's: the trainer's). A group that cannot give a ω (no
+    query_id, a reward, advantage or weight that is not a finite number, a weight that varies
+    within the group, a rollout twice where the frame has rollout_id) is a ValueError naming
+    the step and the query: a ω read from it would be silently wrong or silently missing."""
     from gcpo_analysis.measures.advantages import grpo_advantages
 
+    column = "weight" if "weight" in rollouts else "advantage"
+    missing = [c for c in ("step", "query_id", "reward", column) if c not in rollouts]
+    if missing:
+        raise ValueError(f"no column {', '.join(map(repr, missing))} in the rollouts")
+    for name in ("step", "query_id"):
+        nulls = np.flatnonzero(rollouts[name].isna().to_numpy())
+        if nulls.size:
+            raise ValueError(f"step {rollouts['step'].iloc[nulls[0]]}: row {nulls[0]} has no {name}")
+    for name in ("reward", column):
+        if not pd.api.types.is_numeric_dtype(rollouts[name]) or pd.api.types.is_bool_dtype(rollouts[name]):
+            raise ValueError(f"column {name!r} must hold numbers, it holds {rollouts[name].dtype}")
+    if "rollout_id" in rollouts:
+        _refuse_duplicates(zip(*(rollouts[c].tolist() for c in KEY)))
     rows = []
-    for (_, query), g in rollouts.groupby(["step", "query_id"], sort=False):
-        A = grpo_advantages(g["reward"].to_numpy(float), eps)
+    for (step, query), g in rollouts.groupby(["step", "query_id"], sort=False):
+        where = f"step {step}, query {query!r}"
+        values = g[column].to_numpy(float)
+        bad = np.flatnonzero(~np.isfinite(values))
+        if bad.size:
+            raise ValueError(f"{where}: {column} {values[bad[0]]} is not a finite number")
+        if column == "weight" and np.any(values != values[0]):
+            raise ValueError(
+                f"{where}: weight varies within the group ({values.min()} to {values.max()}); a group has one ω"
+            )
+        try:
+            A = grpo_advantages(g["reward"].to_numpy(float), eps)
+        except ValueError as err:  # a NaN or infinite reward
+            raise ValueError(f"{where}: {err}") from None
         if not np.any(A != 0):
             continue
-        if "weight" in g:
-            omega = float(g["weight"].iloc[0])
-        else:
-            omega = float(np.dot(g["advantage"].to_numpy(float), A) / np.dot(A, A))
+        omega = float(values[0]) if column == "weight" else float(np.dot(values, A) / np.dot(A, A))
         rows.append((int(g["step"].iloc[0]), str(query), omega))
     return pd.DataFrame(rows, columns=["step", "query_id", "omega"])
 
@@ -56,17 +188,18 @@ def omega_frame(out, arm: str, eps: float | None = None) -> pd.DataFrame:
     """(seed, step, query_id, omega) of every group of every seed of ``arm`` in folder ``out``,
     with the GRPO advantages of ``eps``: the comparison config's (compare.json's config.eps,
     what the trainer used); None is the trainer's default (``TrainConfig.eps``), what a config
-    without an eps trained with."""
-    import pyarrow.parquet as pq
-
+    without an eps trained with. Each error names the rollouts file."""
     eps = EPS if eps is None else eps
     if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps < 0:
         raise ValueError(f"eps must be a number >= 0 (the config's eps in {Path(out) / 'compare.json'}), got {eps!r}")
     parts = []
     for seed in finished_seeds(out, arm):
         for f in _rollout_files(out, arm, seed):
-            omega = "weight" if "weight" in pq.read_schema(f).names else "advantage"
-            frame = omega_groups(pd.read_parquet(f, columns=["step", "query_id", "reward", omega]), float(eps))
+            rollouts = read_rollouts(f, ["reward"], either=("weight", "advantage"))
+            try:
+                frame = omega_groups(rollouts, float(eps))
+            except ValueError as err:
+                raise ValueError(f"{f}: {err}") from None
             parts.append(frame.assign(seed=seed))
     if not parts:
         return pd.DataFrame(columns=["seed", "step", "query_id", "omega"])
@@ -109,30 +242,29 @@ def effective_treatment(out, arm: str, omega: pd.DataFrame, max_grad_norm: float
 
 def identical_share(a: pd.DataFrame, b: pd.DataFrame) -> pd.Series:
     """Per step, the share of (query_id, rollout_id) whose completions are identical in the two
-    rollouts frames (the rows both have)."""
-    keys = ["step", "query_id", "rollout_id"]
-    both = a[keys + ["completion"]].merge(b[keys + ["completion"]], on=keys, suffixes=("_a", "_b"))
+    rollouts frames (the rows both have; each rollout once in each frame)."""
+    both = a[KEY + ["completion"]].merge(b[KEY + ["completion"]], on=KEY, suffixes=("_a", "_b"), validate="one_to_one")
     same = both["completion_a"] == both["completion_b"]
     return same.groupby(both["step"]).mean().rename("identical")
 
 
 def coupling(out, arm: str, reference: str) -> pd.DataFrame:
-    """(step, identical, seeds): the share of identical completions between ``arm`` and
-    ``reference`` at each step, averaged over the seeds both have."""
-    columns = ["step", "query_id", "rollout_id", "completion"]
+    """(step, identical, seeds), by step: the share of identical completions between ``arm`` and
+    ``reference`` at each step, averaged over the seeds both have (a step one seed lacks is
+    averaged over the others)."""
     curves = []
     for seed in sorted(set(finished_seeds(out, arm)) & set(finished_seeds(out, reference))):
-        files = {f.name: f for f in _rollout_files(out, arm, seed)}
-        ref = {f.name: f for f in _rollout_files(out, reference, seed)}
+        files = {rollout_step(f): f for f in _rollout_files(out, arm, seed)}
+        ref = {rollout_step(f): f for f in _rollout_files(out, reference, seed)}
         shared = sorted(set(files) & set(ref))
         if not shared:
             continue
-        a = pd.concat([pd.read_parquet(files[n], columns=columns) for n in shared], ignore_index=True)
-        b = pd.concat([pd.read_parquet(ref[n], columns=columns) for n in shared], ignore_index=True)
+        a = pd.concat([read_rollouts(files[s], ["completion"]) for s in shared], ignore_index=True)
+        b = pd.concat([read_rollouts(ref[s], ["completion"]) for s in shared], ignore_index=True)
         curves.append(identical_share(a, b))
     if not curves:
         return pd.DataFrame(columns=["step", "identical", "seeds"])
-    table = pd.concat(curves, axis=1)
+    table = pd.concat(curves, axis=1).sort_index()  # the union of the seeds' steps, in step order
     return pd.DataFrame(
         {"step": table.index.astype(int), "identical": table.mean(axis=1).to_numpy(), "seeds": table.count(axis=1)}
     ).reset_index(drop=True)

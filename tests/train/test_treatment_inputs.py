@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from gcpo_analysis.measures.advantages import grpo_advantages
-from gcpo_train.compare.treatment import omega_frame
+from gcpo_train.compare.treatment import coupling, omega_frame, omega_groups
 
 
 def _run(out, arm, seed=0, done=True):
@@ -73,3 +73,144 @@ def test_the_report_reads_omega_with_the_configs_eps(tmp_path):
     assert omega_frame(tmp_path, "none", 0.1)["omega"].tolist() == pytest.approx([1.0] * 4)
     with pytest.raises(ValueError, match="eps must be a number >= 0"):
         omega_frame(tmp_path, "none", float("nan"))
+
+
+# ---------------------------------------------------------------------- ω of broken groups
+def _nan_advantage(d):
+    d.loc[5, "advantage"] = np.nan
+    return d
+
+
+def _inf_advantage(d):
+    d.loc[5, "advantage"] = np.inf
+    return d
+
+
+def _weight_varies(d):
+    return d.drop(columns="advantage").assign(weight=[2.0] * 4 + [5.0, 1.0, 1.0, 1.0])
+
+
+def _weight_nan(d):
+    return d.drop(columns="advantage").assign(weight=[np.nan] * 4 + [2.0] * 4)
+
+
+def _null_query(d):
+    d["query_id"] = d["query_id"].astype(object)
+    d.loc[4:, "query_id"] = None
+    return d
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (_nan_advantage, r"row 5 \(step 1, query 'q1'\) has no advantage"),
+        (_inf_advantage, r"step 1, query 'q1': advantage inf is not a finite number"),
+        (lambda d: pd.concat([d, d.iloc[[2]]]), r"step 1, query 'q0': rollout 2 is there twice"),
+        (_null_query, r"row 4 \(step 1\) has no query_id"),
+        (_weight_varies, r"step 1, query 'q1': weight varies within the group"),
+        (_weight_nan, r"row 0 \(step 1, query 'q0'\) has no weight"),
+    ],
+)
+def test_omega_frame_refuses_a_group_without_a_true_omega(tmp_path, edit, message):
+    """Each was a changed or dropped ω without a word (NaN, inf or a varying weight became the
+    group's ω; a copied rollout changed A; a group without query_id was left out)."""
+    run = _run(tmp_path, "x")
+    edit(_groups()).to_parquet(run / "rollouts" / "step_000001.parquet")
+    with pytest.raises(ValueError, match=r"rollouts/step_000001\.parquet: " + message):
+        omega_frame(tmp_path, "x")
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (_inf_advantage, r"^step 1, query 'q1': advantage inf is not a finite number"),
+        (_nan_advantage, r"^step 1, query 'q1': advantage nan is not a finite number"),
+        (lambda d: pd.concat([d, d.iloc[[2]]]), r"^step 1, query 'q0': rollout 2 is there twice"),
+        (_null_query, r"^step 1: row 4 has no query_id"),
+        (_weight_varies, r"^step 1, query 'q1': weight varies"),
+        (lambda d: d.assign(reward=d["reward"].astype(str)), r"column 'reward' must hold numbers"),
+        (lambda d: d.assign(reward=[0.0, np.nan] + [1.0] * 6), r"^step 1, query 'q0': .*reward"),
+    ],
+)
+def test_omega_groups_refuses_a_broken_frame_naming_step_and_query(edit, message):
+    with pytest.raises(ValueError, match=message):
+        omega_groups(edit(_groups()))
+
+
+# ---------------------------------------------------------------------- rollouts files
+def _coupled(tmp_path, edit_x=lambda d: d, name="step_000001.parquet"):
+    """Arms none and x of seed 0, one step; x's file edited by ``edit_x`` and named ``name``."""
+    _groups().to_parquet(_run(tmp_path, "none") / "rollouts" / "step_000001.parquet")
+    edit_x(_groups(texts="abczefgh")).to_parquet(_run(tmp_path, "x") / "rollouts" / name)
+
+
+def test_coupling_refuses_a_rollout_twice(tmp_path):
+    """Rollout 0 written three times was paired with every copy: 7/8 identical read as 0.9."""
+    _coupled(tmp_path, lambda d: pd.concat([d, d.iloc[[0, 0]]]))
+    with pytest.raises(ValueError, match=r"x/seed_0/rollouts/step_000001\.parquet: step 1, query 'q0': rollout 0 is"):
+        coupling(tmp_path, "x", "none")
+
+
+def test_coupling_refuses_another_steps_rows(tmp_path):
+    """step_000001's rows in a file named step 2 were read as step 1's, beside the real one."""
+    _groups(step=2).to_parquet(_run(tmp_path, "none") / "rollouts" / "step_000002.parquet")
+    _groups(step=1).to_parquet(_run(tmp_path, "x") / "rollouts" / "step_000002.parquet")
+    with pytest.raises(ValueError, match=r"x/seed_0/rollouts/step_000002\.parquet: row 0 is a rollout of step 1"):
+        coupling(tmp_path, "x", "none")
+
+
+def test_a_rollouts_file_of_another_name_is_refused(tmp_path):
+    _coupled(tmp_path, name="step_1.parquet")
+    with pytest.raises(ValueError, match=r"step_1\.parquet: not a rollouts file of the run"):
+        coupling(tmp_path, "x", "none")
+    with pytest.raises(ValueError, match=r"step_1\.parquet: not a rollouts file of the run"):
+        omega_frame(tmp_path, "x")
+
+
+def test_coupling_is_by_step_when_a_seed_lacks_a_step(tmp_path):
+    """Seed 0 lacks step 2's file: the steps came back 1, 3, 2 and the summary's last step
+    column read step 2's 100% instead of step 3's 0%."""
+    from gcpo_train.compare.report import _markdown
+
+    for seed in (0, 1):
+        for arm in ("none", "x"):
+            run = _run(tmp_path, arm, seed)
+            for step in (1, 2, 3):
+                if seed == 0 and step == 2:
+                    continue
+                texts = "zzzzzzzz" if arm == "x" and step == 3 else "abcdefgh"
+                _groups(step=step, texts=texts).to_parquet(run / "rollouts" / f"step_{step:06d}.parquet")
+    curve = coupling(tmp_path, "x", "none")
+    assert curve["step"].tolist() == [1, 2, 3]
+    assert curve["identical"].tolist() == [1.0, 1.0, 0.0] and curve["seeds"].tolist() == [2, 1, 2]
+    assert _markdown(pd.DataFrame(), None, "none", {"x": curve}).splitlines()[-1].split("|")[4].strip() == "0%"
+
+
+def _truncated(tmp_path):
+    path = tmp_path / "whole.parquet"
+    _groups().to_parquet(path)
+    return path.read_bytes()[:-20]
+
+
+@pytest.mark.parametrize(
+    "edit, reader, message",
+    [
+        (lambda d: d.drop(columns="advantage"), "omega", r"no column 'weight' or 'advantage'"),
+        (lambda d: d.drop(columns="completion"), "coupling", r"no column 'completion'"),
+        (lambda d: d.assign(reward=d["reward"].astype(str)), "omega", r"column 'reward' must hold numbers"),
+        (lambda d: d.assign(rollout_id=d["rollout_id"].astype(str)), "coupling", r"'rollout_id' must hold integers"),
+        (lambda d: d.assign(advantage=True), "omega", r"column 'advantage' must hold numbers"),
+        ("truncated", "omega", r"not a readable rollouts file"),
+        ("truncated", "coupling", r"not a readable rollouts file"),
+    ],
+)
+def test_a_broken_rollouts_file_is_named_with_its_field(tmp_path, edit, reader, message):
+    """Each was an ArrowInvalid, a float() error or a pandas merge error naming no file."""
+    _groups().to_parquet(_run(tmp_path, "none") / "rollouts" / "step_000001.parquet")
+    path = _run(tmp_path, "x") / "rollouts" / "step_000001.parquet"
+    if edit == "truncated":
+        path.write_bytes(_truncated(tmp_path))
+    else:
+        edit(_groups()).to_parquet(path)
+    with pytest.raises(ValueError, match=r"x/seed_0/rollouts/step_000001\.parquet: .*" + message):
+        omega_frame(tmp_path, "x") if reader == "omega" else coupling(tmp_path, "x", "none")
