@@ -16,10 +16,10 @@ committed rollouts and logs (issue 35):
   index) per step, averaged over seeds, says how long a pair stays paired; ``first_below`` gives
   the first step at which it falls below a level (90%, 50%).
 
-The rollouts are read as untrusted (``read_rollouts``): a file that is not what the trainer
-wrote (a missing or mistyped column, a row twice, another step's rows, a non-finite advantage)
-is refused naming the file and the row, never turned into a ω or a coupling curve that is
-silently wrong.
+The rollouts and logs are read as untrusted (``read_rollouts``, ``grad_norms``): a file that is
+not what the trainer wrote (a missing or mistyped column, a row twice, another step's rows, a
+non-finite advantage or gradient norm) is refused naming the file and the row, never turned into
+a ω, a clipped share or a coupling curve that is silently wrong.
 """
 
 from __future__ import annotations
@@ -214,16 +214,38 @@ def relative_weights(omega: pd.DataFrame) -> np.ndarray:
     return (omega["omega"] / mean).to_numpy(float)
 
 
+def grad_norms(log: Path) -> list[float]:
+    """The pre-clip gradient norm of every row of a run's ``log.jsonl`` (``runlog.read_log``),
+    each a finite number ≥ 0: a row without one, a NaN or a text ("3.0") is refused naming the
+    file and line, since it would otherwise leave the clipped share's denominator or count as
+    not clipped."""
+    from gcpo_train.runfiles.runlog import read_log
+
+    rows = read_log(log)
+    # read_log keeps one row per non-blank line, in order (dropping at most a partial last one)
+    lines = [
+        k for k, line in enumerate(log.read_text(encoding="utf-8", errors="replace").splitlines(), 1) if line.strip()
+    ]
+    norms = []
+    for line, row in zip(lines, rows):
+        v = row.get("grad_norm")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            what = "no grad_norm (the trainer logs one every step)" if "grad_norm" not in row else f"grad_norm {v!r}"
+            raise ValueError(f"{log}: line {line} (step {row['step']}) has {what}, not a finite number >= 0")
+        norms.append(float(v))
+    return norms
+
+
 def clipped_share(out, arm: str, max_grad_norm: float) -> float:
     """Share of logged steps (all seeds of ``arm``) whose pre-clip gradient norm exceeds
     ``max_grad_norm``; NaN where no log or no clipping (max_grad_norm ≤ 0)."""
-    from gcpo_train.runfiles.runlog import read_log
-
+    if max_grad_norm is not None and math.isnan(max_grad_norm):  # every norm > NaN is False: 0% clipped
+        raise ValueError("max_grad_norm is NaN; the config's max_grad_norm is a number (≤ 0: no clipping)")
     norms = []
     for seed in finished_seeds(out, arm):
         log = arm_seed_folder(out, arm, seed) / "log.jsonl"
         if log.exists():
-            norms += [r["grad_norm"] for r in read_log(log) if r.get("grad_norm") is not None]
+            norms += grad_norms(log)
     if not norms or not max_grad_norm or max_grad_norm <= 0:
         return float("nan")
     return float(np.mean(np.asarray(norms, float) > max_grad_norm))

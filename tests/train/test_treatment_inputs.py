@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from gcpo_analysis.measures.advantages import grpo_advantages
-from gcpo_train.compare.treatment import coupling, omega_frame, omega_groups
+from gcpo_train.compare.treatment import clipped_share, coupling, omega_frame, omega_groups
 
 
 def _run(out, arm, seed=0, done=True):
@@ -214,3 +214,28 @@ def test_a_broken_rollouts_file_is_named_with_its_field(tmp_path, edit, reader, 
         edit(_groups()).to_parquet(path)
     with pytest.raises(ValueError, match=r"x/seed_0/rollouts/step_000001\.parquet: .*" + message):
         omega_frame(tmp_path, "x") if reader == "omega" else coupling(tmp_path, "x", "none")
+
+
+# ---------------------------------------------------------------------- log.jsonl grad_norm
+@pytest.mark.parametrize(
+    "log, message",
+    [
+        ('{"step": 1, "grad_norm": NaN}\n{"step": 2, "grad_norm": 3.0}\n', r"line 1 \(step 1\) has grad_norm nan"),
+        ('{"step": 1, "grad_norm": 3.0}\n\n{"step": 2}\n', r"line 3 \(step 2\) has no grad_norm"),
+        ('{"step": 1, "grad_norm": "3.0"}\n{"step": 2, "grad_norm": 0.5}\n', r"line 1 \(step 1\) has grad_norm '3.0'"),
+        ('{"step": 1, "grad_norm": "big"}\n', r"line 1 \(step 1\) has grad_norm 'big'"),
+        ('{"step": 1, "grad_norm": -1.0}\n', r"line 1 \(step 1\) has grad_norm -1.0"),
+    ],
+)
+def test_clipped_share_refuses_a_grad_norm_that_is_not_a_number(tmp_path, log, message):
+    """A NaN counted as not clipped, a row without one left the denominator, "3.0" was read as 3."""
+    (_run(tmp_path, "x") / "log.jsonl").write_text(log)
+    with pytest.raises(ValueError, match=r"x/seed_0/log\.jsonl: " + message):
+        clipped_share(tmp_path, "x", 1.0)
+
+
+def test_clipped_share_of_a_good_log(tmp_path):
+    (_run(tmp_path, "x") / "log.jsonl").write_text('{"step": 1, "grad_norm": 3.0}\n\n{"step": 2, "grad_norm": 0.5}\n')
+    assert clipped_share(tmp_path, "x", 1.0) == 0.5
+    with pytest.raises(ValueError, match="max_grad_norm is NaN"):
+        clipped_share(tmp_path, "x", float("nan"))
