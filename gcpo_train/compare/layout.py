@@ -5,6 +5,7 @@ finds the finished runs (``finished_runs``: a ``done.json``, written once traine
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 
@@ -33,7 +34,21 @@ def finished_runs(out, arm: str | None = None, seed: int | None = None) -> list[
     return sorted(done.parent for done in parent.glob(pattern))
 
 
+SEED_FOLDER = re.compile(r"seed_(0|[1-9][0-9]*)")  # f"seed_{seed}", seeds >= 0: seed_00 is no run's
+
+
 def finished_seeds(out, arm: str) -> list[int]:
     """The seeds of ``arm`` whose run finished (``done.json``), sorted: what the report describes,
-    and what a published copy of the folder holds."""
-    return sorted(int(p.name[5:]) for p in finished_runs(out, arm=arm) if p.name[5:].isdigit())
+    and what a published copy of the folder holds. A finished run in a folder ``arm_seed_folder``
+    does not name (seed_00, seed_x) is refused by name: it is a copy or a rename by hand, and
+    read as a seed it would count that seed's rollouts, logs or evaluations a second time."""
+    seeds = []
+    for run in finished_runs(out, arm=arm):
+        m = SEED_FOLDER.fullmatch(run.name)
+        if m is None:
+            raise ValueError(
+                f"{run}: not a run of the comparison (gcpo compare names a seed's folder seed_<s>, "
+                f"e.g. seed_0); move it out of {run.parent}"
+            )
+        seeds.append(int(m[1]))
+    return sorted(seeds)

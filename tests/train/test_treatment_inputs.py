@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 from gcpo_analysis.measures.advantages import grpo_advantages
+from gcpo_train.compare.layout import finished_seeds
 from gcpo_train.compare.treatment import clipped_share, coupling, omega_frame, omega_groups
 
 
@@ -239,3 +240,16 @@ def test_clipped_share_of_a_good_log(tmp_path):
     assert clipped_share(tmp_path, "x", 1.0) == 0.5
     with pytest.raises(ValueError, match="max_grad_norm is NaN"):
         clipped_share(tmp_path, "x", float("nan"))
+
+
+# ---------------------------------------------------------------------- seed folders
+@pytest.mark.parametrize("name", ["seed_00", "seed_01", "seed_x", "seed_-1"])
+def test_finished_seeds_refuses_a_seed_folder_gcpo_compare_does_not_name(tmp_path, name):
+    """seed_00 (a copy of seed_0 by hand) was read as seed 0 a second time."""
+    _run(tmp_path, "x", 0)
+    (tmp_path / "runs" / "x" / name).mkdir()
+    (tmp_path / "runs" / "x" / name / "done.json").write_text("{}")
+    with pytest.raises(ValueError, match=rf"runs/x/{name}: not a run of the comparison"):
+        finished_seeds(tmp_path, "x")
+    (tmp_path / "runs" / "x" / name / "done.json").unlink()  # an unfinished folder is no run yet
+    assert finished_seeds(tmp_path, "x") == [0]
