@@ -205,10 +205,11 @@ def _runs(runs: Path) -> list[tuple[str, int, Path]]:
         for run in arm.iterdir():
             if run.name.startswith("."):
                 continue
-            match = re.fullmatch(r"seed_(\d+)", run.name)
+            match = re.fullmatch(r"seed_(0|[1-9]\d*)", run.name)  # as compare names them: seed_00 is not seed 0
             if match is None or not run.is_dir():
                 raise SystemExit(
-                    f"{run}: not a run of the comparison (an arm's folder holds only folders seed_<digits>); "
+                    f"{run}: not a run of the comparison (an arm's folder holds only folders seed_<digits>, "
+                    "no leading zero); "
                     f"move it out of {arm}"
                 )
             found.append((arm.name, int(match[1]), run))

@@ -181,7 +181,15 @@ def test_empty_references_are_named_with_the_file_and_query(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "name, folder", [("seed_old", True), ("seed_9.txt", False), ("seed_", True), ("seed_1", False)]
+    "name, folder",
+    [
+        ("seed_old", True),
+        ("seed_9.txt", False),
+        ("seed_", True),
+        ("seed_1", False),
+        ("seed_00", True),
+        ("seed_01", True),
+    ],
 )
 def test_a_compare_folder_entry_that_is_not_a_seed_folder_is_refused(tmp_path, name, folder):
     root = tmp_path / "cmp"
