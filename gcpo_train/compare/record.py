@@ -6,6 +6,7 @@ record, or a field of the wrong type, is refused by name, never turned into a wr
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 
@@ -45,10 +46,15 @@ def _check_record_fields(path: Path, record: dict) -> None:
     steps = record.get("steps", 1)
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise bad("steps", "a positive integer")
+    # the trainer's meanings (config.max_grad_norm, loop.update): 0 or null clips nothing, absent is
+    # the default 1.0; NaN (which json reads) made every step count as not clipped, "0%"
     clip = record["config"].get("max_grad_norm")
-    if clip is not None and (isinstance(clip, bool) or not isinstance(clip, (int, float))):
+    if clip is not None and (
+        isinstance(clip, bool) or not isinstance(clip, (int, float)) or not math.isfinite(clip) or clip < 0
+    ):
         raise ValueError(
-            f"{path}: config field 'max_grad_norm' must be a number or null, got {clip!r}; restore the file"
+            f"{path}: config field 'max_grad_norm' must be a finite number >= 0 (0 or null: no clipping), "
+            f"got {clip!r}; restore the file"
         )
 
 
