@@ -58,9 +58,10 @@ def fastest_fp32_kernels(model, device, backend) -> str:
 
 # ---------------------------------------------------------------------- planning the seeds
 def _final_deltas(results: pd.DataFrame, arm: str, reference: str) -> tuple[np.ndarray | None, float]:
-    """d (paired seeds x shared queries) of ``arm`` − ``reference`` at each run's last step (the
-    report's ``paired_deltas``: None under two paired seeds), and the reference's held-out mean."""
-    from gcpo_train.compare.report import final_scores, paired_deltas
+    """d (paired seeds x queries) of ``arm`` − ``reference`` at each run's last step, paired as the
+    report pairs them (``evaluations.paired_deltas``: None under two paired seeds), and the
+    reference's held-out mean."""
+    from gcpo_train.compare.evaluations import final_scores, paired_deltas
 
     final = final_scores(results)
     ref = final[final["arm"] == reference]
@@ -78,18 +79,12 @@ def plan(
 ) -> pd.DataFrame:
     """One row per arm with ≥ 2 seeds paired with ``reference``: τ, σ_q, queries, the sd of a
     seed's delta, δ, the seeds needed for ``target`` power at δ and the δ detected by 3, 8, 16
-    (and ``seeds``) seeds."""
-    from gcpo_analysis.frames import check_columns
+    (and ``seeds``) seeds. ``results`` is checked as the report checks it
+    (``evaluations.check_results``: a repeated row was averaged, a bool score read as 0/1)."""
     from gcpo_analysis.stats.seeds import detectable_delta, planning_sd, power, seeds_for_power, variance_components
+    from gcpo_train.compare.evaluations import check_results
 
-    check_columns(results, ["arm", "seed", "step", "query_id", "score"], "comparison results", None)
-    bad = ~np.isfinite(pd.to_numeric(results["score"], errors="coerce"))  # text, null, NaN and ±inf
-    if bad.any():  # pivot_table's mean would drop it and plan on the rest
-        row = results[bad].iloc[0]
-        raise ValueError(
-            f"{int(bad.sum())} score(s) are missing or not finite, the first of arm {row['arm']!r} seed "
-            f"{row['seed']} step {row['step']} query {row['query_id']!r}"
-        )
+    check_results(results, "comparison results")
     rows = []
     for arm in [a for a in dict.fromkeys(results["arm"]) if a not in ("base", reference)]:
         d, ref_mean = _final_deltas(results, arm, reference)
@@ -179,8 +174,9 @@ def write_plan(
     before the runs it plans, so an existing file is kept unless ``overwrite``; a finished
     comparison's own τ and the δ its seeds detect (the closing reading of what it can exclude) go
     to another ``name``. ``margin`` must be compare.json's, when it records one (the report reads
-    δ there)."""
+    δ there). results.parquet is checked as the report checks it (``evaluations.check_results``)."""
     from gcpo_analysis.frames import write_text
+    from gcpo_train.compare.evaluations import check_results
     from gcpo_train.compare.record import read_spec
     from gcpo_train.compare.report import finished_results
 
@@ -204,7 +200,12 @@ def write_plan(
             f"({recorded:g}), which its report uses; plan at the recorded one"
         )
     try:
-        table = plan(finished_results(pd.read_parquet(path), spec.get("steps")), reference, margin, seeds)
+        results = pd.read_parquet(path)
+    except (OSError, ValueError) as err:  # pyarrow's ArrowInvalid is a ValueError
+        raise ValueError(f"{path}: not a readable results file ({type(err).__name__}: {err})") from None
+    check_results(results, path)  # before finished_results compares its steps
+    try:
+        table = plan(finished_results(results, spec.get("steps")), reference, margin, seeds)
     except ValueError as err:
         raise ValueError(f"{path}: {err}") from None
     if table.empty:

@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from gcpo_analysis.frames import write_figure, write_table, write_text
+from gcpo_train.compare.evaluations import check_results, final_scores, paired_deltas
 from gcpo_train.compare.layout import arm_seed_folder
 from gcpo_train.compare.record import read_spec
 
@@ -70,11 +71,12 @@ def summary_table(
     """One row per arm: final held-out mean ± sd over seeds, Δ vs reference with the seed-level
     statistics (``stats.seeds.seed_level``; δ = ``margin`` × the reference's held-out mean), the
     pooled bootstrap as a secondary interval, ω's range and the effective treatment
-    (``treatments[arm]``, ``treatment.effective_treatment``)."""
+    (``treatments[arm]``, ``treatment.effective_treatment``). ``results`` is checked first
+    (``evaluations.check_results``)."""
     from gcpo_analysis.stats.seeds import seed_level
     from gcpo_analysis.stats.size_control import holm
 
-    final = final_scores(results)
+    final = final_scores(check_results(results, "comparison results"))
     ref = final[final["arm"] == reference]
     ref_mean = float(ref.groupby("seed")["score"].mean().mean()) if len(ref) else float("nan")
     rows = []
@@ -107,25 +109,6 @@ def summary_table(
     return table
 
 
-def final_scores(results: pd.DataFrame) -> pd.DataFrame:
-    """Each trained arm-seed's scores at its last evaluated step."""
-    final = results[results["arm"] != "base"]
-    return final[final["step"] == final.groupby(["arm", "seed"])["step"].transform("max")]
-
-
-def paired_deltas(a: pd.DataFrame, b: pd.DataFrame) -> np.ndarray | None:
-    """d = score_a − score_b (seeds x queries) over the seeds and queries both have; None with
-    fewer than two paired seeds (a seed-level interval needs two)."""
-    if a.empty or b.empty:
-        return None
-    a = a.pivot_table(index="seed", columns="query_id", values="score")
-    b = b.pivot_table(index="seed", columns="query_id", values="score")
-    seeds, queries = a.index.intersection(b.index), a.columns.intersection(b.columns)
-    if len(seeds) < 2 or not len(queries):
-        return None
-    return a.loc[seeds, queries].to_numpy() - b.loc[seeds, queries].to_numpy()
-
-
 def control_table(results: pd.DataFrame, arms, reference: str, margin: float = 0.1) -> pd.DataFrame:
     """One row per arm X with its shuffled twin in ``arms``: Δ(X − X:shuffled) with the
     seed-level statistics (``stats.seeds.seed_level``) at δ = ``margin`` × the reference's
@@ -133,7 +116,7 @@ def control_table(results: pd.DataFrame, arms, reference: str, margin: float = 0
     from gcpo_analysis.measures.shuffled import SHUFFLED
     from gcpo_analysis.stats.seeds import seed_level
 
-    final = final_scores(results)
+    final = final_scores(check_results(results, "comparison results"))
     ref = final[final["arm"] == reference]
     ref_mean = float(ref.groupby("seed")["score"].mean().mean()) if len(ref) else float("nan")
     rows = []
@@ -264,11 +247,15 @@ def finished_results(
 
 
 def write_report(out: Path, results: pd.DataFrame, arms, reference: str, figures: bool = True) -> dict:
-    """summary.md, summary.csv, coupling.csv and (``figures``) figures/ of the comparison folder ``out``."""
+    """summary.md, summary.csv, control.csv, coupling.csv and (``figures``) figures/ of the
+    comparison folder ``out``. ``results`` is the frame of ``out/results.parquet``, refused by that
+    name when it is not one (``evaluations.check_results``)."""
     from gcpo_train.compare.layout import finished_seeds
     from gcpo_train.compare.treatment import coupling, effective_treatment, omega_frame
 
     out = Path(out)
+    source = out / "results.parquet"
+    check_results(results, source)
     spec = read_spec(out)
     margin = float(spec.get("equivalence_margin", 0.1))
     max_grad_norm = float(spec.get("config", {}).get("max_grad_norm", 1.0) or 0.0)
@@ -277,13 +264,16 @@ def write_report(out: Path, results: pd.DataFrame, arms, reference: str, figures
     treatments = {arm: effective_treatment(out, arm, omegas[arm], max_grad_norm) for arm in arms}
     finished = {(arm, seed) for arm in arms for seed in finished_seeds(out, arm)}
     final = finished_results(results, spec.get("steps"), finished)
-    table = summary_table(final, arms, reference, weights, margin, treatments)
+    try:
+        table = summary_table(final, arms, reference, weights, margin, treatments)
+        control = control_table(final, arms, reference, margin)
+    except ValueError as err:  # paired_deltas names a run missing a query: of this file
+        raise ValueError(f"{source}: {err}") from None
     couplings = {arm: coupling(out, arm, reference) for arm in arms if arm != reference}
     couplings = {arm: c for arm, c in couplings.items() if len(c)}
     base = results[results["arm"] == "base"]
     base_mean = float(base.groupby("seed")["score"].mean().mean()) if len(base) else None
     md = _markdown(table, base_mean, reference, couplings)
-    control = control_table(final, arms, reference, margin)
     if len(control):
         md += _control_markdown(control)
         write_table(control, out / "control.csv")

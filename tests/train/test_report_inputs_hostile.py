@@ -72,3 +72,104 @@ def test_a_max_grad_norm_of_0_or_null_still_means_no_clipping(tmp_path, clip):
 
     out = _folder(tmp_path, record={"config": {"max_grad_norm": clip}})
     assert read_record(out / "compare.json")["config"]["max_grad_norm"] == clip
+
+
+# ---------------------------------------------------------------------- results frame (6, 9, 10)
+@pytest.mark.parametrize(
+    ("spoil", "named"),
+    [
+        ("repeat", r"arm 'x' seed 0 step 1 query 'q0' \(row 24\) repeats row 12: .* averaged into Δ and τ"),
+        (
+            "bool",
+            r"24 score\(s\) are missing or not finite, the first of arm 'none' seed 0 step 1 query 'q0' \(row 0\)",
+        ),
+        (
+            "text_score",
+            r"24 score\(s\) are missing or not finite, .*: '10\.0'; a score is a finite number, never a text",
+        ),
+        ("text_step", r"arm 'none' seed 0 step '1' query 'q0' \(row 0\): column 'step' holds '1', not an integer"),
+        ("text_seed", r"arm 'x' seed '0' step 1 query 'q0' \(row 12\): column 'seed' holds '0', not an integer"),
+        ("float_seed", r"arm 'none' seed 0\.0 step 1 query 'q0' \(row 0\): column 'seed' holds 0\.0, not an integer"),
+    ],
+)
+def test_plan_and_report_refuse_the_same_results_by_file_and_row(tmp_path, spoil, named):
+    """A repeated (arm, seed, step, query) row was averaged by pivot_table (τ 13.79 for 4.74 on the
+    confirmatory results, no warning); bool scores planned as 0/1; a step as text failed with
+    TypeError: Invalid comparison between dtype=str and int, a score as text with dtype 'str' does
+    not support operation 'mean'; seeds as text in one arm gave Δ — under a footnote blaming the
+    seed count. --plan and the report now refuse each, naming results.parquet and the row."""
+    from gcpo_train.compare.plan import plan, write_plan
+    from gcpo_train.compare.report import summary_table, write_report
+
+    df = _rows(arms=["none", "x"], seeds=3, queries=4)
+    if spoil == "repeat":
+        df = pd.concat([df, df.iloc[[12]].assign(score=100.0)], ignore_index=True)
+    elif spoil == "bool":
+        df["score"] = df["score"] > 14
+    elif spoil == "text_score":
+        df["score"] = df["score"].astype(str)
+    elif spoil == "text_step":
+        df["step"] = df["step"].astype(str)
+    elif spoil == "float_seed":
+        df["seed"] = df["seed"].astype(float)
+    else:
+        df["seed"] = df["seed"].astype(object)
+        df.loc[df["arm"] == "x", "seed"] = df.loc[df["arm"] == "x", "seed"].astype(str)
+    out = _folder(tmp_path, arms=["none", "x"])
+    path = out / "results.parquet"
+    if spoil != "text_seed":  # Parquet holds no column of texts and numbers; a frame in memory does
+        df.to_parquet(path)
+        with pytest.raises(ValueError, match=rf"^{path}: {named}"):
+            write_plan(out)
+    with pytest.raises(ValueError, match=rf"^{path}: {named}"):
+        write_report(out, df, ["none", "x"], "none", figures=False)
+    for call in (lambda: plan(df), lambda: summary_table(df, ["none", "x"], "none", {})):
+        with pytest.raises(ValueError, match=rf"^comparison results: {named}"):
+            call()
+    assert not (out / "plan.md").exists() and not (out / "summary.md").exists()
+
+
+@pytest.mark.parametrize(
+    ("spoil", "named"),
+    [
+        ("cell", r"arm 'x' seed 0 step 1 has no score for query 'q0' \(1 of the 5 queries"),
+        ("two_of_five", r"arm 'x' seed 0 step 1 has no score for query 'q0' \(3 of the 5 queries"),
+        ("reference", r"arm 'none' seed 2 step 1 has no score for query 'q4' \(1 of the 5 queries"),
+    ],
+)
+def test_a_run_missing_a_query_is_named_not_paired_on_the_rest(tmp_path, spoil, named):
+    """A missing (arm, seed, query) cell failed as "d must be a finite (seeds, queries) array with
+    at least 2 seeds, got shape (4, 5)", naming nothing; an arm evaluated on 2 of the 5 queries
+    got a Δ over those 2 without a word. Both are refused (not warned about: Δ over other queries
+    is another quantity), by arm, seed, step and query."""
+    from gcpo_train.compare.plan import plan
+    from gcpo_train.compare.report import control_table, summary_table, write_report
+
+    df = _rows(seeds=4, queries=5)
+    drop = {
+        "cell": (df["arm"] == "x") & (df["seed"] == 0) & (df["query_id"] == "q0"),
+        "two_of_five": (df["arm"] == "x") & df["query_id"].isin(["q0", "q1", "q2"]),
+        "reference": (df["arm"] == "none") & (df["seed"] == 2) & (df["query_id"] == "q4"),
+    }[spoil]
+    df = df[~drop].reset_index(drop=True)
+    with pytest.raises(ValueError, match=named):
+        summary_table(df, ARMS, "none", {})
+    if spoil != "reference":
+        with pytest.raises(ValueError, match=named):
+            control_table(df, ARMS, "none")
+    with pytest.raises(ValueError, match=named):
+        plan(df)
+    out = _folder(tmp_path, seeds=4)
+    with pytest.raises(ValueError, match=rf"^{out / 'results.parquet'}: {named}"):
+        write_report(out, df, ARMS, "none", figures=False)
+
+
+def test_a_seed_only_one_arm_has_still_pairs_the_rest():
+    """The pairing check is over the seeds both arms have: a seed one arm has not finished is left
+    out of Δ as before, whatever queries it scores."""
+    from gcpo_train.compare.report import summary_table
+
+    df = _rows(arms=["none", "x"], seeds=3)
+    extra = pd.DataFrame([dict(arm="x", seed=7, step=1, query_id="q0", score=1.0)])
+    table = summary_table(pd.concat([df, extra], ignore_index=True), ["none", "x"], "none", {}).set_index("arm")
+    assert table.loc["x", "paired_seeds"] == 3 and table.loc["x", "seeds"] == 4
