@@ -26,6 +26,7 @@ read back from the rollouts and logs (``gcpo_train.compare.treatment``).
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -72,13 +73,15 @@ def summary_table(
     statistics (``stats.seeds.seed_level``; δ = ``margin`` × the reference's held-out mean), the
     pooled bootstrap as a secondary interval, ω's range and the effective treatment
     (``treatments[arm]``, ``treatment.effective_treatment``). ``results`` is checked first
-    (``evaluations.check_results``)."""
+    (``evaluations.check_results``); Δ is — for every arm, with a warning, while the reference
+    gives no δ (``reference_margin``)."""
     from gcpo_analysis.stats.seeds import seed_level
     from gcpo_analysis.stats.size_control import holm
 
     final = final_scores(check_results(results, "comparison results"))
-    ref = final[final["arm"] == reference]
-    ref_mean = float(ref.groupby("seed")["score"].mean().mean()) if len(ref) else float("nan")
+    delta_margin, why = reference_margin(final, reference, margin)
+    if why is not None and (final["arm"] != reference).any():
+        warnings.warn(no_delta(f"Δ vs {reference} is — for every arm", why, reference, margin), stacklevel=2)
     rows = []
     for arm in arms:
         f = final[final["arm"] == arm]
@@ -96,9 +99,9 @@ def summary_table(
             "omega_p95": float(np.quantile(w, 0.95)) if w.size else float("nan"),
             **(treatments or {}).get(arm, {}),
         }
-        d = paired_deltas(f, ref) if arm != reference else None
+        d = paired_deltas(f, final[final["arm"] == reference]) if arm != reference and why is None else None
         if d is not None:
-            row.update(seed_level(d, margin * ref_mean, label=f"{arm} vs {reference}"))
+            row.update(seed_level(d, delta_margin, label=f"{arm} vs {reference}"))
             _, row["pooled_low"], row["pooled_high"], row["pooled_p"] = paired_seed_query_bootstrap(d)
             row["paired_seeds"] = int(d.shape[0])
         rows.append(row)
@@ -109,22 +112,51 @@ def summary_table(
     return table
 
 
+def reference_margin(final: pd.DataFrame, reference: str, margin: float) -> tuple[float, str | None]:
+    """(δ, None), δ = ``margin`` × the reference's held-out mean (over its seeds, at their last
+    step, in ``final``), or (NaN, why there is none): the reference has no finished run yet, or
+    a held-out mean not above 0 (no relative margin to read a verdict at). gcpo compare writes the
+    report after every run, before the reference may have finished one: Δ then shows — with the
+    reason, where seed_level's "δ must be a positive number, got nan" stopped the comparison."""
+    ref = final[final["arm"] == reference]
+    if ref.empty:
+        return float("nan"), f"the reference {reference!r} has no finished run in the summary yet"
+    mean = float(ref.groupby("seed")["score"].mean().mean())
+    if not mean > 0:
+        return float("nan"), f"the reference {reference!r} has a held-out mean of {mean:g}"
+    return margin * mean, None
+
+
+def no_delta(what: str, why: str, reference: str, margin: float) -> str:
+    """The warnings, and summary.md's line, of a report whose reference gives no δ (``reference_margin``)."""
+    return (
+        f"{what}: {why}; the verdicts are read at ±δ, δ = {margin:g} × {reference}'s held-out mean, which must be "
+        "above 0"
+    )
+
+
 def control_table(results: pd.DataFrame, arms, reference: str, margin: float = 0.1) -> pd.DataFrame:
     """One row per arm X with its shuffled twin in ``arms``: Δ(X − X:shuffled) with the
     seed-level statistics (``stats.seeds.seed_level``) at δ = ``margin`` × the reference's
-    held-out mean, as in ``summary_table``."""
+    held-out mean, as in ``summary_table``; no row, with a warning, while the reference gives no δ
+    (``reference_margin``)."""
     from gcpo_analysis.measures.shuffled import SHUFFLED
     from gcpo_analysis.stats.seeds import seed_level
 
     final = final_scores(check_results(results, "comparison results"))
-    ref = final[final["arm"] == reference]
-    ref_mean = float(ref.groupby("seed")["score"].mean().mean()) if len(ref) else float("nan")
+    delta_margin, why = reference_margin(final, reference, margin)
+    present = set(final["arm"])
+    if why is not None:
+        if any(arm in present and arm + SHUFFLED in present for arm in arms if arm + SHUFFLED in arms):
+            what = "the shuffled control (Δ of an arm against its :shuffled twin) is left out"
+            warnings.warn(no_delta(what, why, reference, margin), stacklevel=2)
+        return pd.DataFrame()
     rows = []
     for arm in arms:
         twin = arm + SHUFFLED
         d = paired_deltas(final[final["arm"] == arm], final[final["arm"] == twin]) if twin in arms else None
         if d is not None:
-            stats = seed_level(d, margin * ref_mean, label=f"{arm} vs {twin}")
+            stats = seed_level(d, delta_margin, label=f"{arm} vs {twin}")
             rows.append({"arm": arm, "control": twin, "paired_seeds": int(d.shape[0]), **stats})
     return pd.DataFrame(rows)
 
@@ -154,7 +186,9 @@ def _num(value, fmt: str) -> str:
     return "—" if value is None or pd.isna(value) else format(value, fmt)
 
 
-def _markdown(table: pd.DataFrame, base_mean: float | None, reference: str, couplings: dict | None = None) -> str:
+def _markdown(
+    table: pd.DataFrame, base_mean: float | None, reference: str, couplings: dict | None = None, note: str = ""
+) -> str:
     lines = [
         "| arm | seeds | step | held-out (mean ± sd over seeds) | Δ vs "
         + reference
@@ -185,6 +219,8 @@ def _markdown(table: pd.DataFrame, base_mean: float | None, reference: str, coup
         f"\nΔ is over the seeds both the arm and {reference} finished (df = those seeds − 1); "
         "— until two seeds are paired, since a seed-level interval needs two."
     )
+    if note:
+        lines.append(f"\n{note}.")
     text = "\n".join(lines) + "\n"
     if couplings:
         text += (
@@ -225,7 +261,6 @@ def finished_results(
     unmarked = unmarked[~unmarked.index.isin(early.index)]
     if early.empty and unmarked.empty:
         return results
-    import warnings
 
     def named(rows: pd.Series) -> str:
         cells = rows.reset_index().itertuples(index=False)
@@ -249,7 +284,9 @@ def finished_results(
 def write_report(out: Path, results: pd.DataFrame, arms, reference: str, figures: bool = True) -> dict:
     """summary.md, summary.csv, control.csv, coupling.csv and (``figures``) figures/ of the
     comparison folder ``out``. ``results`` is the frame of ``out/results.parquet``, refused by that
-    name when it is not one (``evaluations.check_results``)."""
+    name when it is not one (``evaluations.check_results``). A table the comparison has none of
+    now (no shuffled twin paired, no coupling) is removed: an earlier report's would otherwise
+    stand beside a summary.md that no longer has it."""
     from gcpo_train.compare.layout import finished_seeds
     from gcpo_train.compare.treatment import coupling, effective_treatment, omega_frame
 
@@ -273,10 +310,16 @@ def write_report(out: Path, results: pd.DataFrame, arms, reference: str, figures
     couplings = {arm: c for arm, c in couplings.items() if len(c)}
     base = results[results["arm"] == "base"]
     base_mean = float(base.groupby("seed")["score"].mean().mean()) if len(base) else None
-    md = _markdown(table, base_mean, reference, couplings)
+    why = reference_margin(final_scores(final), reference, margin)[1]
+    note = ""
+    if why and len(table) and (table["arm"] != reference).any():  # the warnings' reason, in the summary
+        note = no_delta(f"Δ vs {reference} (and against a shuffled twin) is — for every arm", why, reference, margin)
+    md = _markdown(table, base_mean, reference, couplings, note)
     if len(control):
         md += _control_markdown(control)
         write_table(control, out / "control.csv")
+    else:
+        (out / "control.csv").unlink(missing_ok=True)
     # the tables at frames.TABLE_FLOAT_FORMAT (10 significant digits): a float's last digits (ω's
     # quantiles) change with the CPU's summation order, and a committed report must regenerate on
     # another machine up to a last-digit rounding (tests/helpers/tables.py)
@@ -285,6 +328,8 @@ def write_report(out: Path, results: pd.DataFrame, arms, reference: str, figures
     if couplings:
         frame = pd.concat([c.assign(arm=arm) for arm, c in couplings.items()], ignore_index=True)
         write_table(frame[["arm", "step", "identical", "seeds"]], out / "coupling.csv")
+    else:
+        (out / "coupling.csv").unlink(missing_ok=True)
     if figures:
         plot_report(out, results, arms, weights, couplings)
     return {"table": table, "control": control, "markdown": md}

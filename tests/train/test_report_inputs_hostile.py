@@ -173,3 +173,59 @@ def test_a_seed_only_one_arm_has_still_pairs_the_rest():
     extra = pd.DataFrame([dict(arm="x", seed=7, step=1, query_id="q0", score=1.0)])
     table = summary_table(pd.concat([df, extra], ignore_index=True), ["none", "x"], "none", {}).set_index("arm")
     assert table.loc["x", "paired_seeds"] == 3 and table.loc["x", "seeds"] == 4
+
+
+# ---------------------------------------------------------------------- the reference gives no δ (8)
+@pytest.mark.parametrize("case", ["unfinished", "zero"])
+def test_a_reference_without_a_finished_run_or_a_score_shows_delta_as_a_dash(tmp_path, case):
+    """write_report, run by gcpo compare after every run, stopped the comparison with "the
+    equivalence margin δ must be a positive number, got nan" (no finished reference run) or "got
+    0.0" (a reference scoring 0), naming neither the reference nor the reason."""
+    from gcpo_train.compare.report import control_table, summary_table, write_report
+
+    finished = {(a, s) for a in ARMS for s in range(3) if case == "zero" or a != "none"}
+    out = _folder(tmp_path, finished=finished)
+    df = _rows(reference_score=0.0 if case == "zero" else None)
+    why = "has no finished run in the summary yet" if case == "unfinished" else "has a held-out mean of 0"
+    with pytest.warns(UserWarning) as caught:
+        report = write_report(out, df, ARMS, "none", figures=False)
+    messages = [str(w.message) for w in caught]
+    assert any(m.startswith("Δ vs none is — for every arm: the reference 'none' " + why) for m in messages), messages
+    assert any(
+        m.startswith("the shuffled control (Δ of an arm against its :shuffled twin) is left out") for m in messages
+    )
+    table = report["table"].set_index("arm")
+    assert "delta" not in table or table["delta"].isna().all()
+    assert report["control"].empty and not (out / "control.csv").exists()
+    md = (out / "summary.md").read_text()
+    assert (
+        f"Δ vs none (and against a shuffled twin) is — for every arm: the reference 'none' {why}; the verdicts are"
+        in md
+    )
+    assert next(line for line in md.splitlines() if line.startswith("| x |")).split(" | ")[4] == "—"
+    if case == "zero":  # the frame-level functions say so too
+        with pytest.warns(UserWarning, match="the reference 'none' has a held-out mean of 0"):
+            assert "delta" not in summary_table(df, ARMS, "none", {})
+        with pytest.warns(UserWarning, match="shuffled control .* is left out"):
+            assert control_table(df, ARMS, "none").empty
+
+
+# ---------------------------------------------------------------------- stale tables (13)
+def test_a_table_the_new_report_has_none_of_is_removed(tmp_path):
+    """A control.csv (or coupling.csv) of an earlier report stayed beside a summary.md that no longer
+    had the contrast."""
+    from gcpo_train.compare.report import write_report
+
+    out = _folder(tmp_path, finished={(a, s) for a in ARMS for s in range(3) if (a, s) != ("x:shuffled", 1)})
+    df = _rows()
+    with pytest.warns(UserWarning, match=r"left out of the summary .*: x:shuffled seed 1"):
+        report = write_report(out, df, ARMS, "none", figures=False)
+    assert len(report["control"]) == 1 and (out / "control.csv").exists()
+    (out / "runs" / "x-shuffled" / "seed_0" / "done.json").unlink()  # one finished control seed: no contrast
+    (out / "coupling.csv").write_text("arm,step,identical,seeds\nx,1,1.0,3\n")  # no rollouts: no coupling
+    (out / "notes.csv").write_text("mine\n")
+    with pytest.warns(UserWarning, match="left out of the summary"):
+        report = write_report(out, df, ARMS, "none", figures=False)
+    assert report["control"].empty and "Shuffled control" not in (out / "summary.md").read_text()
+    assert not (out / "control.csv").exists() and not (out / "coupling.csv").exists()
+    assert (out / "notes.csv").read_text() == "mine\n"  # only the comparison's own tables
