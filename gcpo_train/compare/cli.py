@@ -87,10 +87,11 @@ def add_parser(subparsers):
     p.add_argument(
         "--plan_file",
         "--plan-file",
-        default="plan.md",
+        default=None,  # None: not given, so run_cli can refuse it without --plan
         metavar="NAME",
-        help="with --plan: the file in OUTPUT it writes, e.g. closing_plan.md for a finished comparison's own τ "
-        "and the δ its seeds detect, beside the plan fixed before it (default: plan.md)",
+        help="with --plan (refused without it): the file in OUTPUT it writes, e.g. closing_plan.md for a finished "
+        "comparison's own τ and the δ its seeds detect, beside the plan fixed before it; never one of the files the "
+        "comparison writes (summary.md, gate.md, ...) (default: plan.md)",
     )
     p.add_argument(
         "--workers",
@@ -107,6 +108,10 @@ def add_parser(subparsers):
 def run_cli(args) -> int:
     from gcpo_train.overrides import overrides_from
 
+    if args.plan_file is not None and not args.plan:  # ignored, it let the command train
+        raise ValueError(
+            f"--plan_file {args.plan_file!r} names the file --plan writes; add --plan (without it gcpo compare trains)"
+        )
     overrides = overrides_from(args)
     if args.backend is not None:
         overrides["backend"] = args.backend
@@ -121,7 +126,11 @@ def run_cli(args) -> int:
             raise ValueError(f"--seeds {args.seeds!r}: --plan gives the δ that S >= 2 seeds detect (a paired t test)")
         overwrite = bool(overrides.get("overwrite"))
         text = write_plan(
-            args.output, margin=settings["equivalence_margin"], seeds=n_seeds, overwrite=overwrite, name=args.plan_file
+            args.output,
+            margin=settings["equivalence_margin"],
+            seeds=n_seeds,
+            overwrite=overwrite,
+            name=args.plan_file or "plan.md",
         )
         print(text)
         return 0

@@ -138,9 +138,33 @@ PLANNED_ANALYSIS = """## The planned analysis (fixed before the confirmatory run
 """
 
 
+# the first words of every plan write_plan writes: --overwrite replaces a file only when it is one
+PLAN_TITLE = "# Planned seeds from "
+# the files of a comparison folder that are not plans (compare.run's record and results,
+# compare.report's tables, scripts/span_gate.py --compare's gate.md), lower case: never a plan's name
+COMPARISON_FILES = (
+    "compare.json",
+    "results.parquet",
+    "summary.md",
+    "summary.csv",
+    "control.csv",
+    "coupling.csv",
+    "gate.md",
+)
+
+
+def _is_plan(path: Path) -> bool:
+    """Whether ``path`` starts as the plans ``plan_markdown`` writes."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read(len(PLAN_TITLE)) == PLAN_TITLE
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
 def plan_markdown(table: pd.DataFrame, folder, margin: float, seeds: int | None = None) -> str:
     lines = [
-        f"# Planned seeds from `{folder}`",
+        f"{PLAN_TITLE}`{folder}`",
         "",
         "τ: between-seed sd of the per-seed delta; σ_q: sd of a query's delta within a seed; sd(D) ="
         " √(τ² + σ_q²/Q); power of the two-sided paired t test (α = 0.05, statsmodels TTestPower).",
@@ -169,20 +193,31 @@ def write_plan(
     overwrite: bool = False,
     name: str = "plan.md",
 ) -> str:
-    """plan.md (or ``name``, a file name in ``folder``) of a comparison folder (its results.parquet,
-    at the runs that reached compare.json's steps) from ``plan``; returns its text. A plan is fixed
-    before the runs it plans, so an existing file is kept unless ``overwrite``; a finished
-    comparison's own τ and the δ its seeds detect (the closing reading of what it can exclude) go
-    to another ``name``. ``margin`` must be compare.json's, when it records one (the report reads
-    δ there). results.parquet is checked as the report checks it (``evaluations.check_results``)."""
+    """plan.md (or ``name``, a file name in ``folder``) of a comparison folder from ``plan``;
+    returns its text. It plans from results.parquet (checked as the report checks it) at the runs
+    the summary reads: those that reached compare.json's steps and, where the folder has a runs/
+    folder, those marked finished (done.json, ``layout.finished_seeds``), each one left out named
+    in a warning; a folder holding only a results.parquet (a pilot's, copied) has no done.json to
+    read, and plans from every run in it. A plan is fixed before the runs it plans, so an existing
+    file is kept unless ``overwrite``, which replaces only a plan (a file starting with
+    ``PLAN_TITLE``); a finished comparison's own τ and the δ its seeds detect (the closing reading
+    of what it can exclude) go to another ``name``, never one of the files the comparison writes
+    (``COMPARISON_FILES``) or a hidden one. ``margin`` must be compare.json's, when it records one
+    (the report reads δ there)."""
     from gcpo_analysis.frames import write_text
     from gcpo_train.compare.evaluations import check_results
+    from gcpo_train.compare.layout import finished_seeds
     from gcpo_train.compare.record import read_spec
     from gcpo_train.compare.report import finished_results
 
     folder = Path(folder)
-    if Path(name).name != name or not name.endswith(".md"):
-        raise ValueError(f"plan file {name!r}: a file name ending in .md, written inside {folder}")
+    if Path(name).name != name or not name.endswith(".md") or name.startswith("."):
+        raise ValueError(f"plan file {name!r}: a file name ending in .md, not hidden, written inside {folder}")
+    if name.lower() in COMPARISON_FILES:
+        raise ValueError(
+            f"plan file {name!r}: the comparison writes {folder / name} itself ({', '.join(COMPARISON_FILES)} are "
+            "its own); name the plan otherwise, e.g. closing_plan.md"
+        )
     path = folder / "results.parquet"
     if not path.exists():
         raise FileNotFoundError(f"{folder} holds no results.parquet: run gcpo compare (or --report_only) first")
@@ -191,6 +226,11 @@ def write_plan(
         raise FileExistsError(
             f"{target} exists: a plan is fixed before the runs it plans; write this one to another file "
             "(--plan_file), move it away, or pass --overwrite to replace it"
+        )
+    if target.exists() and not _is_plan(target):
+        raise FileExistsError(
+            f"{target} is not a plan gcpo compare --plan wrote (it does not start with {PLAN_TITLE!r}); "
+            "--overwrite replaces only such a plan: write this one to another file (--plan_file) or move it away"
         )
     spec = read_spec(folder)
     recorded = spec.get("equivalence_margin")
@@ -204,8 +244,12 @@ def write_plan(
     except (OSError, ValueError) as err:  # pyarrow's ArrowInvalid is a ValueError
         raise ValueError(f"{path}: not a readable results file ({type(err).__name__}: {err})") from None
     check_results(results, path)  # before finished_results compares its steps
+    finished = None
     try:
-        table = plan(finished_results(results, spec.get("steps")), reference, margin, seeds)
+        if (folder / "runs").is_dir():
+            arms = [a for a in dict.fromkeys(results["arm"]) if a != "base"]
+            finished = {(arm, seed) for arm in arms for seed in finished_seeds(folder, arm)}
+        table = plan(finished_results(results, spec.get("steps"), finished), reference, margin, seeds)
     except ValueError as err:
         raise ValueError(f"{path}: {err}") from None
     if table.empty:

@@ -210,6 +210,77 @@ def test_a_reference_without_a_finished_run_or_a_score_shows_delta_as_a_dash(tmp
             assert control_table(df, ARMS, "none").empty
 
 
+# ---------------------------------------------------------------------- --plan (7, 11, 12)
+def test_plan_reads_the_runs_the_summary_reads(tmp_path):
+    """A run evaluated at the last step but with no done.json was left out of the summary by name
+    and counted by --plan without a word."""
+    from gcpo_train.compare.plan import write_plan
+
+    df = _rows(arms=["none", "x"], seeds=4)
+    unfinished = _folder(
+        tmp_path, arms=["none", "x"], seeds=4, finished={*((a, s) for a in ("none", "x") for s in range(3))}
+    )
+    df.to_parquet(unfinished / "results.parquet")
+    with pytest.warns(UserWarning, match=r"until their run folder has a done\.json: none seed 3 \(step 1\), x seed 3"):
+        text = write_plan(unfinished)
+    assert next(line for line in text.splitlines() if line.startswith("| x |")).split(" | ")[1] == "3"
+    # a folder holding only results.parquet (no runs/) has no done.json to read: every run is planned
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    df.to_parquet(bare / "results.parquet")
+    assert next(line for line in write_plan(bare).splitlines() if line.startswith("| x |")).split(" | ")[1] == "4"
+
+
+@pytest.mark.parametrize("name", ["summary.md", "gate.md", "Summary.md", ".md", ".hidden.md"])
+def test_a_plan_never_takes_a_comparison_files_name(tmp_path, name):
+    """--plan --plan_file summary.md --overwrite replaced the report's summary.md with a plan."""
+    from gcpo_train.compare.plan import write_plan
+
+    out = tmp_path / "cmp"
+    out.mkdir()
+    _rows(arms=["none", "x"]).to_parquet(out / "results.parquet")
+    (out / "summary.md").write_text("the report\n")
+    with pytest.raises(ValueError, match=rf"plan file '{name}'"):
+        write_plan(out, name=name, overwrite=True)
+    assert (out / "summary.md").read_text() == "the report\n" and sorted(p.name for p in out.iterdir()) == [
+        "results.parquet",
+        "summary.md",
+    ]
+
+
+def test_overwrite_replaces_only_a_plan(tmp_path):
+    from gcpo_train.compare.plan import write_plan
+
+    out = tmp_path / "cmp"
+    out.mkdir()
+    _rows(arms=["none", "x"]).to_parquet(out / "results.parquet")
+    (out / "notes.md").write_text("# my notes\n")
+    with pytest.raises(FileExistsError, match=r"notes\.md is not a plan gcpo compare --plan wrote"):
+        write_plan(out, name="notes.md", overwrite=True)
+    assert (out / "notes.md").read_text() == "# my notes\n"
+    first = write_plan(out, name="closing_plan.md")
+    assert write_plan(out, name="closing_plan.md", seeds=5, overwrite=True) != first
+
+
+def test_plan_file_without_plan_is_refused_not_ignored(tmp_path, capsys, monkeypatch):
+    """--plan_file closing_plan.md without --plan was ignored and the comparison trained."""
+    from helpers.cli_error import cli_error
+
+    from gcpo_train.compare.run import Comparison
+
+    def trains(self, *args, **kwargs):
+        raise AssertionError("gcpo compare trained")
+
+    monkeypatch.setattr(Comparison, "run", trains)
+    config = tmp_path / "c.yaml"
+    config.write_text("model: tiny:llama\ndataset: narrativeqa\nsteps: 1\n")
+    out = tmp_path / "cmp"
+    argv = ["compare", "--config", str(config), "--output", str(out), "--plan_file", "closing_plan.md"]
+    rc, err = cli_error(argv, capsys)
+    assert rc == 2 and "--plan_file 'closing_plan.md' names the file --plan writes; add --plan" in err
+    assert not out.exists()
+
+
 # ---------------------------------------------------------------------- stale tables (13)
 def test_a_table_the_new_report_has_none_of_is_removed(tmp_path):
     """A control.csv (or coupling.csv) of an earlier report stayed beside a summary.md that no longer
