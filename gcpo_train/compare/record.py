@@ -62,3 +62,36 @@ def read_spec(out: Path) -> dict:
     """The record of the comparison folder ``out`` (``read_record``), {} when it has none yet."""
     path = Path(out) / "compare.json"
     return read_record(path) if path.exists() else {}
+
+
+def read_done(path: Path) -> dict:
+    """A finished run's ``done.json`` (``Comparison.train_arm``: arm, seed, steps, and the torch
+    threads of runs finished since that record), or a ValueError naming the file and the field.
+    A truncated or hand-edited marker must stop the command that reads it by name, not as a
+    KeyError or a JSONDecodeError naming nothing."""
+    try:
+        record = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise ValueError(
+            f"{path} is not a readable run record ({type(err).__name__}: {err}); restore it, or remove it "
+            "and rerun gcpo compare to finish the run again"
+        ) from None
+    if not isinstance(record, dict):
+        raise ValueError(f"{path} is not a run record (a mapping of arm, seed, steps); restore it")
+
+    def count(value, low: int) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and value >= low
+
+    wanted = {
+        "arm": ("a non-empty name", lambda v: isinstance(v, str) and bool(v)),
+        "seed": ("an integer >= 0", lambda v: count(v, 0)),
+        "steps": ("an integer >= 1", lambda v: count(v, 1)),
+    }
+    for field, (want, ok) in wanted.items():
+        if field not in record:
+            raise ValueError(f"{path}: field {field!r} is missing (it must be {want}); restore the file")
+        if not ok(record[field]):
+            raise ValueError(f"{path}: field {field!r} must be {want}, got {record[field]!r}; restore the file")
+    if "threads" in record and not count(record["threads"], 1):  # absent in runs finished before it was recorded
+        raise ValueError(f"{path}: field 'threads' must be an integer >= 1, got {record['threads']!r}; restore it")
+    return record
