@@ -8,12 +8,18 @@ summary.md/csv, control.csv, coupling.csv, figures/, plan.md, gate.md, nopassage
 with a ``done.json`` (finished and evaluated), its done.json, run.json, log.jsonl, eval/ and
 rollouts/. Never copied: checkpoints (tens of MB a run; the no-passage control reads them in the
 source folder), locks and owner files (``.gcpo*``), and unfinished runs (a half-trained run is
-not a result). The destination must be new or an earlier copy of the same comparison (its
-compare.json's config equal); files of the destination that the source no longer has are left.
-A symbolic link in what would be copied (it would bring in what lies outside the comparison), or
-where the copy would write (it would write outside the copy), is refused by name, as is a file
-where the copy needs a folder: every check is made before the first write, so a refusal leaves
-the destination as it was.
+not a result). The destination must be new or an earlier copy of the same comparison: its
+compare.json equal in every field that defines the comparison (the config, steps, eval_every,
+eval_n, split_seed, ... as ``Comparison._check_spec`` compares them), its arms and seeds among the
+source's (a comparison grows, it never loses one); files of the destination that the source no
+longer has are left. A finished run is copied only from the folder gcpo compare names it
+(``runs/<arm folder>/seed_<s>``): a copy such as ``seed_0.bak`` or a folder of no arm is refused
+by name (copied, it would be counted as a run). A symbolic link in what would be copied (it would
+bring in what lies outside the comparison), or where the copy would write (it would write outside
+the copy), is refused by name, as is a file where the copy needs a folder: every check is made
+before the first write, so a refusal leaves the destination as it was. Each file is written to a
+temporary file beside its place and renamed into it (``outputs.atomic_write``), so a file of the
+destination hard-linked elsewhere (``cp -al``, a note linked in) is replaced, never written through.
 """
 
 from __future__ import annotations
@@ -38,14 +44,41 @@ RUN_FILES = ("done.json", "run.json", "log.jsonl")
 RUN_FOLDERS = ("eval", "rollouts")
 
 
-def _config(folder: Path) -> dict:
+# compare.json's fields that do not define the comparison: the arms and seeds grow as runs are
+# added (checked as sets below), the backend is in the config, common_random_numbers follows it
+NOT_IDENTITY = ("modulators", "seeds", "backend", "common_random_numbers")
+
+
+def _spec(folder: Path) -> dict:
     from gcpo_train.compare.record import read_record
 
     path = folder / "compare.json"
     try:
-        return read_record(path)["config"]
+        return read_record(path)
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise SystemExit(f"{path}: not a gcpo compare record ({type(e).__name__}: {e})") from None
+
+
+def _differences(source: dict, dest: dict) -> list[str]:
+    """What makes the destination's comparison another than the source's: a field of compare.json
+    that differs (one recorded since issue 35 may be absent from an earlier copy), or an arm or
+    seed of the destination that the source lacks. The config alone was compared: a comparison of
+    other steps or eval_n with an equal config was copied over, leaving a mix of the two."""
+    from gcpo_train.compare.run import RECORDED_SINCE_ISSUE_35
+
+    old, new = dest.get("config", {}), source.get("config", {})
+    keys = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+    diffs = [f"config ({', '.join(keys)})"] if keys else []
+    for field in sorted((set(source) | set(dest)) - {"config", *NOT_IDENTITY}):
+        if field in RECORDED_SINCE_ISSUE_35 and field not in dest:
+            continue
+        if source.get(field) != dest.get(field):
+            diffs.append(f"{field}: {dest.get(field)!r} in the copy vs {source.get(field)!r}")
+    for field, what in (("modulators", "arm"), ("seeds", "seed")):
+        lost = [x for x in dest.get(field, []) if x not in source.get(field, [])]
+        if lost:
+            diffs.append(f"the copy's {what}(s) {lost} are not the source's")
+    return diffs
 
 
 def _skip(name: str) -> bool:
@@ -96,14 +129,33 @@ def _entries(source: Path, rel: Path, files: tuple[str, ...], folders: tuple[str
     return entries
 
 
-def _plan(source: Path) -> tuple[list[Path], list[tuple[Path, bool]]]:
+def _check_run_folder(run: Path, folders: list[str]) -> None:
+    """A finished run in a folder gcpo compare names (``layout.arm_seed_folder``: ``folders`` are
+    its arms' folder names), or refused by name."""
+    from gcpo_train.compare.layout import SEED_FOLDER
+
+    if SEED_FOLDER.fullmatch(run.name) is None or run.parent.name not in folders:
+        raise SystemExit(
+            f"{run} has a done.json but is not a run of the comparison (gcpo compare names a run's folder "
+            f"runs/<arm>/seed_<s>, arms {', '.join(folders)}, e.g. seed_0): a copy there would be counted "
+            f"as a run; move it out of {run.parent.parent}. Nothing was written"
+        )
+
+
+def _plan(source: Path, arms: list[str]) -> tuple[list[Path], list[tuple[Path, bool]]]:
     """The finished runs and every file and folder to copy (relative to ``source``, parents first),
     once each is known to be a plain file or folder of the comparison: no link is followed."""
+    from gcpo_analysis.measures.shuffled import arm_folder_name
     from gcpo_train.compare.layout import finished_runs
 
+    try:
+        folders = [arm_folder_name(arm) for arm in arms]
+    except ValueError as err:
+        raise SystemExit(f"{source / 'compare.json'}: field 'modulators': {err}") from None
     entries = _entries(source, Path("."), TOP, TOP_FOLDERS)
     runs = []
     for run in finished_runs(source):
+        _check_run_folder(run, folders)
         rel = run.relative_to(source)
         for part in reversed(rel.parents[:-1]):  # runs/, runs/<arm>/: a linked one is outside the comparison
             _plain(source / part, "source")
@@ -143,20 +195,28 @@ def publish(source: Path, dest: Path) -> list[Path]:
     """Copy ``source``'s finished results into ``dest``; the finished run folders copied. Every
     check (no link in what is copied or where it goes, the destination's kind, its comparison)
     is made before the first write, so a refusal leaves the destination as it was."""
+    from gcpo_analysis.outputs import atomic_write
+
     source, dest = Path(source), Path(dest)
-    config = _config(source)
+    spec = _spec(source)
     if dest.resolve() == source.resolve() or source.resolve() in dest.resolve().parents:
         raise SystemExit(f"{dest} is {source} or inside it: copy a comparison to a folder of its own")
-    runs, entries = _plan(source)
+    runs, entries = _plan(source, spec.get("modulators", []))
     _check_dest(dest, entries)
     if dest.exists() and any(dest.iterdir()):
-        if not (dest / "compare.json").is_file() or _config(dest) != config:
+        if not (dest / "compare.json").is_file():
             raise SystemExit(f"{dest} holds something other than a copy of {source}'s comparison: not written")
+        diffs = _differences(spec, _spec(dest))
+        if diffs:
+            raise SystemExit(
+                f"{dest} holds something other than a copy of {source}'s comparison ({'; '.join(diffs)}): "
+                "not written; copy it to a folder of its own"
+            )
     for rel, folder in entries:
         if folder:
             (dest / rel).mkdir(parents=True, exist_ok=True)
-        else:
-            shutil.copy2(source / rel, dest / rel, follow_symlinks=False)
+        else:  # a new file renamed into place: a hard link at dest / rel is replaced, not written through
+            atomic_write(dest / rel, lambda tmp, rel=rel: shutil.copy2(source / rel, tmp, follow_symlinks=False))
     return [dest / rel for rel in runs]
 
 

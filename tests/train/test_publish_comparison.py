@@ -15,7 +15,8 @@ publish = runpy.run_path(str(ROOT / "scripts" / "publish_comparison.py"))["publi
 
 def _comparison(folder: Path, lr: float = 1e-4) -> Path:
     (folder / "base").mkdir(parents=True)
-    (folder / "compare.json").write_text(json.dumps({"config": {"learning_rate": lr}, "modulators": ["none"]}))
+    spec = {"config": {"learning_rate": lr}, "modulators": ["none", "bot_rd:shuffled"], "seeds": [0, 1], "steps": 10}
+    (folder / "compare.json").write_text(json.dumps(spec))
     (folder / "summary.md").write_text("table\n")
     (folder / "base" / "all_seeds.json").write_text("{}")
     (folder / ".gcpo.lock").write_text("")
@@ -210,3 +211,78 @@ def test_main_refuses_without_a_traceback(tmp_path, capsys):
     with pytest.raises(SystemExit) as err:
         main([str(src), str(tmp_path / "dest")])
     assert str(src / "gate.md") in str(err.value.code) and not (tmp_path / "dest").exists()
+
+
+def _respec(folder: Path, **fields) -> Path:
+    spec = json.loads((folder / "compare.json").read_text())
+    (folder / "compare.json").write_text(json.dumps({**spec, **fields}))
+    return folder
+
+
+@pytest.mark.parametrize(
+    "fields, named",
+    [
+        ({"steps": 20}, "steps: 10 in the copy vs 20"),
+        ({"eval_n": 3}, "eval_n: None in the copy vs 3"),
+        ({"eval_every": 5}, "eval_every"),
+        ({"split_seed": 1}, "split_seed"),
+        ({"seeds": [0]}, r"the copy's seed\(s\) \[1\] are not the source's"),
+        ({"modulators": ["bot_rd:shuffled"]}, r"the copy's arm\(s\) \['none'\] are not the source's"),
+    ],
+)
+def test_a_copy_of_another_comparison_with_the_same_config_is_refused(tmp_path, fields, named):
+    """Only compare.json's config was compared: a comparison of other steps, eval_n or seeds with an
+    equal config was copied over the earlier one, leaving a mix of the two comparisons' runs."""
+    dest = tmp_path / "dest"
+    publish(_comparison(tmp_path / "a"), dest)
+    other = _respec(_comparison(tmp_path / "b"), **fields)
+    (other / "summary.md").write_text("another comparison's table\n")
+    before = _snapshot(dest)
+    with pytest.raises(SystemExit, match="something other than a copy .*" + named):
+        publish(other, dest)
+    assert _snapshot(dest) == before
+
+
+def test_an_earlier_copy_of_a_grown_comparison_is_brought_up_to_date(tmp_path):
+    """More seeds and arms in the source, or a field recorded since issue 35 that the earlier copy
+    lacks, are the same comparison."""
+    dest = tmp_path / "dest"
+    publish(_comparison(tmp_path / "a"), dest)
+    grown = _respec(_comparison(tmp_path / "b"), seeds=[0, 1, 2], modulators=["none", "bot_rd:shuffled", "bot_rd"])
+    _respec(grown, bf16_sampling=False)
+    publish(grown, dest)
+    assert json.loads((dest / "compare.json").read_text())["seeds"] == [0, 1, 2]
+
+
+@pytest.mark.parametrize("folder", ["bot_rd-shuffled/seed_0.bak", "bot_rd-shuffled/seed_00", "old/seed_0"])
+def test_a_finished_run_outside_the_folders_gcpo_compare_names_is_refused(tmp_path, folder):
+    """A backup runs/<arm>/seed_0.bak with its done.json was published, and counted as a run."""
+    src = _comparison(tmp_path / "src")
+    shutil.copytree(src / "runs" / "bot_rd-shuffled" / "seed_0", src / "runs" / folder)
+    with pytest.raises(SystemExit, match=re.escape(str(src / "runs" / folder)) + " has a done.json but is not a run"):
+        publish(src, tmp_path / "dest")
+    assert not (tmp_path / "dest").exists()
+
+
+def test_a_hard_link_in_the_destination_is_replaced_not_written_through(tmp_path):
+    """dest/summary.md hard-linked to a note outside the copy had the note overwritten; a copy made
+    with `cp -al SOURCE DEST` stopped half-way on shutil.SameFileError."""
+    import os
+
+    src = _comparison(tmp_path / "src")
+    dest = tmp_path / "dest"
+    publish(src, dest)
+    notes = tmp_path / "my_notes.md"
+    notes.write_text("my own notes\n")
+    (dest / "summary.md").unlink()
+    os.link(notes, dest / "summary.md")
+    (src / "summary.md").write_text("a newer table\n")
+    publish(src, dest)
+    assert notes.read_text() == "my own notes\n" and (dest / "summary.md").read_text() == "a newer table\n"
+    linked = tmp_path / "linked"
+    shutil.copytree(src, linked, copy_function=os.link)  # cp -al: every file the source's own
+    source_files = _snapshot(src)
+    publish(src, linked)
+    assert _snapshot(src) == source_files
+    assert os.stat(linked / "compare.json").st_ino != os.stat(src / "compare.json").st_ino
+    assert (linked / "summary.md").read_text() == "a newer table\n"
