@@ -255,18 +255,31 @@ def rng_states_from_json(obj: dict) -> None:
     np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
 
 
+# what torch's weights-only unpickler says of bytes it cannot parse at all (garbage, a cut
+# write), as opposed to a well-formed pickle of objects it will not build
+_NOT_A_PICKLE = ("Unsupported operand", "String is too long", "negative argument")
+
+
 def safe_load(path: Path):
     """``torch.load(path, weights_only=True)``; a file that is not a plain tensor/container
-    pickle (a crafted object, a truncated write) is refused with its path named."""
+    pickle is refused with its path named, saying which of two things it is: bytes torch cannot
+    read at all (a corrupt or truncated write: the fix is the previous checkpoint) or a readable
+    pickle of other objects (a crafted file: unpickling it could run code). torch reports both
+    as "Weights only load failed", so the unpickler's own reason tells them apart."""
     torch = require("torch")
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # UnpicklingError for crafted objects, EOF/zip errors for truncation
+    except Exception as err:  # UnpicklingError for crafted objects and garbage, EOF/zip errors for truncation
         text = str(err).strip()
-        if "Weights only load failed" in text:
+        reason = text.rpartition("WeightsUnpickler error:")[2].strip().splitlines()
+        reason = reason[0] if reason else ""
+        if isinstance(err, OSError):  # missing, unreadable: the file's state is unknown, not corrupt
+            why = f"{type(err).__name__}: {text.splitlines()[0] if text else 'unreadable'}"
+        elif "Weights only load failed" in text and not reason.startswith(_NOT_A_PICKLE):
             why = "it holds objects other than tensors and plain containers (unpickling it could run code)"
         else:
-            why = f"{type(err).__name__}: {text.splitlines()[0] if text else 'unreadable'}"
+            detail = reason if "Weights only load failed" in text else (text.splitlines()[0] if text else "no data")
+            why = f"not a readable tensor file (corrupt or truncated; {type(err).__name__}: {detail})"
         raise UnreadableCheckpoint(f"refusing checkpoint file {path}: {why}") from None
 
 
