@@ -10,11 +10,13 @@ passage, so a policy that reads can score and one that does not cannot.
   whole words, case-insensitively, and not in the question itself (copying the question must
   not score). Its passage is that chunk; where several chunks hold a reference, the one sharing
   the most words with the question (scikit-learn's English stop words left out) is chosen, the
-  first on a tie. Every reference is kept, as the benchmark gives them.
+  first on a tie. Every reference is kept, as the benchmark gives them. A row whose question or
+  passage is not text (a null) is refused by its line.
 - Stories, not questions, are split, by ``gcpo_analysis.data.split_queries`` grouped by story
   (a seeded permutation of the stories with a kept question, ``default_rng(seed)``, puts
   round(train_frac · #stories) of them in ``train.jsonl`` and the rest in ``test.jsonl``), so no
-  held-out question is about a story trained on. Read the folder with ``dataset:
+  held-out question is about a story trained on; a --train_frac that leaves either file without
+  a question is refused before anything is written. Read the folder with ``dataset:
   narrativeqa``, ``data_path: FOLDER``, ``split_from_single: false``.
 - ``--max_passage_tokens N`` (issue 35): a chunk never grows past N tokens of the packaged
   policy's tokenizer (it closes before the sentence that would pass N, even under
@@ -115,9 +117,12 @@ def span_records(
     chunked: dict[str, list[str]] = {}
     for number, (where, rec) in enumerate(records, 1):
         try:
-            question, passage, refs = str(rec["question"]), str(rec["passage"]), rec["answer"]
+            question, passage, refs = rec["question"], rec["passage"], rec["answer"]
         except (KeyError, TypeError):
             raise SystemExit(f"{where}: a record needs 'question', 'passage' and 'answer'") from None
+        for field, value in (("question", question), ("passage", passage)):
+            if not isinstance(value, str):  # str() would make a null the question or story "None"
+                raise SystemExit(f"{where}: {field!r} should be text, got {json.dumps(value)[:60]}")
         refs = [refs] if isinstance(refs, str) else refs
         if not isinstance(refs, list) or not refs or not all(isinstance(r, str) for r in refs):
             raise SystemExit(f"{where}: 'answer' should be a string or a list of strings")
@@ -138,6 +143,24 @@ def span_records(
                 {"id": f"{story}-{number}", "question": question, "passage": chunks[k], "answer": refs, "story": story}
             )
     return out
+
+
+def check_split(train: pd.DataFrame, test: pd.DataFrame, train_frac: float) -> None:
+    """Refuse, before anything is written, a split with an empty part: a folder whose train.jsonl
+    or test.jsonl holds no question trains on nothing or scores nothing, and exits 0 as if it
+    were data (``--train_frac`` near 0 or 1 rounds every story to one side)."""
+    stories = train["story"].nunique() + test["story"].nunique()
+    if not stories:
+        raise SystemExit(
+            "no question's answer is a span of a chunk of its story; check --chunk_words and --max_passage_tokens"
+        )
+    for name, part in (("train", train), ("test", test)):
+        if part.empty:
+            raise SystemExit(
+                f"--train_frac {train_frac} puts round({train_frac} x {stories}) = {train['story'].nunique()} of the "
+                f"{stories} stories in train: {name}.jsonl would hold no question; choose a --train_frac that leaves "
+                "at least one story on each side"
+            )
 
 
 def packaged_token_count():
@@ -169,6 +192,8 @@ def main(argv=None) -> int:
         raise SystemExit(f"--chunk_words must be >= 1, got {args.chunk_words}")
     if not 0.0 < args.train_frac < 1.0:
         raise SystemExit(f"--train_frac must be in (0, 1), got {args.train_frac}")
+    if args.seed < 0:
+        raise SystemExit(f"--seed must be >= 0 (numpy's default_rng takes no negative seed), got {args.seed}")
     if args.max_passage_tokens is not None and args.max_passage_tokens < 1:
         raise SystemExit(f"--max_passage_tokens must be >= 1, got {args.max_passage_tokens}")
     out = Path(args.output)
@@ -184,7 +209,9 @@ def main(argv=None) -> int:
         raise SystemExit(str(err)) from None
     # the project's one split rule (split_queries), over stories: no story straddles the split
     frame = pd.DataFrame({"query_id": [r["id"] for r in records], "story": [r["story"] for r in records]})
-    train_ids = set(split_queries(frame, train_frac=args.train_frac, seed=args.seed, group="story")[0]["query_id"])
+    train, test = split_queries(frame, train_frac=args.train_frac, seed=args.seed, group="story")
+    check_split(train, test, args.train_frac)
+    train_ids = set(train["query_id"])
     if args.no_passage:
         records = [{**r, "passage": NO_PASSAGE} for r in records]
     out.mkdir(parents=True)
