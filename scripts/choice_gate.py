@@ -103,11 +103,11 @@ def choice_dependence(option_f1: np.ndarray, picked: np.ndarray, n_resamples: in
 
 def _predictions(path, questions: pd.Series | None = None) -> pd.DataFrame:
     """A predictions file with every cell checked (``heldout.read_predictions``: a null or
-    ill-typed answer, score or reference is refused naming its row) and, given the data's
-    ``questions``, every query in them."""
+    ill-typed answer, score or reference, a query scored twice or an empty file is refused naming
+    the file and row) and, given the data's ``questions``, every query in them."""
     try:
         preds = read_predictions(path)
-    except ValueError as err:
+    except (ValueError, FileNotFoundError) as err:
         raise SystemExit(str(err)) from None
     if questions is not None:
         missing = sorted(set(preds["query_id"]) - set(questions.index))[:3]

@@ -37,6 +37,37 @@ def per_query_scores(task: str, answers, references_list) -> np.ndarray:
     return 100.0 * np.asarray(out, dtype=float)
 
 
+def _is_number(v) -> bool:
+    """A real number: a bool or a text "0.5" is not a score, though pandas would make one of it."""
+    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
+
+
+def not_scores(values: pd.Series) -> np.ndarray:
+    """True where a value of ``values`` is no finite number (``_is_number``; NaN and inf are none)."""
+    if pd.api.types.is_bool_dtype(values):
+        return np.ones(len(values), dtype=bool)
+    if pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_complex_dtype(values):
+        return ~np.isfinite(values.to_numpy(dtype=float, na_value=np.nan))
+    numbers = pd.to_numeric(values.where(values.map(_is_number)), errors="coerce")
+    return ~np.isfinite(numbers.to_numpy(dtype=float, na_value=np.nan))
+
+
+def check_each_query_once(ids: pd.Series, where: str) -> None:
+    """A predictions file holds at least one query and scores each once, or a ValueError naming
+    ``where`` (the file) and the row: a query scored twice counts twice in every mean, and an empty
+    file has no mean at all (pandas' NaN met later as "cannot convert float NaN to integer")."""
+    if ids.empty:
+        raise ValueError(f"{where}: the file holds no predictions")
+    dup = ids.duplicated().to_numpy()
+    if dup.any():
+        row = int(np.flatnonzero(dup)[0])
+        rows = np.flatnonzero((ids == ids.iloc[row]).to_numpy())
+        raise ValueError(
+            f"{where}: row {row} scores query {ids.iloc[row]!r} a second time (rows {', '.join(map(str, rows))}); "
+            "a query scored more than once would count twice in every mean"
+        )
+
+
 def read_scores(path, flag: str = "predictions") -> pd.DataFrame:
     """An evaluation's predictions file (``<name>.predictions.parquet``, or JSONL/CSV) as its
     (query_id, score) frame, read and checked before it is needed: a missing or unreadable file,
@@ -62,24 +93,16 @@ def read_scores(path, flag: str = "predictions") -> pd.DataFrame:
     if null.any():
         raise ValueError(f"{flag} {path}: row {int(np.flatnonzero(null)[0])} has no query_id")
     ids = df["query_id"].astype(str)
-    dup = ids.duplicated()
-    if dup.any():
-        row = int(np.flatnonzero(dup.to_numpy())[0])
-        raise ValueError(f"{flag} {path}: row {row} scores query {ids.iloc[row]!r} a second time")
-    # numbers only: a text "0.5" or a bool True is not a score, though to_numeric would make one of it
+    check_each_query_once(ids, f"{flag} {path}")
     raw = df["score"]
-    is_number = raw.map(
-        lambda v: isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
-    )
-    scores = pd.to_numeric(raw.where(is_number), errors="coerce").to_numpy(dtype=float)
-    bad = ~np.isfinite(scores)
+    bad = not_scores(raw)  # numbers only: a text "0.5" or a bool True is not a score
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
         raise ValueError(
             f"{flag} {path}: row {row} (query {ids.iloc[row]!r}) has score {show_value(raw.iloc[row])}, "
             "not a finite number"
         )
-    return pd.DataFrame({"query_id": ids.to_numpy(), "score": scores})
+    return pd.DataFrame({"query_id": ids.to_numpy(), "score": raw.to_numpy(dtype=float)})
 
 
 def check_paired_queries(ids, base: pd.DataFrame, flag: str, path) -> None:
@@ -108,12 +131,18 @@ def paired_gain(
 ) -> dict:
     """Mean paired difference trained − base over the queries both frames score, with a
     percentile bootstrap CI over queries (scipy.stats.bootstrap). The two frames must hold the
-    same queries (each once): a gain measured on different query sets is not paired.
+    same queries (each once): a gain measured on different query sets is not paired. Every score
+    is a finite number, not a bool (True would count 1 on a 0-100 scale) nor a text, and
+    ``confidence`` a level in (0, 1) (95 gave NaN bounds): either is refused, not misread.
 
     Returns {"n", "base", "trained", "diff", "ci_low", "ci_high", "confidence", "method"}.
     """
     from scipy.stats import bootstrap
 
+    from gcpo_analysis.frames import show_value
+
+    if not _is_number(confidence) or not 0 < confidence < 1:
+        raise ValueError(f"confidence must be a level in (0, 1), e.g. 0.95 for a 95% CI, got {confidence!r}")
     frames = {"base": pd.DataFrame(base), "trained": pd.DataFrame(trained)}
     for name, df in frames.items():
         for col in (on, score):
@@ -122,6 +151,14 @@ def paired_gain(
         dup = df[on][df[on].duplicated()]
         if len(dup):
             raise ValueError(f"{name} frame scores query {dup.iloc[0]!r} more than once")
+        bad = not_scores(df[score])
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            value = df[score].iloc[row]
+            raise ValueError(
+                f"{name} frame: query {df[on].iloc[row]!r} has {score} {show_value(value)} "
+                f"({type(value).__name__}), not a finite number (a bool or a text is no score)"
+            )
     a, b = frames["base"].set_index(on)[score], frames["trained"].set_index(on)[score]
     if set(a.index) != set(b.index):
         only = sorted(set(a.index) ^ set(b.index), key=str)[:3]
@@ -130,8 +167,6 @@ def paired_gain(
         )
     b = b.loc[a.index]
     d = (b.to_numpy(float) - a.to_numpy(float)).astype(float)
-    if not np.isfinite(d).all():
-        raise ValueError(f"non-finite {score!r} values in the frames")
     if len(d) < 2:
         raise ValueError(f"a paired bootstrap needs at least 2 queries, got {len(d)}")
     if np.all(d == d[0]):  # every resample has the same mean; scipy would warn about a degenerate sample
@@ -166,8 +201,15 @@ def read_predictions(path, columns=PREDICTION_COLUMNS) -> pd.DataFrame:
     checked cell by cell, so a script that scores it never meets a null or a wrong type later:
     ``query_id`` and ``answer`` (and ``completion``) text, ``score`` a finite number (not a
     bool), ``references`` a list of texts. A bad cell raises ValueError naming the file, the
-    column, the row and its query."""
-    df = pd.read_parquet(path)
+    column, the row and its query; so do a file that is no parquet, an empty one and a query
+    scored twice (``check_each_query_once``, as ``read_scores`` checks them), which a script
+    met later as "the base frame scores ... more than once" or NaN, naming no file."""
+    try:
+        df = pd.read_parquet(path)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"no such predictions file: {path}") from None
+    except (OSError, ValueError) as err:  # pyarrow's ArrowInvalid is a ValueError
+        raise ValueError(f"{path}: not a readable predictions file ({err})") from None
     missing = [c for c in columns if c not in df.columns]
     if missing:
         raise ValueError(f"{path}: not a predictions file, missing column(s) {missing} (it has {list(df.columns)})")
@@ -176,11 +218,7 @@ def read_predictions(path, columns=PREDICTION_COLUMNS) -> pd.DataFrame:
         return isinstance(v, str)
 
     def number(v):
-        return (
-            isinstance(v, (int, float, np.integer, np.floating))
-            and not isinstance(v, (bool, np.bool_))
-            and (np.isfinite(float(v)))
-        )
+        return _is_number(v) and bool(np.isfinite(float(v)))
 
     def texts(v):
         v = v.tolist() if isinstance(v, np.ndarray) else v
@@ -201,4 +239,8 @@ def read_predictions(path, columns=PREDICTION_COLUMNS) -> pd.DataFrame:
                 null = value is None or (isinstance(value, float) and np.isnan(value) and col != "score")
                 got = "null" if null else f"{value!r} ({type(value).__name__})"
                 raise ValueError(f"{path}: column {col!r} must be {what}, got {got} at row {row} (query_id={qid!r})")
+    if "query_id" in df.columns:
+        check_each_query_once(df["query_id"], str(path))
+    elif df.empty:
+        raise ValueError(f"{path}: the file holds no predictions")
     return df
