@@ -271,8 +271,7 @@ def safe_load(path: Path):
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # UnpicklingError for crafted objects and garbage, EOF/zip errors for truncation
         text = str(err).strip()
-        reason = text.rpartition("WeightsUnpickler error:")[2].strip().splitlines()
-        reason = reason[0] if reason else ""
+        reason = (text.rpartition("WeightsUnpickler error:")[2].strip().splitlines() or [""])[0]
         if isinstance(err, OSError):  # missing, unreadable: the file's state is unknown, not corrupt
             why = f"{type(err).__name__}: {text.splitlines()[0] if text else 'unreadable'}"
         elif "Weights only load failed" in text and not reason.startswith(_NOT_A_PICKLE):
