@@ -15,19 +15,21 @@ on the query at all, whatever its position preferences).
 
 ``--table BASE PRED...`` prints one markdown row per predictions file (against BASE).
 ``--compare`` prints one markdown row per arm and seed of a ``gcpo compare`` folder (the last
-evaluated step of each run, against the folder's base policy). ``--curve`` prints one row per
+evaluated step of each finished run, a done.json, shown, against the folder's base policy; a run
+still training is left out, named in a warning). ``--curve`` prints one row per
 evaluated step of one run (the step is the number before ``.predictions.parquet`` in each
 file's name) with the run's training reward and KL from its log (and ω's range from the
-rollouts beside it), ``--versus`` (last) adds Δ against another run's predictions at the same
+rollouts beside it), ``--versus`` adds Δ against another run's predictions at the same
 steps, and ``--figure STEM`` draws held-out F1 against step beside the base policy and the best
-option position. ``--output FILE`` (any mode) also writes the table to FILE; the table and the
-figure are written as one set (``gcpo_analysis.outputs.staged_outputs``): all or none.
+option position. ``--output FILE`` (any mode) also writes the table to FILE, never over an input;
+the table and the figure are written as one set (``gcpo_analysis.outputs.staged_outputs``).
 Every option is judged, however many a question has (SIQA 3, OpenBookQA 4, CommonsenseQA 5);
 a null or ill-typed answer, score or reference is refused naming its file and row.
 """
 
 from __future__ import annotations
 
+import argparse
 import functools
 import re
 import sys
@@ -182,11 +184,31 @@ def _cells(row: dict, width: int | None = None) -> str:
     return f"{row['F1']:.1f} | {row['Acc']:.1f} | {vs_base} | {vs_best} | {vs_own} | {copies}"
 
 
-def compare_table(data: str, folder: str) -> str:
-    """The gate of every arm-seed of a ``gcpo compare`` folder (its last evaluated step, against
-    the folder's base policy: ``base/all_seeds``, or the seed's own ``base/seed_N`` where the
-    comparison evaluated the base once per seed, as it does for tiny test models), as a markdown
-    table."""
+def compare_runs(folder: str) -> list[tuple[str, str, int, Path]]:
+    """(arm folder, seed, step, predictions file) of the last evaluation of each finished run
+    (done.json) of a ``gcpo compare`` folder; a run still training is left out and named in a
+    warning (``evaluations.finished_only``), its evaluations so far not being its result. An
+    entry of ``runs/<arm>/`` that is not a seed folder, or a stray evaluation file, is refused."""
+    from gcpo_train.compare.evaluations import finished_only
+
+    last: dict[Path, tuple[int, Path] | None] = {}
+    for run in sorted(Path(folder).glob("runs/*/seed_*")):
+        if not (run.is_dir() and re.fullmatch(r"seed_\d+", run.name)):  # seed_old, seed_9.txt: not a run
+            raise SystemExit(f"{run}: not a run of the comparison (runs/<arm>/ holds folders seed_<digits>)")
+        try:  # by step, and a stray name refused: step_000060_old... sorted after step_000060 and won
+            evals = sorted(run.glob("eval/step_*.predictions.parquet"), key=eval_step)
+        except ValueError as err:
+            raise SystemExit(str(err)) from None
+        last[run] = (eval_step(evals[-1]), evals[-1]) if evals else None
+    finished = finished_only(Path(folder), {run: e[0] if e else None for run, e in last.items()})
+    return [(run.parent.name, run.name.split("_")[1], *e) for run in finished if (e := last[run])]
+
+
+def compare_table(data: str, folder: str, runs: list | None = None) -> str:
+    """The gate of every finished arm-seed of a ``gcpo compare`` folder (``compare_runs``, or
+    ``runs`` as it returns them: its last evaluated step, shown, against the folder's base policy:
+    ``base/all_seeds``, or the seed's own ``base/seed_N`` where the comparison evaluated the base
+    once per seed, as it does for tiny test models), as a markdown table."""
     root = Path(folder)
     shared = root / "base" / "all_seeds.predictions.parquet"
 
@@ -196,29 +218,22 @@ def compare_table(data: str, folder: str) -> str:
             raise SystemExit(f"{folder}: no base-policy predictions ({shared.name} or {path.name} under base/)")
         return path
 
+    runs = compare_runs(folder) if runs is None else runs
+    if not runs:
+        raise SystemExit(f"{folder}: no finished, evaluated run under runs/*/seed_* (a done.json and eval/step_*)")
     named, bases = [], set()  # (first cells, gate row): the header needs every row's options
-    for run in sorted(root.glob("runs/*/seed_*")):
-        if not (run.is_dir() and re.fullmatch(r"seed_\d+", run.name)):  # seed_old, seed_9.txt: not a run
-            raise SystemExit(f"{run}: not a run of the comparison (runs/<arm>/ holds folders seed_<digits>)")
-        try:  # by step, and a stray name refused: step_000060_old... sorted after step_000060 and won
-            evals = sorted(run.glob("eval/step_*.predictions.parquet"), key=eval_step)
-        except ValueError as err:
-            raise SystemExit(str(err)) from None
-        if evals:
-            seed = run.name.split("_")[1]
-            base_path = base_of(seed)
-            bases.add((seed, base_path))
-            named.append((f"| {run.parent.name} | {seed} |", gate(data, str(evals[-1]), _predictions(base_path))))
+    for arm, seed, step, path in runs:
+        base_path = base_of(seed)
+        bases.add((seed, base_path))
+        named.append((f"| {arm} | {seed} | {step} |", gate(data, str(path), _predictions(base_path))))
     for seed, path in sorted(bases) if not shared.exists() else [("", shared)]:
         seed_cell = f" {seed} " if seed else " "  # the shared base's row keeps the committed table's spacing
-        named.append((f"| base policy |{seed_cell}|", gate(data, str(path), None)))
-    if not named:
-        raise SystemExit(f"{folder}: no evaluated run under runs/*/seed_*")
+        named.append((f"| base policy |{seed_cell}| 0 |", gate(data, str(path), None)))
     width = max(int(r["options"]) for _, r in named)
     lines = [
-        "| arm | seed | F1 | accuracy | Δ vs base [95% CI] | Δ vs best option position [95% CI] "
+        "| arm | seed | step | F1 | accuracy | Δ vs base [95% CI] | Δ vs best option position [95% CI] "
         f"| Δ vs its own positions at random [95% CI] | {_copies_header([r for _, r in named])} |",
-        "|---|---|---|---|---|---|---|---|",
+        "|---|---|---:|---|---|---|---|---|---|",
     ]
     lines += [f"{first} {_cells(row, width)} |" for first, row in named]
     return "\n".join(lines)
@@ -346,50 +361,80 @@ def curve_figure(data: str, base_path: str, runs: list[list[str]], stem: str) ->
     return written
 
 
-def _take(args: list[str], flag: str) -> tuple[list[str], str | None]:
-    """``args`` without ``flag VALUE``, and VALUE (None when the flag is absent)."""
-    if flag not in args:
-        return args, None
-    k = args.index(flag)
-    if k + 1 >= len(args):
-        raise SystemExit(f"{flag} needs a value")
-    return args[:k] + args[k + 2 :], args[k + 1]
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """The command line (the module docstring), each mode's operands checked: a mode flag without
+    them is a usage error, not an IndexError or an unpacking error met later."""
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
+    )
+    p.add_argument("data", help="the test file that scripts/choice_as_qa.py wrote (the predictions' questions)")
+    p.add_argument("files", nargs="*", metavar="PRED", help="predictions files, the base policy's first (no mode)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--compare", metavar="FOLDER", help="every finished arm-seed of a gcpo compare folder")
+    mode.add_argument("--table", nargs="+", metavar="FILE", help="BASE PRED ...: one row per predictions file")
+    mode.add_argument("--curve", nargs="+", metavar="FILE", help="LOG BASE PRED ...: one row per evaluated step")
+    p.add_argument("--versus", nargs="+", default=[], metavar="PRED", help="--curve: another run's predictions")
+    p.add_argument("--figure", metavar="STEM", help="--curve: also draw held-out F1 against step (.png, .svg)")
+    p.add_argument("--output", metavar="FILE", help="also write the table to FILE")
+    args = p.parse_args(argv)
+    flag = next((f for f in ("--compare", "--table", "--curve") if getattr(args, f[2:]) is not None), None)
+    if flag is None and not args.files:
+        p.error("give predictions files (the base policy's first), or --table, --curve or --compare")
+    if flag is not None and args.files:
+        p.error(f"{flag} takes no other predictions files ({args.files[0]}); put them after {flag}")
+    if args.curve is not None and len(args.curve) < 2:
+        p.error("--curve needs LOG BASE [PRED ...]: the run's log.jsonl, then the base policy's predictions")
+    if args.curve is None and (args.versus or args.figure):
+        p.error("--versus and --figure go with --curve")
+    return args
+
+
+def guard_outputs(args: argparse.Namespace, inputs: list) -> None:
+    """Refuse, before anything is read or written, an --output (or a --figure file) that is one of
+    the ``inputs`` (paths): ``--output trained.predictions.parquet`` replaced the predictions with
+    a table, ``--output test.jsonl`` the data (``evaluate.guard_output_file``, as gcpo eval's)."""
+    from gcpo_train.evaluation.evaluate import guard_output_file
+
+    stem = Path(args.figure or "")
+    stem = stem.with_suffix("") if stem.suffix in (".png", ".svg", ".pdf") else stem  # as save_figure names them
+    targets = [("--output", args.output)] + [("--figure", stem.with_suffix(x)) for x in (".png", ".svg") if args.figure]
+    try:
+        for flag, target in [(f, t) for f, t in targets if t]:
+            guard_output_file(target, [("file", p) for p in inputs], flag, flag)
+    except ValueError as err:
+        raise SystemExit(str(err)) from None
 
 
 def main(argv: list[str]) -> int:
     """The command line (the module docstring). Every table and figure is computed before any
     file is written; ``--output FILE`` (the table) and ``--figure STEM`` (its .png and .svg) are
-    then written as one set through ``staged_outputs``: all of them replace the old ones, or none."""
+    then written as one set through ``staged_outputs``: all of them replace the old ones, or none,
+    and none may be an input (``guard_outputs``)."""
     from gcpo_analysis.frames import write_text
     from gcpo_analysis.outputs import staged_outputs
 
-    argv, output = _take(list(argv), "--output")
-    if len(argv) < 2:
-        raise SystemExit(__doc__)
-    data, mode = argv[0], argv[1]
-    figure = None
-    if mode == "--compare":
-        text = compare_table(data, argv[2])
-    elif mode == "--table":
-        text = files_table(data, argv[2], argv[3:])
-    elif mode == "--curve":
-        args, stem = _take(argv[2:], "--figure")
-        versus: list[str] = []
-        if "--versus" in args:
-            k = args.index("--versus")
-            args, versus = args[:k], args[k + 1 :]
-        log, base_path, *paths = args
-        text = curve_table(data, log, base_path, paths, versus)
-        if stem:
-            runs = [paths, versus] if versus else [paths]
-            figure = lambda: curve_figure(data, base_path, runs, stem)  # noqa: E731
+    args = parse_args(list(argv))
+    data, figure = args.data, None
+    runs = compare_runs(args.compare) if args.compare is not None else []
+    read = [data, *args.files, *(args.table or []), *(args.curve or []), *args.versus, *(r[-1] for r in runs)]
+    guard_outputs(args, read + (sorted(Path(args.compare).glob("base/*")) if args.compare else []))
+    if args.compare is not None:
+        text = compare_table(data, args.compare, runs)
+    elif args.table is not None:
+        text = files_table(data, args.table[0], args.table[1:])
+    elif args.curve is not None:
+        log, base_path, *paths = args.curve
+        text = curve_table(data, log, base_path, paths, args.versus)
+        if args.figure:
+            curves = [paths, args.versus] if args.versus else [paths]
+            figure = lambda: curve_figure(data, base_path, curves, args.figure)  # noqa: E731
     else:
-        first, *rest = argv[1:]
+        first, *rest = args.files
         base = _predictions(first)
         rows = [gate(data, first, None)] + [gate(data, p, base) for p in rest]
         text = pd.DataFrame(rows).round(2).T.to_string(header=False)
     with staged_outputs():  # the table and the figure replace the old files together, or none does
-        written = [write_text(output, text + "\n")] if output else []
+        written = [write_text(args.output, text + "\n")] if args.output else []
         if figure is not None:
             written += figure()
     print(text)

@@ -223,10 +223,13 @@ def _evaluations(folder: Path) -> list[tuple[int, Path]]:
 
 
 def compare_policies(folder: str) -> tuple[tuple[str, str | None], list[tuple[str, str, str | None]]]:
-    """The base policy and each arm-seed's last evaluation of a ``gcpo compare`` folder (GRPO,
-    ``none``, first), with the no-passage predictions where ``FOLDER/nopassage/`` holds them
-    (``base.predictions.parquet``, ``<arm folder>_seed_<s>_step_<N>.predictions.parquet``)."""
+    """The base policy and each finished arm-seed's (done.json) last evaluation of a ``gcpo
+    compare`` folder (GRPO, ``none``, first), with the no-passage predictions where
+    ``FOLDER/nopassage/`` holds them (``base.predictions.parquet``,
+    ``<arm folder>_seed_<s>_step_<N>.predictions.parquet``). A run still training is left out and
+    named in a warning (``evaluations.finished_only``): its step so far is not its result."""
     from gcpo_analysis.measures.shuffled import arm_of_folder
+    from gcpo_train.compare.evaluations import finished_only
 
     root = Path(folder)
     blank_dir = root / "nopassage"
@@ -238,15 +241,30 @@ def compare_policies(folder: str) -> tuple[tuple[str, str | None], list[tuple[st
     base = root / "base" / "all_seeds.predictions.parquet"
     if not base.exists():
         raise SystemExit(f"{base} is missing: is {folder} a finished gcpo compare folder of a real policy?")
+    last = {run: (arm, seed, _evaluations(run / "eval")[-1:]) for arm, seed, run in _runs(root / "runs")}
     policies = []
-    for arm, seed, run in _runs(root / "runs"):
-        evals = _evaluations(run / "eval")
+    for run in finished_only(root, {run: evals[0][0] if evals else None for run, (*_, evals) in last.items()}):
+        arm, seed, evals = last[run]
         if not evals:
             continue
-        step, path = evals[-1]
+        step, path = evals[0]
         name = f"{run.parent.name}_{run.name}_step_{step}"
         policies.append((f"{arm_of_folder(arm)} seed {seed} step {step}", str(path), blank(name)))
     return (str(base), blank("base")), policies
+
+
+def guard_output(output: str, data: str, files: list) -> None:
+    """Refuse, before anything is read, an --output that is one of the inputs (the data's
+    test.jsonl, a predictions file; symlinks and hard links too): ``--output
+    trained.predictions.parquet`` replaced the predictions with the table. The check gcpo eval
+    makes of its outputs (``evaluation.evaluate.guard_output_file``)."""
+    from gcpo_train.evaluation.evaluate import guard_output_file
+
+    data_file = Path(data) / "test.jsonl" if Path(data).is_dir() else Path(data)
+    try:
+        guard_output_file(output, [("data", data_file)] + [("predictions", p) for p in files])
+    except ValueError as err:
+        raise SystemExit(str(err)) from None
 
 
 def main(argv=None) -> int:
@@ -255,12 +273,16 @@ def main(argv=None) -> int:
     p.add_argument("base", nargs="?", help="the base policy's predictions, optionally ',' and its no-passage ones")
     p.add_argument("trained", nargs="*", help="a trained policy's predictions, optionally ',' and its no-passage ones")
     p.add_argument(
-        "--compare", metavar="FOLDER", help="instead: every arm-seed's last evaluation in a gcpo compare folder"
+        "--compare",
+        metavar="FOLDER",
+        help="instead: every finished arm-seed's last evaluation in a gcpo compare folder (a run still "
+        "training is left out, named in a warning)",
     )
     p.add_argument(
         "--output",
         metavar="FILE",
-        help="also write the table to FILE (through gcpo_analysis.outputs.staged_outputs: whole or not at all)",
+        help="also write the table to FILE, never over an input (through gcpo_analysis.outputs.staged_outputs: "
+        "whole or not at all)",
     )
     args = p.parse_args(argv)
     if (args.compare is None) == (args.base is None):
@@ -270,6 +292,8 @@ def main(argv=None) -> int:
     else:
         base = _pair(args.base)
         policies = [(Path(w).name.removesuffix(".predictions.parquet"), w, b) for w, b in map(_pair, args.trained)]
+    if args.output:
+        guard_output(args.output, args.data, [*base, *(p for _, *files in policies for p in files)])
     text = table(args.data, base, policies)  # every row computed before anything is written
     if args.output:
         from gcpo_analysis.frames import write_text

@@ -32,6 +32,32 @@ def eval_step(path: Path) -> int:
     return int(m.group(1))
 
 
+def finished_only(out, last_steps: dict[Path, int | None]) -> list[Path]:
+    """The runs of ``last_steps`` ({run folder under ``out/runs``: its last evaluated step, None
+    if none}) that finished (a ``done.json``, ``layout.finished_runs``), in the given order; the
+    others are named in one warning with their last evaluated step. A run still training (or
+    stopped before its done.json) has evaluations along the way: read as the run's result, its
+    step 20 stood beside the finished runs' step 60 without a word. The gate scripts' --compare
+    tables read the runs the report's summary reads (``report.finished_results``)."""
+    import warnings
+
+    from gcpo_train.compare.layout import finished_runs
+
+    done = set(finished_runs(out))
+    left = [(run, step) for run, step in last_steps.items() if run not in done]
+    if left:
+        named = ", ".join(
+            f"{run.parent.name}/{run.name} ({'not evaluated yet' if step is None else f'evaluated to step {step}'})"
+            for run, step in left
+        )
+        warnings.warn(
+            f"{out}: left out until their run folder has a done.json (still training, or stopped before it "
+            f"finished): {named}",
+            stacklevel=2,
+        )
+    return [run for run in last_steps if run in done]
+
+
 def read_scores(path: Path, arm: str, seed: int, step: int) -> pd.DataFrame:
     """(query_id, score, arm, seed, step) of one evaluation, checked by the held-out reader
     (``evaluation.heldout.read_scores``: both columns, no empty file, every query once with an id,

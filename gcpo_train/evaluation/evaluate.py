@@ -77,8 +77,6 @@ def guard_outputs(output, inputs: dict, paired: dict | None = None) -> list[Path
     a checkpoint or a run's pruned parts (``outputs.check_output``). ``paired``: {label: path} of
     evaluations read as inputs (``--paired_with``): neither file of such an evaluation
     (``evaluation_files``) may be written, so its metrics and predictions stay one evaluation's."""
-    from gcpo_analysis.outputs import check_output
-
     targets = [Path(output), predictions_path(output)]
     sources = {label: Path(p) for label, p in inputs.items() if p is not None}
     for label, p in (paired or {}).items():
@@ -93,12 +91,26 @@ def guard_outputs(output, inputs: dict, paired: dict | None = None) -> list[Path
                         f"{label} {p} belongs to; choose another --output"
                     )
     for target in targets:
-        what = "--output" if target == targets[0] else "--output's predictions"
-        for label, source in sources.items():
-            if _same(target, source):
-                raise ValueError(f"{what} {target} is the input {label} {source}; choose another --output")
-        check_output(target, list(sources.values()), what)
+        guard_output_file(
+            target, list(sources.items()), "--output" if target == targets[0] else "--output's predictions"
+        )
     return targets
+
+
+def guard_output_file(target, inputs, what: str = "--output", flag: str = "--output") -> Path:
+    """``target`` resolved, or a ValueError before anything is written: ``target`` is one of
+    ``inputs`` ((label, path or None) pairs, the command's inputs; the same file under another
+    name included: symlinks followed, hard links compared by inode), or lies where writing
+    destroys data (inside an input folder, a checkpoint or a run's pruned parts:
+    ``outputs.check_output``). ``what`` names the output in the message, ``flag`` the option to
+    change. One file of ``guard_outputs``; a script that writes one table guards it alone."""
+    from gcpo_analysis.outputs import check_output
+
+    sources = [(label, Path(p)) for label, p in inputs if p is not None]
+    for label, source in sources:
+        if _same(Path(target), source):
+            raise ValueError(f"{what} {target} is the input {label} {source}; choose another {flag}")
+    return check_output(target, [source for _, source in sources], what)
 
 
 # ----------------------------------------------------------------------------- 3-4. what to evaluate

@@ -134,7 +134,7 @@ def test_the_siqa_reading_is_the_committed_comparison():
         for line in (folder / "gate.md").read_text().splitlines()[2:]
         if not line.startswith("| base policy")
     ]
-    ci = [tuple(_f(x) for x in re.findall(NUM, cells[col])[1:3]) for cells in gate for col in (4, 5)]
+    ci = [tuple(_f(x) for x in re.findall(NUM, cells[col])[1:3]) for cells in gate for col in (5, 6)]
     vs_base, vs_best = ci[0::2], ci[1::2]
     assert len(gate) == 9 and all(lo > 0 for lo, _ in vs_base) and all(lo < 0 < hi for lo, hi in vs_best)
     assert _one(r"None of the (\w+) arm-seeds beats always answering the best option position")[0] == "nine"
@@ -150,7 +150,7 @@ def test_the_siqa_reading_is_the_committed_comparison():
     assert [int(x) for x in up] == [round(100 * (round(s.omega_p5, 2) - 1)), round(100 * (round(s.omega_p95, 2) - 1))]
     n = int(_one(r"beats the base policy on the (\d+) held-out queries")[0])
     assert n == json.loads((folder / "compare.json").read_text())["eval_n"]
-    own = [tuple(_f(x) for x in re.findall(NUM, cells[6])[:3]) for cells in gate]
+    own = [tuple(_f(x) for x in re.findall(NUM, cells[7])[:3]) for cells in gate]
     assert _one(r"every one of the (\w+) copies the right option")[0] == "nine" and all(d > 0 for d, _, _ in own)
     lo, hi = _one(rf"\(Δ from ({NUM}) to\s+({NUM})\s+F1 points")
     assert [_f(lo), _f(hi)] == [min(d for d, _, _ in own), max(d for d, _, _ in own)]
@@ -158,4 +158,4 @@ def test_the_siqa_reading_is_the_committed_comparison():
     assert clear == ["none", "one", "two", "three", "four", "five", "six"][sum(low > 0 for _, low, _ in own)]
     base = next(line for line in (folder / "gate.md").read_text().splitlines() if line.startswith("| base policy"))
     quoted = _one(rf"the base policy ({NUM}) \[({NUM}), ({NUM})\]\)")
-    assert [_f(x) for x in quoted] == [_f(x) for x in re.findall(NUM, base.split("|")[7])[:3]]
+    assert [_f(x) for x in quoted] == [_f(x) for x in re.findall(NUM, base.split("|")[8])[:3]]

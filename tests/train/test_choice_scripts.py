@@ -146,9 +146,10 @@ def test_compare_table_reads_a_per_seed_base(tmp_path):
     preds(folder / "base" / "seed_1.predictions.parquet", [100.0, 0.0])
     for seed in (0, 1):
         preds(folder / "runs" / "none" / f"seed_{seed}" / "eval" / "step_000002.predictions.parquet", [100.0, 0.0])
+        (folder / "runs" / "none" / f"seed_{seed}" / "done.json").write_text("{}")
     table = GATE["compare_table"](str(data), str(folder)).splitlines()
-    assert table[2].startswith("| none | 0 | 50.0 | 50.0 | +50.0 ")  # against seed 0's base (F1 0)
-    assert table[3].startswith("| none | 1 | 50.0 | 50.0 | +0.0 ")  # against seed 1's (F1 50)
+    assert table[2].startswith("| none | 0 | 2 | 50.0 | 50.0 | +50.0 ")  # against seed 0's base (F1 0)
+    assert table[3].startswith("| none | 1 | 2 | 50.0 | 50.0 | +0.0 ")  # against seed 1's (F1 50)
     assert [line.split("|")[1:3] for line in table[4:]] == [[" base policy ", " 0 "], [" base policy ", " 1 "]]
     for path in (folder / "base").iterdir():
         path.unlink()

@@ -92,8 +92,11 @@ def test_a_compare_folder_gives_each_arm_seeds_last_evaluation(tmp_path):
     ]:
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / f"{rel}.predictions.parquet").write_bytes(b"")
-    (root / "runs/none/seed_3").mkdir()  # a run not yet evaluated has no row
-    base, policies = GATE["compare_policies"](str(root))
+    for run in ("none/seed_0", "none/seed_10", "bot_rd/seed_2"):
+        (root / "runs" / run / "done.json").write_text("{}")
+    (root / "runs/none/seed_3").mkdir()  # a run not yet evaluated (nor finished) has no row
+    with pytest.warns(UserWarning, match=r"none/seed_3 \(not evaluated yet\)"):
+        base, policies = GATE["compare_policies"](str(root))
     assert base == (str(root / "base/all_seeds.predictions.parquet"), str(root / "nopassage/base.predictions.parquet"))
     ev = root / "runs"
     assert policies == [
@@ -219,6 +222,7 @@ def test_a_compare_folders_hidden_temporaries_are_not_runs(tmp_path):
     for rel in ["base/all_seeds", "runs/none/seed_0/eval/step_000040"]:
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / f"{rel}.predictions.parquet").write_bytes(b"")
+    (root / "runs/none/seed_0/done.json").write_text("{}")
     (root / "runs/none/.seed_1.x1y2.gcpo-tmp").mkdir()
     _, policies = GATE["compare_policies"](str(root))
     assert [p[0] for p in policies] == ["none seed 0 step 40"]
