@@ -31,14 +31,39 @@ def threads_per_worker(workers: int) -> int:
     return max(1, torch.get_num_threads() // workers)
 
 
+def read_done(path: Path) -> dict:
+    """A finished run's ``done.json`` as a mapping, or a ValueError naming the file: a truncated
+    or hand-edited record otherwise stopped a rerun of the comparison with a bare JSONDecodeError
+    naming no file."""
+    try:
+        record = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise ValueError(
+            f"{path} is not a readable run record ({type(err).__name__}: {err}); restore it (gcpo compare writes "
+            "the run's arm, seed, steps and torch threads there once it is trained and evaluated)"
+        ) from None
+    if not isinstance(record, dict):
+        raise ValueError(f"{path} is not a run record (a JSON object), got {type(record).__name__}; restore it")
+    return record
+
+
 def recorded_threads(out: Path, seed: int) -> dict[str, int]:
     """{run folder: torch threads} of the finished runs of ``seed`` in the comparison folder ``out``
-    that recorded theirs (runs finished before this record have none)."""
+    that recorded theirs (runs finished before this record have none). A done.json that is not a
+    record, or whose ``threads`` is not an integer >= 1, is refused naming the file and field: read
+    as absent, it would let a run of the seed train at another thread count, unpaired."""
     found = {}
     for run in finished_runs(out, seed=seed):
-        record = json.loads((run / "done.json").read_text())
-        if isinstance(record, dict) and isinstance(record.get("threads"), int):
-            found[str(run.relative_to(out))] = record["threads"]
+        path = run / "done.json"
+        threads = read_done(path).get("threads")
+        if threads is None:
+            continue
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+            raise ValueError(
+                f"{path}: field 'threads' must be an integer >= 1 (the run's torch threads), got {threads!r}; "
+                "restore the file"
+            )
+        found[str(run.relative_to(out))] = threads
     return found
 
 
