@@ -18,33 +18,17 @@ pickled to them, so trainer_kwargs must be picklable (module-level functions, pl
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from gcpo_analysis.models import require
 from gcpo_train.compare.layout import finished_runs
+from gcpo_train.compare.record import read_done
 
 
 def threads_per_worker(workers: int) -> int:
     """⌊torch's threads in this process / workers⌋, at least 1."""
     torch = require("torch")
     return max(1, torch.get_num_threads() // workers)
-
-
-def read_done(path: Path) -> dict:
-    """A finished run's ``done.json`` as a mapping, or a ValueError naming the file: a truncated
-    or hand-edited record otherwise stopped a rerun of the comparison with a bare JSONDecodeError
-    naming no file."""
-    try:
-        record = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as err:
-        raise ValueError(
-            f"{path} is not a readable run record ({type(err).__name__}: {err}); restore it (gcpo compare writes "
-            "the run's arm, seed, steps and torch threads there once it is trained and evaluated)"
-        ) from None
-    if not isinstance(record, dict):
-        raise ValueError(f"{path} is not a run record (a JSON object), got {type(record).__name__}; restore it")
-    return record
 
 
 def recorded_threads(out: Path, seed: int) -> dict[str, int]:
@@ -54,15 +38,9 @@ def recorded_threads(out: Path, seed: int) -> dict[str, int]:
     as absent, it would let a run of the seed train at another thread count, unpaired."""
     found = {}
     for run in finished_runs(out, seed=seed):
-        path = run / "done.json"
-        threads = read_done(path).get("threads")
+        threads = read_done(run / "done.json").get("threads")  # read_done refuses a threads that is no count
         if threads is None:
             continue
-        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-            raise ValueError(
-                f"{path}: field 'threads' must be an integer >= 1 (the run's torch threads), got {threads!r}; "
-                "restore the file"
-            )
         found[str(run.relative_to(out))] = threads
     return found
 

@@ -29,7 +29,7 @@ def test_a_done_json_that_is_not_json_is_named(tmp_path):
 @pytest.mark.parametrize("text", ["[1, 2]", '"done"', "null"])
 def test_a_done_json_that_is_no_object_is_named(tmp_path, text):
     bad = _done(tmp_path, "none", 0, text)
-    with pytest.raises(ValueError, match=rf"^{re.escape(str(bad))} is not a run record \(a JSON object\)"):
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(bad))} is not a run record \(a mapping of arm, seed"):
         recorded_threads(tmp_path, 0)
 
 
