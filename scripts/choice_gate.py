@@ -39,68 +39,16 @@ import numpy as np
 import pandas as pd
 
 from gcpo_analysis.data import load_queries
-from gcpo_analysis.rewards import normalize_answer, token_f1
+from gcpo_analysis.rewards import token_f1
 from gcpo_train.compare.evaluations import eval_step
+from gcpo_train.evaluation.choices import choice_dependence, chosen, ci_text, options_of
 from gcpo_train.evaluation.heldout import paired_gain, read_predictions
-
-
-def options_of(question: str) -> list[str]:
-    """The options that choice_as_qa.py wrote under "Options:", one "- text" per line."""
-    head, sep, tail = question.rpartition("\nOptions:\n")
-    if not sep:
-        raise ValueError(f"question {question[:60]!r} has no 'Options:' block (not written by choice_as_qa.py)")
-    return [line[2:] for line in tail.splitlines() if line.startswith("- ")]
-
-
-def chosen(answer: str, options: list[str]) -> str:
-    """The option (its position, from 0) that the answer copies, or 'other'."""
-    norm = normalize_answer(answer or "")
-    hits = [k for k, o in enumerate(options) if normalize_answer(o) == norm]
-    return str(hits[0]) if hits else "other"
 
 
 @functools.cache
 def _questions(data: str) -> pd.Series:
     """The questions of the data file by query id, read once however many files are scored."""
     return load_queries("narrativeqa", path=data, split="test").set_index("query_id")["question"]
-
-
-def _ci(low: float, high: float) -> str:
-    return f"[{float(low):+.1f}, {float(high):+.1f}]"
-
-
-def choice_dependence(option_f1: np.ndarray, picked: np.ndarray, n_resamples: int = 10_000) -> dict:
-    """Whether WHICH option a policy copies depends on the query: its score minus that of a policy
-    that copies option k as often as it does (p̂_k) but independently of the query (and answers
-    as it does where it copies none),
-
-        Δ = Σ_k mean(1[picks k] · F1_k) − p̂_k · mean(F1_k) = Σ_k cov(1[picks k], F1_k),
-
-    0 in expectation for a policy that reads nothing, however skewed its positions. option_f1
-    (n, K): each query's F1 of option k; picked (n, K): 1 where the answer copies option k. 95%
-    percentile bootstrap CI over queries, p̂ re-estimated in each resample (scipy.stats.bootstrap,
-    paired). Hand-written: no library scores a choice against its own position marginal."""
-    from scipy.stats import bootstrap
-
-    def dependence(f1, on, axis=-1):  # (K, [resamples,] n) -> ([resamples]): Σ_k of the covariance over queries
-        return ((on * f1).mean(axis) - on.mean(axis) * f1.mean(axis)).sum(0)
-
-    f1, on = option_f1.T.astype(float), picked.T.astype(float)
-    d = float(dependence(f1, on))
-    if (on == on[:, :1]).all() or (f1 == f1[:, :1]).all():  # one pick (or none) everywhere: Δ = 0 in every resample
-        return {"Δ vs own positions": d, "CI own": _ci(d, d)}
-    res = bootstrap(
-        (f1, on),
-        dependence,
-        paired=True,
-        vectorized=True,
-        axis=-1,
-        confidence_level=0.95,
-        n_resamples=n_resamples,
-        method="percentile",
-        random_state=np.random.default_rng(0),
-    )
-    return {"Δ vs own positions": d, "CI own": _ci(res.confidence_interval.low, res.confidence_interval.high)}
 
 
 def _predictions(path, questions: pd.Series | None = None) -> pd.DataFrame:
@@ -148,10 +96,10 @@ def gate(data: str, path: str, base: pd.DataFrame | None) -> dict:
     option_f1 = np.column_stack([c["score"].to_numpy(float) for c in constants.values()])
     row.update(choice_dependence(option_f1, on_k))
     vs_best = paired_gain(constants[best], preds)
-    row.update({"Δ vs best constant": vs_best["diff"], "CI": _ci(vs_best["ci_low"], vs_best["ci_high"])})
+    row.update({"Δ vs best constant": vs_best["diff"], "CI": ci_text(vs_best["ci_low"], vs_best["ci_high"])})
     if base is not None:
         vs_base = paired_gain(base, preds)
-        row.update({"Δ vs base": vs_base["diff"], "CI base": _ci(vs_base["ci_low"], vs_base["ci_high"])})
+        row.update({"Δ vs base": vs_base["diff"], "CI base": ci_text(vs_base["ci_low"], vs_base["ci_high"])})
     return row
 
 
@@ -283,7 +231,7 @@ def curve_rows(data: str, log: str, base_path: str, paths: list[str], versus: li
         row.update(gate(data, path, base))
         if step in other:
             d = paired_gain(_predictions(other[step]), _predictions(path))
-            row["versus"] = f"{_signed(d['diff'])} {_ci(d['ci_low'], d['ci_high'])}".replace("-", "−")
+            row["versus"] = f"{_signed(d['diff'])} {ci_text(d['ci_low'], d['ci_high'])}".replace("-", "−")
         rows.append(row)
         previous = step
     return rows
