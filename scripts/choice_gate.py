@@ -138,11 +138,16 @@ def compare_runs(folder: str) -> list[tuple[str, str, int, Path]]:
     warning (``evaluations.finished_only``), its evaluations so far not being its result. An
     entry of ``runs/<arm>/`` that is not a seed folder, or a stray evaluation file, is refused."""
     from gcpo_train.compare.evaluations import finished_only
+    from gcpo_train.compare.layout import SEED_FOLDER
 
     last: dict[Path, tuple[int, Path] | None] = {}
-    for run in sorted(Path(folder).glob("runs/*/seed_*")):
-        if not (run.is_dir() and re.fullmatch(r"seed_\d+", run.name)):  # seed_old, seed_9.txt: not a run
-            raise SystemExit(f"{run}: not a run of the comparison (runs/<arm>/ holds folders seed_<digits>)")
+    runs = list(Path(folder).glob("runs/*/seed_*"))
+    for run in runs:  # seed_old, seed_9.txt, seed_00: not a run (seed_00 would count seed 0 twice)
+        if not (run.is_dir() and SEED_FOLDER.fullmatch(run.name)):
+            raise SystemExit(
+                f"{run}: not a run of the comparison (runs/<arm>/ holds folders seed_<digits>, no leading zero)"
+            )
+    for run in sorted(runs, key=lambda r: (r.parent.name, int(r.name[5:]))):  # seed 2 before seed 10
         try:  # by step, and a stray name refused: step_000060_old... sorted after step_000060 and won
             evals = sorted(run.glob("eval/step_*.predictions.parquet"), key=eval_step)
         except ValueError as err:

@@ -31,6 +31,7 @@ import pandas as pd
 
 from gcpo_analysis.data import load_queries
 from gcpo_analysis.rewards import normalize_answer, token_f1
+from gcpo_train.compare.layout import SEED_FOLDER
 from gcpo_train.evaluation.heldout import paired_gain, read_predictions
 
 
@@ -196,7 +197,7 @@ def _runs(runs: Path) -> list[tuple[str, int, Path]]:
         for run in arm.iterdir():
             if run.name.startswith("."):
                 continue
-            match = re.fullmatch(r"seed_(0|[1-9]\d*)", run.name)  # as compare names them: seed_00 is not seed 0
+            match = SEED_FOLDER.fullmatch(run.name)  # as compare names them: seed_00 is not seed 0
             if match is None or not run.is_dir():
                 raise SystemExit(
                     f"{run}: not a run of the comparison (an arm's folder holds only folders seed_<digits>, "

@@ -245,10 +245,10 @@ def write_plan(
         raise ValueError(f"{path}: not a readable results file ({type(err).__name__}: {err})") from None
     check_results(results, path)  # before finished_results compares its steps
     finished = None
+    if (folder / "runs").is_dir():  # outside the try below: a bad run folder is named as itself
+        arms = [a for a in dict.fromkeys(results["arm"]) if a != "base"]
+        finished = {(arm, seed) for arm in arms for seed in finished_seeds(folder, arm)}
     try:
-        if (folder / "runs").is_dir():
-            arms = [a for a in dict.fromkeys(results["arm"]) if a != "base"]
-            finished = {(arm, seed) for arm in arms for seed in finished_seeds(folder, arm)}
         table = plan(finished_results(results, spec.get("steps"), finished), reference, margin, seeds)
     except ValueError as err:
         raise ValueError(f"{path}: {err}") from None

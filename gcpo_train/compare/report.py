@@ -248,7 +248,7 @@ def finished_results(
     """``results`` without the trained arm-seeds whose last evaluation is before step ``steps``
     (runs still training, evaluated along the way): Δ pairs each seed's runs at the comparison's
     last step, never one run's step 20 with another's step 60. With ``finished`` (the (arm, seed)
-    runs with a done.json, ``layout.finished_runs``), also without a run evaluated but not marked
+    runs with a done.json, ``layout.finished_seeds``), also without a run evaluated but not marked
     finished (stopped between its last evaluation and done.json), so Δ and the effective treatment,
     which reads the finished runs, describe the same runs. Each one left out is named in a
     warning; the figures still draw them. ``steps`` None and no ``finished``: every arm-seed is kept."""

@@ -216,9 +216,10 @@ def relative_weights(omega: pd.DataFrame) -> np.ndarray:
 
 def grad_norms(log: Path) -> list[float]:
     """The pre-clip gradient norm of every row of a run's ``log.jsonl`` (``runlog.read_log``),
-    each a finite number ≥ 0: a row without one, a NaN or a text ("3.0") is refused naming the
-    file and line, since it would otherwise leave the clipped share's denominator or count as
-    not clipped."""
+    each a number ≥ 0: a row without one, a NaN or a text ("3.0") is refused naming the file and
+    line, since it would otherwise leave the clipped share's denominator or count as not clipped.
+    +inf is kept (it counts as clipped): HF's Trainer logs it, unchecked, on a step an fp16
+    GradScaler skipped for overflow."""
     from gcpo_train.runfiles.runlog import read_log
 
     rows = read_log(log)
@@ -229,9 +230,9 @@ def grad_norms(log: Path) -> list[float]:
     norms = []
     for line, row in zip(lines, rows):
         v = row.get("grad_norm")
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or math.isnan(v) or v < 0:
             what = "no grad_norm (the trainer logs one every step)" if "grad_norm" not in row else f"grad_norm {v!r}"
-            raise ValueError(f"{log}: line {line} (step {row['step']}) has {what}, not a finite number >= 0")
+            raise ValueError(f"{log}: line {line} (step {row['step']}) has {what}, not a number >= 0")
         norms.append(float(v))
     return norms
 

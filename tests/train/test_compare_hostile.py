@@ -5,6 +5,7 @@ its source (the flag, or the config key and file). Each test failed on the code 
 (e498d2b)."""
 
 import json
+import re
 
 import pandas as pd
 import pytest
@@ -267,3 +268,15 @@ def test_plan_file_writes_the_named_file_and_refuses_a_path(tmp_path, capsys):
     rc, err = _cli([*argv, "--plan_file", "../plan.md"], capsys)
     assert rc == 2 and "plan file '../plan.md': a file name ending in .md" in err
     assert not (tmp_path / "plan.md").exists()
+
+
+def test_a_bad_run_folder_is_named_as_itself_not_as_the_results_file(tmp_path):
+    """write_plan blamed results.parquet for a seed_00 folder among the runs."""
+    from gcpo_train.compare.plan import write_plan
+
+    _pilot(tmp_path / "cmp")
+    bad = tmp_path / "cmp" / "runs" / "none" / "seed_00"
+    bad.mkdir(parents=True)
+    (bad / "done.json").write_text('{"arm": "none", "seed": 0, "steps": 2}')
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(bad))}: not a run of the comparison"):
+        write_plan(tmp_path / "cmp")

@@ -191,3 +191,17 @@ def test_choice_gate_a_query_scored_twice_names_its_file(tmp_path, choice):
     dup = write(tmp_path / "dup.predictions.parquet", ["x"] * 5, [0.0] * 5, ids + ids[:1])
     with pytest.raises(SystemExit, match=rf"^{dup}: row 4 scores query '{ids[0]}' a second time"):
         CHOICE["main"]([data, "--table", base, dup])
+
+
+def test_choice_gate_compare_refuses_seed_00_and_orders_seeds_by_number(tmp_path):
+    """compare_runs took seed_00 as a second seed 0, and sorted seed 10 before seed 2."""
+    gate = runpy.run_path(str(Path(__file__).resolve().parents[2] / "scripts" / "choice_gate.py"))
+    for seed in ("0", "2", "10"):
+        run = tmp_path / "runs" / "none" / f"seed_{seed}"
+        (run / "eval").mkdir(parents=True)
+        (run / "done.json").write_text("{}")
+        (run / "eval" / "step_000002.predictions.parquet").write_bytes(b"")
+    assert [r[1] for r in gate["compare_runs"](str(tmp_path))] == ["0", "2", "10"]
+    (tmp_path / "runs" / "none" / "seed_00").mkdir()
+    with pytest.raises(SystemExit, match=r"seed_00: not a run of the comparison"):
+        gate["compare_runs"](str(tmp_path))

@@ -242,6 +242,13 @@ def test_clipped_share_of_a_good_log(tmp_path):
         clipped_share(tmp_path, "x", float("nan"))
 
 
+def test_an_infinite_grad_norm_counts_as_clipped(tmp_path):
+    """HF's Trainer logs inf, unchecked, on a step an fp16 GradScaler skipped for overflow."""
+    log = '{"step": 1, "grad_norm": Infinity}\n{"step": 2, "grad_norm": 0.5}\n'
+    (_run(tmp_path, "x") / "log.jsonl").write_text(log)
+    assert clipped_share(tmp_path, "x", 1.0) == 0.5
+
+
 # ---------------------------------------------------------------------- seed folders
 @pytest.mark.parametrize("name", ["seed_00", "seed_01", "seed_x", "seed_-1"])
 def test_finished_seeds_refuses_a_seed_folder_gcpo_compare_does_not_name(tmp_path, name):
