@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 import warnings
 from pathlib import Path
@@ -137,15 +136,18 @@ def checkpoint_made_from(checkpoint: Path) -> dict:
 
 def recorded_source(path: Path) -> dict | None:
     """The ``made_from`` of the evaluation ``path``; None for one written before it was recorded."""
+    from gcpo_train.compare.record import read_json_mapping
+
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as err:
-        raise SystemExit(
-            f"{path} is not a readable evaluation record ({type(err).__name__}: {err}); remove it and its "
-            ".predictions.parquet to evaluate it again"
-        ) from None
-    if not isinstance(record, dict):
-        raise SystemExit(f"{path} is not an evaluation record (a mapping); remove it to evaluate it again")
+        record = read_json_mapping(
+            path,
+            "evaluation record",
+            "a mapping",
+            "remove it and its .predictions.parquet to evaluate it again",
+            "remove it to evaluate it again",
+        )
+    except ValueError as err:
+        raise SystemExit(str(err)) from None
     made = record.get("made_from")
     if made is None:
         return None

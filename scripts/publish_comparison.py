@@ -29,16 +29,9 @@ import shutil
 import sys
 from pathlib import Path
 
-TOP = (
-    "compare.json",
-    "results.parquet",
-    "summary.md",
-    "summary.csv",
-    "control.csv",
-    "coupling.csv",
-    "plan.md",
-    "gate.md",
-)
+from gcpo_train.compare.layout import COMPARISON_FILES
+
+TOP = (*COMPARISON_FILES, "plan.md")
 TOP_FOLDERS = ("base", "figures", "nopassage")
 RUN_FILES = ("done.json", "run.json", "log.jsonl")
 RUN_FOLDERS = ("eval", "rollouts")

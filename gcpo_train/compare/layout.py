@@ -8,6 +8,18 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+# the files of a comparison folder besides its plan (compare.run's record and results,
+# compare.report's tables, scripts/span_gate.py --compare's gate.md), lower case
+COMPARISON_FILES = (
+    "compare.json",
+    "results.parquet",
+    "summary.md",
+    "summary.csv",
+    "control.csv",
+    "coupling.csv",
+    "gate.md",
+)
+
 
 def arm_folder(out, arm: str) -> Path:
     """``out/runs/<arm's folder name>``, the parent of the arm's seed folders (``bot_rd:shuffled``

@@ -25,6 +25,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from gcpo_train.compare.layout import COMPARISON_FILES
+
 FUSED_MODELS = ("packaged", "tiny:llama")  # the Llama models sampling.fused implements (by name)
 
 
@@ -140,17 +142,6 @@ PLANNED_ANALYSIS = """## The planned analysis (fixed before the confirmatory run
 
 # the first words of every plan write_plan writes: --overwrite replaces a file only when it is one
 PLAN_TITLE = "# Planned seeds from "
-# the files of a comparison folder that are not plans (compare.run's record and results,
-# compare.report's tables, scripts/span_gate.py --compare's gate.md), lower case: never a plan's name
-COMPARISON_FILES = (
-    "compare.json",
-    "results.parquet",
-    "summary.md",
-    "summary.csv",
-    "control.csv",
-    "coupling.csv",
-    "gate.md",
-)
 
 
 def _is_plan(path: Path) -> bool:

@@ -10,19 +10,26 @@ import math
 from pathlib import Path
 
 
-def read_record(path: Path) -> dict:
-    """A comparison's ``compare.json``, or a ValueError naming the file when it is not one."""
+def read_json_mapping(path: Path, what: str, shape: str, unreadable: str, not_mapping: str) -> dict:
+    """The JSON object in ``path``, or a ValueError naming the file as no readable ``what`` (what
+    to do: ``unreadable``) or as no ``what`` of the ``shape`` it must have (``not_mapping``): the
+    one reader of the comparison's records (compare.json, done.json, an evaluation's .json)."""
     try:
         record = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as err:
-        raise ValueError(
-            f"{path} is not a readable comparison record ({type(err).__name__}: {err}); restore it, or use "
-            "another --output folder"
-        ) from None
-    if not isinstance(record, dict) or not isinstance(record.get("config"), dict):
-        raise ValueError(
-            f"{path} is not a comparison record (no 'config' mapping); restore it, or use another --output"
-        )
+        raise ValueError(f"{path} is not a readable {what} ({type(err).__name__}: {err}); {unreadable}") from None
+    if not isinstance(record, dict):
+        raise ValueError(f"{path} is not a {what} ({shape}); {not_mapping}")
+    return record
+
+
+def read_record(path: Path) -> dict:
+    """A comparison's ``compare.json``, or a ValueError naming the file when it is not one."""
+    shape = "no 'config' mapping"
+    remedy = "restore it, or use another --output"
+    record = read_json_mapping(path, "comparison record", shape, remedy + " folder", remedy)
+    if not isinstance(record.get("config"), dict):
+        raise ValueError(f"{path} is not a comparison record ({shape}); {remedy}")
     _check_record_fields(path, record)
     return record
 
@@ -69,15 +76,13 @@ def read_done(path: Path) -> dict:
     threads of runs finished since that record), or a ValueError naming the file and the field.
     A truncated or hand-edited marker must stop the command that reads it by name, not as a
     KeyError or a JSONDecodeError naming nothing."""
-    try:
-        record = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as err:
-        raise ValueError(
-            f"{path} is not a readable run record ({type(err).__name__}: {err}); restore it, or remove it "
-            "and rerun gcpo compare to finish the run again"
-        ) from None
-    if not isinstance(record, dict):
-        raise ValueError(f"{path} is not a run record (a mapping of arm, seed, steps); restore it")
+    record = read_json_mapping(
+        path,
+        "run record",
+        "a mapping of arm, seed, steps",
+        "restore it, or remove it and rerun gcpo compare to finish the run again",
+        "restore it",
+    )
 
     def count(value, low: int) -> bool:
         return isinstance(value, int) and not isinstance(value, bool) and value >= low
