@@ -34,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import numbers
+import warnings
 from pathlib import Path
 
 import pandas as pd
@@ -223,9 +224,7 @@ class Comparison:
                     check_threads(self.out, seed, threads_per_worker(1))
                 for arm in self.modulators:
                     self.train_arm(arm, seed, progress)
-                    # the tables after every run, so a stopped comparison has them; the figure (seconds
-                    # to draw) once at the end, or with --report_only
-                    self.report(figures=False)
+                    self.report_between_runs(arm, seed)
             return self.report()
         finally:
             lock.release()
@@ -248,6 +247,22 @@ class Comparison:
         arms = list(dict.fromkeys([*old.get("modulators", []), *self.modulators]))
         seeds = list(dict.fromkeys([*(int(s) for s in old.get("seeds", [])), *self.seeds]))
         return arms, seeds
+
+    def report_between_runs(self, arm: str, seed: int) -> None:
+        """The tables after one finished run, so a stopped comparison has them (the figure, seconds
+        to draw, comes with the final report). If they fail (a file they read, code changed under a
+        long comparison), a warning names the run and the error and training goes on: the runs
+        still to train do not read the tables, and a comparison of hours should not stop for them.
+        The final ``report`` is not caught, so an error that persists is raised there."""
+        try:
+            self.report(figures=False)
+        except Exception as err:  # named in the warning; the final report raises it again
+            warnings.warn(
+                f"{self.out}: the report after {arm} seed {seed} failed ({type(err).__name__}: {err}); "
+                "training goes on, and the final report is written (or raises) when the runs end",
+                RuntimeWarning,
+                stacklevel=2,
+            )
 
     def report(self, figures: bool = True) -> dict:
         """results.parquet, summary.md/csv and (``figures``) figures/ from the evaluations finished

@@ -67,8 +67,9 @@ def _train_one(comparison, arm: str, seed: int, threads: int) -> tuple[str, int]
 
 def train_in_workers(comparison, workers: int, progress: bool = True) -> None:
     """Train the comparison's unfinished arm-seed runs, ``workers`` at a time, seed-major; the
-    tables are rewritten after each finished run. An error in one run stops the others' start and
-    is raised once the running ones end (they stop at their next step when interrupted)."""
+    tables are rewritten after each finished run (a failure there warns and training goes on:
+    ``report_between_runs``). An error in one run stops the others' start and is raised once the
+    running ones end (they stop at their next step when interrupted)."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
@@ -82,8 +83,8 @@ def train_in_workers(comparison, workers: int, progress: bool = True) -> None:
     try:
         futures = {pool.submit(_train_one, comparison, arm, seed, threads): (arm, seed) for arm, seed in jobs}
         for future in tqdm(as_completed(futures), total=len(futures), desc="arm-seed runs", disable=not progress):
-            future.result()
-            comparison.report(figures=False)
+            arm, seed = future.result()
+            comparison.report_between_runs(arm, seed)
     except BaseException:
         pool.shutdown(wait=True, cancel_futures=True)
         raise
