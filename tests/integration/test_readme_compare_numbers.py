@@ -40,23 +40,52 @@ def test_compare_headline_table(header):
                     rows.append((page, r))
     assert rows, f"no {header!r} table in README.md or docs/: the numbers moved out of sight of this test"
     for page, row in rows:
-        cells = [c.strip() for c in row.strip().strip("|").split("|")]
-        arm = cells[0].split(" ")[0]
-        s = summary.loc[arm]
-        mean, sd = (_f(x) for x in re.fullmatch(rf"({NUM}) ± ({NUM})", cells[1]).groups())
-        assert [mean, sd] == [round(s.heldout_mean, 2), round(s.heldout_sd, 2)], (page, arm)
-        if arm == "none":
-            assert cells[2] == cells[3] == "—", page
-        else:  # the seed-level paired t interval (issue 35), its df and the verdict at ±δ
-            m = re.fullmatch(rf"({NUM}) \[({NUM}), ({NUM})\] \(df (\d+)\)", cells[2])
-            shown = [_f(x) for x in m.groups()[:3]]
-            assert shown == [round(s.delta, 2), round(s.delta_low, 2), round(s.delta_high, 2)], (page, arm)
-            assert int(m.group(4)) == int(s.df) == int(s.seeds) - 1, (page, arm)
-            verdict = s.verdict.replace("±δ", f"±{s.margin:.2f}")
-            assert cells[3] == verdict, (page, arm)
-            assert s.margin == 0.1 * summary.loc["none", "heldout_mean"]
-        low, high = (_f(x) for x in cells[4].split("–"))
-        assert [low, high] == [round(s.omega_p5, 2), round(s.omega_p95, 2)], (page, arm)
+        _check_row(summary, row, page)
+
+
+def _check_row(summary: pd.DataFrame, row: str, where: str) -> None:
+    """One row of a headline table against its summary.csv: mean ± sd, the seed-level paired t
+    interval (issue 35) with its df, the verdict with δ written out, ω's p5–p95 and, where the
+    table has them, the effective treatment (ω / step mean p5–p95, the share of clipped steps)."""
+    cells = [c.strip() for c in row.strip().strip("|").split("|")]
+    arm = cells[0].split(" ")[0]
+    s = summary.loc[arm]
+    mean, sd = (_f(x) for x in re.fullmatch(rf"({NUM}) ± ({NUM})", cells[1]).groups())
+    assert [mean, sd] == [round(s.heldout_mean, 2), round(s.heldout_sd, 2)], (where, arm)
+    if arm == "none":
+        assert cells[2] == cells[3] == "—", where
+    else:
+        m = re.fullmatch(rf"({NUM}) \[({NUM}), ({NUM})\] \(df (\d+)\)", cells[2])
+        shown = [_f(x) for x in m.groups()[:3]]
+        assert shown == [round(s.delta, 2), round(s.delta_low, 2), round(s.delta_high, 2)], (where, arm)
+        assert int(m.group(4)) == int(s.df) == int(s.paired_seeds) - 1, (where, arm)
+        verdict = s.verdict.replace("±δ", f"±{s.margin:.2f}")
+        assert cells[3] == verdict, (where, arm)
+        assert s.margin == pytest.approx(0.1 * summary.loc["none", "heldout_mean"], rel=1e-9)
+    low, high = (_f(x) for x in cells[4].split("–"))
+    assert [low, high] == [round(s.omega_p5, 2), round(s.omega_p95, 2)], (where, arm)
+    if len(cells) > 5:
+        low, high = (_f(x) for x in cells[5].split("–"))
+        assert [low, high] == [round(s.rel_omega_p5, 2), round(s.rel_omega_p95, 2)], (where, arm)
+        assert cells[6] == f"{100 * s.clipped_share:.0f}%", (where, arm)
+
+
+CONFIRMATORY = ROOT / "figures" / "train_compare" / "nqa_fp32" / "confirmatory" / "summary.csv"
+
+
+@pytest.mark.parametrize("path", sorted({*SUMMARIES.values(), CONFIRMATORY}), ids=lambda p: p.parent.name)
+def test_the_table_script_writes_rows_this_test_accepts(path):
+    """scripts/compare_table.py, which prints these tables from a summary.csv, against the row
+    check above: a table pasted from it passes, with its effective-treatment columns (also the
+    confirmatory comparison's, which the README quotes once its seeds are in)."""
+    import runpy
+
+    script = runpy.run_path(str(ROOT / "scripts" / "compare_table.py"))
+    summary = pd.read_csv(path).set_index("arm")
+    lines = script["table"](path.parent, "arm (trained)", "score").splitlines()
+    assert lines[0].startswith("| arm (trained) |") and len(lines) == 2 + len(summary)
+    for row in lines[2:]:
+        _check_row(summary, row, "compare_table.py")
 
 
 @pytest.mark.parametrize("header", sorted(SUMMARIES))
@@ -132,3 +161,14 @@ def test_readme_plan_numbers():
     tau, n, delta = plan("nqa_fp32/confirmatory", pilot_seeds)
     assert (_f(m.group(2)), int(m.group(4)), _f(m.group(5))) == (tau, max(8, min(16, n)), delta)
     assert _f(m.group(3)) == plan("nqa_spans", None)[0]
+
+
+def test_the_table_script_refuses_a_folder_without_a_summary_or_its_columns(tmp_path):
+    import runpy
+
+    table = runpy.run_path(str(ROOT / "scripts" / "compare_table.py"))["table"]
+    with pytest.raises(SystemExit, match="no summary.csv"):
+        table(tmp_path, "arm", "score")
+    pd.DataFrame({"arm": ["none"], "heldout_mean": [1.0]}).to_csv(tmp_path / "summary.csv", index=False)
+    with pytest.raises(SystemExit, match=r"no column \['clipped_share', 'delta', 'rel_omega_p5', 'verdict'\]"):
+        table(tmp_path, "arm", "score")
