@@ -255,10 +255,14 @@ def test_the_pages_exploratory_reading_of_the_fp32_seeds():
     assert f"in {share} seeds with both arms, the arm that copies more scores higher" in page
 
 
-def test_the_fp32_comparisons_report_is_its_committed_files(tmp_path):
-    """summary.md, summary.csv, control.csv and coupling.csv of the committed fp32 comparison are
-    what the report computes from the committed results, rollouts and logs alone (a report that
-    read a run still training, or an edit, fails here)."""
+@pytest.mark.parametrize(
+    "folder", ["nqa_fp32/confirmatory", "nqa_spans", "siqa", "compare"], ids=lambda f: f.replace("/", "-")
+)
+def test_each_comparisons_report_is_its_committed_files(tmp_path, folder):
+    """summary.md, summary.csv, control.csv and coupling.csv of each committed comparison (the fp32
+    one, and the three before it) are what the report computes from the committed results,
+    rollouts and logs alone: a report that read a run still training, an edit, or a summary
+    written by older code (the earlier three lacked the note under the table) fails here."""
     import shutil
 
     import pandas as pd
@@ -266,10 +270,16 @@ def test_the_fp32_comparisons_report_is_its_committed_files(tmp_path):
 
     from gcpo_train.compare.report import write_report
 
+    committed = ROOT / "figures" / "train_compare" / folder
     copy = tmp_path / "cmp"
-    shutil.copytree(FP32, copy)
-    arms = json.loads((FP32 / "compare.json").read_text())["modulators"]
-    write_report(copy, pd.read_parquet(FP32 / "results.parquet"), arms, "none", figures=False)
+    shutil.copytree(committed, copy)
+    names = ("summary.md", "summary.csv", "control.csv", "coupling.csv")
+    for name in names:  # so that a file the report does not write cannot pass as written
+        (copy / name).unlink(missing_ok=True)
+    arms = json.loads((committed / "compare.json").read_text())["modulators"]
+    write_report(copy, pd.read_parquet(committed / "results.parquet"), arms, "none", figures=False)
     # the CSVs up to a last-digit rounding on another CPU (helpers.tables)
-    for name in ("summary.md", "summary.csv", "control.csv", "coupling.csv"):
-        assert same_file(name, (copy / name).read_bytes(), (FP32 / name).read_bytes()), name
+    for name in names:
+        assert (copy / name).exists() == (committed / name).exists(), name
+        if (committed / name).exists():
+            assert same_file(name, (copy / name).read_bytes(), (committed / name).read_bytes()), name
