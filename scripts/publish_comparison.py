@@ -4,7 +4,8 @@ comparisons are committed as their arm-seeds land, across sessions):
     python scripts/publish_comparison.py runs/nqa_fp32_pilot figures/train_compare/nqa_fp32/confirmatory
 
 What is copied: the comparison's record and report (compare.json, base/, results.parquet,
-summary.md/csv, control.csv, coupling.csv, figures/, plan.md, gate.md, nopassage/) and, of every arm-seed run
+summary.md/csv, control.csv, coupling.csv, figures/, plan.md, gate.md, nopassage/, and any other
+Markdown file at its top, such as a plan written with ``gcpo compare --plan --plan_file``) and, of every arm-seed run
 with a ``done.json`` (finished and evaluated), its done.json, run.json, log.jsonl, eval/ and
 rollouts/. Never copied: checkpoints (tens of MB a run; the no-passage control reads them in the
 source folder), locks and owner files (``.gcpo*``), and unfinished runs (a half-trained run is
@@ -145,7 +146,9 @@ def _plan(source: Path, arms: list[str]) -> tuple[list[Path], list[tuple[Path, b
         folders = [arm_folder_name(arm) for arm in arms]
     except ValueError as err:
         raise SystemExit(f"{source / 'compare.json'}: field 'modulators': {err}") from None
-    entries = _entries(source, Path("."), TOP, TOP_FOLDERS)
+    # plans written by --plan --plan_file NAME.md (any name but the comparison's own files) go too
+    notes = sorted(p.name for p in source.glob("*.md") if p.name not in TOP)
+    entries = _entries(source, Path("."), (*TOP, *notes), TOP_FOLDERS)
     runs = []
     for run in finished_runs(source):
         _check_run_folder(run, folders)

@@ -286,3 +286,20 @@ def test_a_hard_link_in_the_destination_is_replaced_not_written_through(tmp_path
     assert _snapshot(src) == source_files
     assert os.stat(linked / "compare.json").st_ino != os.stat(src / "compare.json").st_ino
     assert (linked / "summary.md").read_text() == "a newer table\n"
+
+
+def test_a_plan_written_with_plan_file_is_copied_a_linked_one_refused(tmp_path):
+    """gcpo compare --plan --plan_file closing_plan.md writes beside plan.md; the committed copy
+    must carry it (the closing reading cites it). A linked one would bring in a file from outside."""
+    src = _comparison(tmp_path / "src")
+    (src / "plan.md").write_text("the plan\n")
+    (src / "closing_plan.md").write_text("tau after\n")
+    dest = tmp_path / "figures" / "cmp"
+    publish(src, dest)
+    assert (dest / "plan.md").read_text() == "the plan\n"
+    assert (dest / "closing_plan.md").read_text() == "tau after\n"
+    (tmp_path / "outside.md").write_text("not the comparison's\n")
+    (src / "linked.md").symlink_to(tmp_path / "outside.md")
+    with pytest.raises(SystemExit, match="linked.md"):
+        publish(src, dest)
+    assert not (dest / "linked.md").exists()
