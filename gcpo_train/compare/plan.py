@@ -160,8 +160,8 @@ def plan_markdown(table: pd.DataFrame, folder, margin: float, seeds: int | None 
         "τ: between-seed sd of the per-seed delta; σ_q: sd of a query's delta within a seed; sd(D) ="
         " √(τ² + σ_q²/Q); power of the two-sided paired t test (α = 0.05, statsmodels TTestPower).",
         "",
-        "| arm | pilot seeds | queries | τ | σ_q | share of var(D) between seeds | sd(D) | δ "
-        f"({margin:.0%} of GRPO) | power at pilot seeds | seeds for 80% power | δ detected by 3 / 8 / 16 seeds |",
+        "| arm | seeds estimated from | queries | τ | σ_q | share of var(D) between seeds | sd(D) | δ "
+        f"({margin:.0%} of GRPO) | power at those seeds | seeds for 80% power | δ detected by 3 / 8 / 16 seeds |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for _, r in table.iterrows():
