@@ -14,10 +14,12 @@ import pytest
 from helpers.doc_pages import doc_pages
 
 ROOT = Path(__file__).resolve().parents[2]
+CONFIRMATORY = ROOT / "figures" / "train_compare" / "nqa_fp32" / "confirmatory" / "summary.csv"
 SUMMARIES = {
     "| arm (trained) |": ROOT / "figures" / "train_compare" / "compare" / "summary.csv",
     "| arm (trained, SIQA) |": ROOT / "figures" / "train_compare" / "siqa" / "summary.csv",
     "| arm (trained, NarrativeQA spans) |": ROOT / "figures" / "train_compare" / "nqa_spans" / "summary.csv",
+    "| arm (trained, NarrativeQA spans, fp32) |": CONFIRMATORY,
 }
 NUM = r"[+−-]?\d+\.\d+"
 
@@ -68,9 +70,6 @@ def _check_row(summary: pd.DataFrame, row: str, where: str) -> None:
         low, high = (_f(x) for x in cells[5].split("–"))
         assert [low, high] == [round(s.rel_omega_p5, 2), round(s.rel_omega_p95, 2)], (where, arm)
         assert cells[6] == f"{100 * s.clipped_share:.0f}%", (where, arm)
-
-
-CONFIRMATORY = ROOT / "figures" / "train_compare" / "nqa_fp32" / "confirmatory" / "summary.csv"
 
 
 @pytest.mark.parametrize("path", sorted({*SUMMARIES.values(), CONFIRMATORY}), ids=lambda p: p.parent.name)
@@ -172,3 +171,29 @@ def test_the_table_script_refuses_a_folder_without_a_summary_or_its_columns(tmp_
     pd.DataFrame({"arm": ["none"], "heldout_mean": [1.0]}).to_csv(tmp_path / "summary.csv", index=False)
     with pytest.raises(SystemExit, match=r"no column \['clipped_share', 'delta', 'rel_omega_p5', 'verdict'\]"):
         table(tmp_path, "arm", "score")
+
+
+def test_readme_closing_power_numbers():
+    """The README's "The N seeds show τ = X F1 between seeds ..., so they detect Y F1 at 80% power":
+    τ and the detectable δ of the finished confirmatory comparison, recomputed without gcpo's
+    planner (moments for τ as above; the detectable effect from statsmodels' solve_power, where
+    gcpo roots scipy's noncentral t)."""
+    import numpy as np
+    from statsmodels.stats.power import TTestPower
+
+    text = " ".join((ROOT / "README.md").read_text().split())
+    m = re.search(
+        rf"The (\d+) seeds show τ = ({NUM}) F1 between seeds .*? so they detect ({NUM}) F1 at 80% power", text
+    )
+    assert m, "the README's closing power sentence is gone"
+    r = pd.read_parquet(ROOT / "figures" / "train_compare" / "nqa_fp32" / "confirmatory" / "results.parquet")
+    r = r[r["arm"].isin(["none", "bot_rd"])]
+    r = r[r["step"] == r.groupby(["arm", "seed"])["step"].transform("max")]
+    wide = r.pivot_table(index=["seed", "query_id"], columns="arm", values="score")
+    d = (wide["bot_rd"] - wide["none"]).unstack("query_id").to_numpy()
+    within = d.var(axis=1, ddof=1).mean() / d.shape[1]
+    tau = np.sqrt(max(0.0, d.mean(axis=1).var(ddof=1) - within))
+    seeds = int(m.group(1))
+    assert seeds == d.shape[0]
+    detect = TTestPower().solve_power(nobs=seeds, alpha=0.05, power=0.8) * np.sqrt(tau**2 + within)
+    assert (_f(m.group(2)), _f(m.group(3))) == (round(tau, 2), round(detect, 1))
