@@ -126,6 +126,23 @@ def test_readme_coupling_numbers():
     assert (int(m.group(1)), int(m.group(2))) == (at_step_2("nqa_fp32/confirmatory"), at_step_2("nqa_spans"))
 
 
+def _variance_components(folder: str, seeds: int | None) -> tuple[float, float, float, int]:
+    """τ, σ_q²/Q, GRPO's mean and the paired seeds of bot_rd − none at the last step of a committed
+    comparison (its seeds below ``seeds``, if given), by moments without gcpo's planner:
+    τ² = var_s(D_s) − mean_s var_q(d_sq)/Q (one-way random effects)."""
+    import numpy as np
+
+    r = pd.read_parquet(ROOT / "figures" / "train_compare" / folder / "results.parquet")
+    r = r[r["arm"].isin(["none", "bot_rd"]) & (r["seed"] < (seeds or 10**6))]
+    r = r[r["step"] == r.groupby(["arm", "seed"])["step"].transform("max")]
+    wide = r.pivot_table(index=["seed", "query_id"], columns="arm", values="score")
+    d = (wide["bot_rd"] - wide["none"]).unstack("query_id").to_numpy()
+    within = d.var(axis=1, ddof=1).mean() / d.shape[1]
+    tau = np.sqrt(max(0.0, d.mean(axis=1).var(ddof=1) - within))
+    none_mean = r[r["arm"] == "none"].groupby("seed")["score"].mean().mean()
+    return tau, within, none_mean, d.shape[0]
+
+
 def test_readme_plan_numbers():
     """The README's "pilot's 4 seeds put τ at X F1 (bf16: Y), so the plan asks for N seeds for 80%
     power at δ = D F1", recomputed from the committed per-query results without gcpo's planner:
@@ -144,14 +161,8 @@ def test_readme_plan_numbers():
     assert m, "the README's plan sentence is gone"
 
     def plan(folder: str, seeds: int | None) -> tuple[float, int, float]:
-        r = pd.read_parquet(ROOT / "figures" / "train_compare" / folder / "results.parquet")
-        r = r[r["arm"].isin(["none", "bot_rd"]) & (r["seed"] < (seeds or 10**6))]
-        r = r[r["step"] == r.groupby(["arm", "seed"])["step"].transform("max")]
-        wide = r.pivot_table(index=["seed", "query_id"], columns="arm", values="score")
-        d = (wide["bot_rd"] - wide["none"]).unstack("query_id").to_numpy()
-        within = d.var(axis=1, ddof=1).mean() / d.shape[1]
-        tau = np.sqrt(max(0.0, d.mean(axis=1).var(ddof=1) - within))
-        delta = 0.1 * r[r["arm"] == "none"].groupby("seed")["score"].mean().mean()
+        tau, within, none_mean, _ = _variance_components(folder, seeds)
+        delta = 0.1 * none_mean
         effect = delta / np.sqrt(tau**2 + within)
         n = next(n for n in range(2, 1000) if TTestPower().power(effect, n, 0.05) >= 0.8)
         return round(tau, 2), n, round(delta, 2)
@@ -176,7 +187,7 @@ def test_the_table_script_refuses_a_folder_without_a_summary_or_its_columns(tmp_
 def test_readme_closing_power_numbers():
     """The README's "The N seeds show τ = X F1 between seeds ..., so they detect Y F1 at 80% power":
     τ and the detectable δ of the finished confirmatory comparison, recomputed without gcpo's
-    planner (moments for τ as above; the detectable effect from statsmodels' solve_power, where
+    planner (τ by moments, _variance_components; the detectable effect from statsmodels' solve_power, where
     gcpo roots scipy's noncentral t)."""
     import numpy as np
     from statsmodels.stats.power import TTestPower
@@ -186,14 +197,8 @@ def test_readme_closing_power_numbers():
         rf"The (\d+) seeds show τ = ({NUM}) F1 between seeds .*? so they detect ({NUM}) F1 at 80% power", text
     )
     assert m, "the README's closing power sentence is gone"
-    r = pd.read_parquet(ROOT / "figures" / "train_compare" / "nqa_fp32" / "confirmatory" / "results.parquet")
-    r = r[r["arm"].isin(["none", "bot_rd"])]
-    r = r[r["step"] == r.groupby(["arm", "seed"])["step"].transform("max")]
-    wide = r.pivot_table(index=["seed", "query_id"], columns="arm", values="score")
-    d = (wide["bot_rd"] - wide["none"]).unstack("query_id").to_numpy()
-    within = d.var(axis=1, ddof=1).mean() / d.shape[1]
-    tau = np.sqrt(max(0.0, d.mean(axis=1).var(ddof=1) - within))
+    tau, within, _, paired = _variance_components("nqa_fp32/confirmatory", None)
     seeds = int(m.group(1))
-    assert seeds == d.shape[0]
+    assert seeds == paired
     detect = TTestPower().solve_power(nobs=seeds, alpha=0.05, power=0.8) * np.sqrt(tau**2 + within)
     assert (_f(m.group(2)), _f(m.group(3))) == (round(tau, 2), round(detect, 1))
