@@ -54,7 +54,8 @@ def shape_of_deltas(per_seed: pd.Series) -> dict:
     from scipy import stats
 
     d = per_seed.to_numpy(dtype=np.float64)
-    loo = pd.Series([np.delete(d, i).mean() for i in range(d.size)], index=per_seed.index)
+    loo = np.array([np.delete(d, i).mean() for i in range(d.size)])
+    seeds = [int(s) for s in per_seed.index]
     nonzero = d[d != 0]
     return {
         "seeds": int(d.size),
@@ -63,9 +64,9 @@ def shape_of_deltas(per_seed: pd.Series) -> dict:
         "below_zero": int((d < 0).sum()),
         "wilcoxon_p": float(stats.wilcoxon(nonzero).pvalue) if nonzero.size else float("nan"),
         "loo_low": float(loo.min()),
-        "loo_low_without": int(loo.idxmin()),
+        "loo_low_without": seeds[int(loo.argmin())],
         "loo_high": float(loo.max()),
-        "loo_high_without": int(loo.idxmax()),
+        "loo_high_without": seeds[int(loo.argmax())],
     }
 
 
