@@ -140,7 +140,7 @@ def no_delta(what: str, why: str, reference: str, margin: float) -> str:
 
 
 def control_table(results: pd.DataFrame, arms, reference: str, margin: float = 0.1) -> pd.DataFrame:
-    """One row per arm X with its shuffled twin in ``arms``: Δ(X − X:shuffled) with the
+    """One row per arm X with a permuted twin in ``arms``: Δ(X − X:shuffled) or Δ(X − X:deranged) with the
     seed-level statistics (``stats.seeds.seed_level``) at δ = ``margin`` × the reference's
     held-out mean, as in ``summary_table``; no row, with a warning, while the reference gives no δ
     (``reference_margin``)."""
@@ -148,21 +148,22 @@ def control_table(results: pd.DataFrame, arms, reference: str, margin: float = 0
 
 
 def _control(final: pd.DataFrame, arms, reference: str, margin: float) -> pd.DataFrame:
-    """``control_table`` of checked final scores."""
-    from gcpo_analysis.measures.shuffled import SHUFFLED
+    """``control_table`` of checked final scores: one row per arm and permuted twin in ``arms``
+    (``X:shuffled``, then ``X:deranged``)."""
+    from gcpo_analysis.measures.shuffled import CONTROLS
     from gcpo_analysis.stats.seeds import seed_level
 
     delta_margin, why = reference_margin(final, reference, margin)
     present = set(final["arm"])
+    pairs = [(arm, arm + suffix) for arm in arms for suffix in CONTROLS if arm + suffix in arms]
     if why is not None:
-        if any(arm in present and arm + SHUFFLED in present for arm in arms if arm + SHUFFLED in arms):
-            what = "the shuffled control (Δ of an arm against its :shuffled twin) is left out"
+        if any(arm in present and twin in present for arm, twin in pairs):
+            what = "the permuted control (Δ of an arm against its :shuffled or :deranged twin) is left out"
             warnings.warn(no_delta(what, why, reference, margin), stacklevel=2)
         return pd.DataFrame()
     rows = []
-    for arm in arms:
-        twin = arm + SHUFFLED
-        d = paired_deltas(final[final["arm"] == arm], final[final["arm"] == twin]) if twin in arms else None
+    for arm, twin in pairs:
+        d = paired_deltas(final[final["arm"] == arm], final[final["arm"] == twin])
         if d is not None:
             stats = seed_level(d, delta_margin, label=f"{arm} vs {twin}")
             rows.append({"arm": arm, "control": twin, "paired_seeds": int(d.shape[0]), **stats})
@@ -171,8 +172,13 @@ def _control(final: pd.DataFrame, arms, reference: str, margin: float) -> pd.Dat
 
 def _control_markdown(control: pd.DataFrame) -> str:
     lines = [
-        "\nShuffled control: Δ(arm − arm:shuffled), the same seed-level statistics and δ (one contrast per"
-        " modulator, no Holm across them).\n",
+        (
+            "\nShuffled control: Δ(arm − arm:shuffled), the same seed-level statistics and δ (one contrast per"
+            " modulator, no Holm across them).\n"
+            if control["control"].str.endswith(":shuffled").all()
+            else "\nPermuted controls: Δ(arm − arm:shuffled) and Δ(arm − arm:deranged), the same seed-level statistics"
+            " and δ (one contrast per control, no Holm across them).\n"
+        ),
         "| arm | control | seeds | Δ [95% t CI, df] | sign-flip p | two-level bootstrap 95% | TOST p (±δ) | verdict |",
         "|---|---|---|---|---|---|---|---|",
     ]

@@ -81,3 +81,23 @@ def test_two_looks(tmp_path):
     for bad in (0, -1, float("nan"), True):
         with pytest.raises(ValueError, match="--margin"):
             reading(res, "bot_rd", bad)
+
+
+def test_the_control_table_pairs_each_permuted_twin():
+    """An arm with both a :shuffled and a :deranged twin gets one control row for each, each Δ the
+    seed-level statistic of that pair; the header names both controls."""
+    from gcpo_train.compare.report import _control_markdown, control_table
+
+    res = _results(n_seeds=4)
+    trained = res[res["arm"] == "bot_rd"]
+    twins = [
+        trained.assign(arm=f"bot_rd:{c}", score=trained["score"] + k) for k, c in ((1.0, "shuffled"), (2.0, "deranged"))
+    ]
+    res = pd.concat([res, *twins], ignore_index=True)
+    arms = ["none", "bot_rd", "bot_rd:shuffled", "bot_rd:deranged"]
+    table = control_table(res, arms, "none").set_index("control")
+    assert list(table.index) == ["bot_rd:shuffled", "bot_rd:deranged"]
+    assert table.loc["bot_rd:deranged", "delta"] == pytest.approx(-2.0)
+    assert table.loc["bot_rd:shuffled", "delta"] == pytest.approx(-1.0)
+    assert "Permuted controls" in _control_markdown(table.reset_index())
+    assert "Shuffled control" in _control_markdown(table.reset_index().iloc[:1])
