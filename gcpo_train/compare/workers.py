@@ -18,11 +18,34 @@ pickled to them, so trainer_kwargs must be picklable (module-level functions, pl
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from gcpo_analysis.models import require
 from gcpo_train.compare.layout import finished_runs
 from gcpo_train.compare.record import read_done
+
+
+def available_cpus() -> int:
+    """The CPUs this process may run on (its affinity where the system says, else the count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on every system
+        return os.cpu_count() or 1
+
+
+def check_workers(workers, flag: str = "--workers") -> int:
+    """``workers`` as a count from 1 to the CPUs available (each worker needs a thread of its own;
+    more would only share them), else a ValueError naming ``flag``: checked before anything is
+    written (a huge count passed and failed in the process pool, after the base evaluations)."""
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"{flag} must be an integer >= 1, got {workers!r}")
+    if workers > available_cpus():
+        raise ValueError(
+            f"{flag} {workers}: at most {available_cpus()}, the CPUs this process may use (each worker trains "
+            "with threads of its own)"
+        )
+    return workers
 
 
 def threads_per_worker(workers: int) -> int:
