@@ -29,6 +29,7 @@ ENTRY_POINT_GROUP = "gcpo.plugins"
 ENV_VAR = "GCPO_PLUGINS"
 
 _loaded: dict[str, object] = {}  # what was loaded in this process, by where it was named
+_modules: list[str] = []  # the modules named by --plugin or GCPO_PLUGINS, in load order
 
 
 class PluginError(ValueError):
@@ -73,6 +74,13 @@ def load_module(name: str, where: str) -> None:
         _loaded[name] = importlib.import_module(name)
     except LOAD_ERRORS as err:  # whatever it raised, named with the plug-in
         raise _failed(what, err) from err
+    _modules.append(name)
+
+
+def loaded_modules() -> list[str]:
+    """The plug-in modules this process loaded by name (``--plugin``, ``GCPO_PLUGINS``): what a
+    worker process loads again to see the same registries (``gcpo compare --workers``)."""
+    return list(_modules)
 
 
 def env_plugins(environ=None) -> list[str]:
