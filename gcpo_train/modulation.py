@@ -281,13 +281,13 @@ class GroupModulator:
         groups, cluster_stats = self._prepare(rewards, texts, answers)
         params = modulator_params(cfg)
         weights, infos = [], []
+        names = [f"group {k} of the batch" for k in range(len(groups))]
         for k, group in enumerate(groups):
-            w, info = group_weight(
-                cfg.modulator, group, alpha_base=cfg.alpha_base, r_min=cfg.r_min, r_max=cfg.r_max, **params
-            )
-            if not np.isfinite(w):
-                raise ValueError(f"modulator {cfg.modulator!r} gave the weight {w!r} for group {k}")
-            weights.append(float(w))
+            with _named_group(names, k):  # group_weight checks the weight (weights_checked)
+                w, info = group_weight(
+                    cfg.modulator, group, alpha_base=cfg.alpha_base, r_min=cfg.r_min, r_max=cfg.r_max, **params
+                )
+            weights.append(w)
             infos.append(self._info(info, group))
         return np.array(weights, dtype=np.float64), infos, {f"cluster_{k}": v for k, v in cluster_stats.items()}
 

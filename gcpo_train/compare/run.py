@@ -208,11 +208,10 @@ class Comparison:
         """Train and evaluate what is missing, then write results, summary and figures (results and
         summary after every finished run too). ``workers`` > 1 trains that many arm-seed runs at
         once, in processes (``compare.workers``)."""
-        from gcpo_train.compare.workers import check_threads, threads_per_worker, train_in_workers
+        from gcpo_train.compare.workers import check_threads, check_workers, threads_per_worker, train_in_workers
         from gcpo_train.runfiles.run_folder import take_lock
 
-        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-            raise ValueError(f"--workers must be an integer >= 1, got {workers!r}")
+        check_workers(workers)
         self.out.mkdir(parents=True, exist_ok=True)
         lock = take_lock(self.out / ".gcpo.lock", self.out / ".gcpo.owner.json", f"comparison folder {self.out}")
         try:
