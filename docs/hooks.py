@@ -6,7 +6,9 @@ Nothing here is typed by hand that the code or a committed file already says: th
 the measure registry, the run pages include every committed table of `figures/<run>/`
 with `pymdownx.snippets` (a missing file fails the strict build), and the proofs page is
 `figures/proofs.json`. The notebooks and the figures' images are added from their folders outside
-`docs/`, so they are rendered from where they live (mkdocs-jupyter, without executing them).
+`docs/`, so they are rendered from where they live; mkdocs-jupyter executes each notebook at build
+time (`execute: true` in mkdocs.yml), reading the committed folders under `figures/`, so the
+site shows every notebook's tables and figures as they are today.
 """
 
 from __future__ import annotations
@@ -26,7 +28,16 @@ sys.path.insert(0, str(ROOT))  # document the checkout being built, not another 
 sys.path.insert(0, str(Path(__file__).parent))
 import study_numbers  # noqa: E402  (docs/study_numbers.py: the results pages' generated numbers)
 
-NOTEBOOKS = ("notebooks/01_gap_study.ipynb", "notebooks/02_gap_proofs.ipynb")
+NOTEBOOKS = (
+    "notebooks/01_gap_study.ipynb",
+    "notebooks/02_gap_proofs.ipynb",
+    "notebooks/03_training_comparison.ipynb",
+    "notebooks/04_update_alignment.ipynb",
+    "notebooks/05_training_gradvar.ipynb",
+)
+# The notebooks executed at build time read the committed runs, never a local runs/ folder, and write
+# their figures outside figures/ (each notebook's FIGURES_DIR default is under runs/).
+NOTEBOOK_ENV = {"STUDY_DIR": "../figures/default_study"}
 # The committed runs, in the order the results section lists them: folder -> page title.
 RUNS = {
     "default_study": "NarrativeQA, default study (`gcpo study`)",
@@ -34,7 +45,9 @@ RUNS = {
     "cpu_math": "ASDiv math study (`gcpo study --preset cpu-math`)",
     "train_gradvar": "Training run with `track_gradvar` (`configs/cpu_gradvar.yaml`)",
 }
-CLI_COLUMNS = "100"  # argparse wraps --help at the terminal width; fix it so the page is stable
+# argparse wraps --help at the terminal width; fix it so the page is stable and each line fits the
+# page's code block without scrolling (80 columns of the site's monospace font at 1280 px).
+CLI_COLUMNS = "80"
 
 
 # --------------------------------------------------------------------------- files
@@ -45,6 +58,8 @@ def _outside_file(rel: str, config) -> File:
 
 @event_priority(100)  # before mkdocs-jupyter's on_files, so that it converts the notebooks added here
 def on_files(files: Files, config) -> Files:
+    for key, value in NOTEBOOK_ENV.items():  # the notebooks' kernels inherit this process's environment
+        os.environ[key] = value
     for rel in NOTEBOOKS:
         files.append(_outside_file(rel, config))
     # every committed figure, so that any page can show one (from docs/results/: ../figures/...)
