@@ -99,8 +99,15 @@ def drop_issue_references(text: str) -> str:
     return text
 
 
+# A notebook links a page as the repository holds it (../docs/results/training.md, what Jupyter and
+# the forge open); on the site the notebook's page sits at notebooks/<name>/ and the page at results/training/.
+NOTEBOOK_DOC_LINK = re.compile(r'href="\.\./docs/([^"#]+)\.md(#[^"]*)?"')
+
+
 def on_post_page(output: str, page, config) -> str:
     """The whole page as written (its content, its table of contents, its title)."""
+    if page.file.src_uri.endswith(".ipynb"):
+        output = NOTEBOOK_DOC_LINK.sub(lambda m: f'href="../../{m.group(1)}/{m.group(2) or ""}"', output)
     return drop_issue_references(output)
 
 

@@ -73,6 +73,7 @@ def test_every_notebook_page_shows_its_outputs(site, name):
     assert html.count("jp-OutputArea-output") >= 2, f"{name}: no output cells (the notebook did not execute)"
     assert html.count("data:image/png") >= NOTEBOOKS[name], f"{name}: fewer figures than it draws"
     assert "Traceback" not in html and "jp-RenderedText" in html, name
+    assert not re.findall(r'href="[^"]*\.md[#"]', html), f"{name}: a link to a .md file, not to its page"
 
 
 def test_results_pages_link_their_notebooks_and_the_home_page_every_result(site):
