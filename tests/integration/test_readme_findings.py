@@ -88,7 +88,12 @@ def _training_comparison() -> list[str]:
     s = pd.read_csv(FIG / "train_compare" / "nqa_fp32" / "confirmatory" / "summary.csv").set_index("arm")
     r = s.loc["bot_rd"]
     assert r.verdict == "inconclusive"
-    return _tri(r.delta, r.delta_low, r.delta_high, sign=True) + [str(int(r.seeds)), str(int(r.df)), f"{r.margin:.2f}"]
+    first = _tri(r.delta, r.delta_low, r.delta_high, sign=True) + [str(int(r.seeds)), str(int(r.df)), f"{r.margin:.2f}"]
+    # the planned second stage: its seeds and its fixed margin, as its plan states them
+    plan = " ".join((FIG / "train_compare" / "nqa_fp32" / "stage2_plan.md").read_text(encoding="utf-8").split())
+    planned = re.search(r"a paired t test of (\d+) seeds", plan).group(1)
+    margin = re.search(r"\*\*δ = ([0-9.]+) F1\*\*", plan).group(1)
+    return first + [planned, margin]
 
 
 def _update_alignment() -> list[str]:

@@ -94,3 +94,26 @@ def test_the_dose_spreads_from_the_committed_rollouts():
         low, high = np.quantile(w / w.groupby(df["file"]).transform("mean"), [0.05, 0.95])
         assert f"{low:.2f}–{high:.2f} at α = {alpha}" in PLAN.replace("**", "")
         assert (w > 0).all()
+
+
+def test_the_training_pages_reading_of_the_first_stage():
+    """The training page's answer: the power the 13 seeds had at ±3.20, the TOST p at the two
+    margins, the shape of the deltas, and the plan's first look, recomputed from the committed
+    results (``compare.stages.reading``) and the closing plan's τ."""
+    from gcpo_analysis.stats.seeds import planning_sd, power, variance_components
+    from gcpo_train.compare.stages import reading
+
+    page = " ".join((ROOT / "docs/results/training.md").read_text(encoding="utf-8").split())
+    results = pd.read_parquet(FOLDER / "confirmatory/results.parquet")
+    r = reading(results, "bot_rd", DELTA)
+    sens = r["sensitivity"].set_index("margin")["p_tost"]
+    sh = r["shape"]
+    assert f"the TOST p is {sens[3.2]:.4f} at ±3.20 and {sens[DELTA]:.4f} at ±3.26" in page
+    assert f"the median delta is {sh['median']:+.2f}".replace("-", "−") in page
+    assert f"{sh['below_zero']} of 13 seeds are negative (Wilcoxon p {sh['wilcoxon_p']:.3f})" in page
+    assert f"the mean without seed {sh['loo_low_without']} is {sh['loo_low']:+.2f}".replace("-", "−") in page
+    vc = variance_components(_deltas())
+    sd = planning_sd(vc["tau"], vc["sigma_q"], vc["queries"])
+    assert f"they had power {power(3.2, sd, 13):.2f}" in page
+    assert "98.92% interval [−3.51, +4.92], TOST p 0.0465 > 0.0108" in page and "0.59–1.48" in PLAN
+    assert "(nominal levels 0.0108 and 0.0459)" in page and "| 1 | 13 | 0.0108" in PLAN and "| 2 | 22 | 0.0459" in PLAN
