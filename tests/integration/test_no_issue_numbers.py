@@ -63,7 +63,7 @@ def test_the_scan_finds_citations_where_shipped_and_only_there(tmp_path):
         ".git/COMMIT_EDITMSG.md": cite,
         "gcpo.egg-info/PKG-INFO.md": cite,
         "pkg/data.json": cite,
-        "pkg/ok.py": "# the issue is 35 ms of latency; tissue 4\n",
+        "pkg/ok.py": "# the issue is 35 ms of latency; tissue" + " 4\n",
     }
     for rel, text in {**shipped, **not_shipped}.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
