@@ -1,4 +1,4 @@
-"""Greedy evaluation against the batch size, at the size issue 35 asks for: the packaged
+"""Greedy evaluation against the batch size, at full size: the packaged
 SmolLM2-135M-Instruct's greedy completions of 64 held-out NarrativeQA-spans prompts (the data of
 ``configs/cpu_compare_nqa_spans_fp32.yaml``: passages that fit 192 tokens, no repeated question),
 16 new tokens, decoded in batches of 8, 16 and 64 on each fp32 sampling kernel:
@@ -10,7 +10,7 @@ The evaluation is ``gcpo_train.evaluation.evaluate.evaluate``, the one ``gcpo co
 ``gcpo eval`` call. A table row per (kernels, batch size): wall seconds, process CPU seconds, and
 the completions that differ from the same kernels' batch-8 completions. Exit status 1 if any
 differs: the claim checked is that a policy's greedy score does not depend on the batch shape
-(under bf16 it did: 15 of 64 completions changed between batch 16 and 64, issue 35). The test
+(under bf16 it did: 15 of 64 completions changed between batch 16 and 64). The test
 suite checks the same on 16 prompts at batch 4 and 16 (``tests/train/test_compare_protocol.py``);
 this is the full size, minutes on 2 cores, so it is a benchmark with a committed result
 (``bench/results/greedy_batch.md``) and the opt-in test ``pytest -m full``.

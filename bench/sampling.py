@@ -3,19 +3,19 @@
     python bench/sampling.py                       # Q = 1 and 2 groups, 5 interleaved rounds
     python bench/sampling.py --queries 2 --rounds 9 --threads 1
 
-Workload (issue 25, item 5; that of bench/trl_step.py): the packaged SmolLM2-135M-Instruct in fp32
+Workload (that of bench/trl_step.py): the packaged SmolLM2-135M-Instruct in fp32
 with LoRA r = 8 on q_proj/v_proj, cpu_smoke prompts (NarrativeQA, 96-token passages), G = 8,
 32 new tokens, temperature 0.9, one seed per group. Samplers (``sampling_kernels``): ``exact``
 (transformers ``generate``, one call per group: today's samples), ``onednn`` and ``bf16``
 (``gcpo_train/sampling/kernels.py``: the step's groups in one loop on prepacked weights), ``fused``
 (``gcpo_train/sampling/fused.py``: that loop with a hand-written Llama decode step instead of the
 transformers forward) and ``fused_bf16`` (that step on bfloat16 weights: the floor stays the fp32
-weights' bytes, the policy's own, as issue 25 sets it).
+weights' bytes, the policy's own).
 
 The floor is what one decode step cannot beat: reading every weight once. Two measures of it, on
 this machine with the same threads: ``copy`` (a memcpy of the weight bytes, ``Tensor.copy_``)
 and ``GEMV`` (one row times every weight matrix, torch's default kernel). A decode step's time is
-the sampler's time over the steps it decoded (prefill included, as issue 25 counts it), wall and
+the sampler's time over the steps it decoded (prefill included), wall and
 process CPU (with one torch thread the CPU time is the work, robust to a machine shared with
 other jobs; wall time is what a user waits).
 Methods run interleaved (round 1: each in turn, then round 2...), so a machine whose load drifts

@@ -11,7 +11,7 @@ disabled adapters), fp32, no gradient checkpointing. Prompt-length axis (``--pro
 ``GCPOTrainer`` with BoT and ``share_prompt`` on (each group's prompt runs once in generation's
 prefill and in TRL's log-prob passes) and off (TRL's passes), gcpo's own loop (``gcpo_train``,
 BoT); ``gcpo_train_plain`` is our loop without its shared prompt; ``gcpo_train_onednn`` and
-``gcpo_train_bf16`` sample with ``sampling_kernels`` (bench/sampling.py times the sampler alone). Targets of issue 17:
+``gcpo_train_bf16`` sample with ``sampling_kernels`` (bench/sampling.py times the sampler alone). Targets:
 GCPOTrainer (share_prompt) <= 0.7x TRL on cpu_smoke, <= 0.4x on nqa512, and a lower memory peak.
 
 Every run is its own process (so its peak RSS is its own: ``ru_maxrss``; on a GPU

@@ -1,4 +1,4 @@
-"""One line for every error of the command line (issue 20): ``gcpo`` and ``python -m gcpo_train``
+"""One line for every error of the command line: ``gcpo`` and ``python -m gcpo_train``
 report an error as one line naming it, exit 2, and show the traceback only with ``--traceback``."""
 
 from __future__ import annotations

@@ -170,7 +170,7 @@ def finite_number(name: str, value: Any) -> float:
 
 
 def _check_edges(name: str, value: Any) -> None:
-    """A number at its type's edges refused naming the knob (issue 38): an integer beyond int64
+    """A number at its type's edges refused naming the knob: an integer beyond int64
     (``seed: 2^64`` was numpy's "Overflow when unpacking long long", after the study had made its
     folder), a float that float32 cannot hold (``temperature: 1e-45`` divided the logits to inf
     inside torch.multinomial at step 1)."""

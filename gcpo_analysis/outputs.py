@@ -54,7 +54,7 @@ def check_output(path, inputs=(), what: str = "output") -> Path:
 
 
 # --------------------------------------------------------------------------- the one safe writer
-# Every output file goes through ``atomic_write`` (issue 27, "One safe writer"):
+# Every output file goes through ``atomic_write``:
 # - the temporary file is created fresh beside the target by ``tempfile.mkstemp`` (O_CREAT|O_EXCL,
 #   a random name): never through an existing path or a symlink, never shared by two processes;
 # - ``os.replace`` puts it in place atomically (a symlink at the target is replaced, not followed);

@@ -22,7 +22,7 @@ def check_name(kind: str, name: object) -> str:
     """``name`` if it is an identifier (letters, digits and ``_``, not starting with a digit),
     else a ValueError naming it. A registered name becomes a folder (``runs/<arm>/``), a file
     stem and a frame column, so a path separator or ``..`` would write outside the folder meant
-    (``../../escaped`` trained an arm outside the comparison folder, issue 38)."""
+    (an arm named ``../../escaped`` would train outside the comparison folder)."""
     if not isinstance(name, str) or not name.isidentifier():
         raise ValueError(
             f"a {kind} name must be an identifier (letters, digits and _, not starting with a digit; "

@@ -159,8 +159,8 @@ class TrainConfig(ModulationSettings):
         "'dapo' (default; TRL's default too) and 'token' (TRL 'bnpo') = sum over the step's tokens / "
         "their count, every token weighing the same; 'sequence' (TRL 'grpo', the GRPO paper's) = "
         "mean per rollout, then over rollouts, whose 1/|o_i| lets long wrong answers off lightly "
-        "and drifts lengths to the cap (Dr. GRPO; issue 25's pilots); 'dr_grpo' = sum / "
-        "(rollouts x max_new_tokens), whose gradient scale shrinks as the cap grows.",
+        "and drifts lengths to the cap (Dr. GRPO; seen in our CPU pilots); "
+        "'dr_grpo' = sum / (rollouts x max_new_tokens), whose gradient scale shrinks as the cap grows.",
         choices=LOSS_AGGREGATIONS,
     )
     micro_batch_size: int = knob(

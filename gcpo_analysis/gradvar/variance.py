@@ -42,7 +42,7 @@ def gradient_variance(gram: ArrayLike, advantages: ArrayLike) -> float:
 
 
 def variance_parts(gram: ArrayLike, advantages: ArrayLike) -> tuple[float, float]:
-    """(N, C) with V = N + C (docs/conventions.md "V = N + C"; issue 26):
+    """(N, C) with V = N + C (docs/conventions.md "V = N + C"):
 
         N(q) = (1/G)(1 - 1/G) sum_i A_i^2 K_ii          what V would be with orthogonal gradients,
         C(q) = -(1/G^2) sum_{i != j} A_i A_j K_ij        the geometry of the gradients.

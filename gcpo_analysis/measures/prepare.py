@@ -27,7 +27,7 @@ from .embed import embed_groups, make_embedder
 from .judges import make_judge
 from .modulators import GroupFeatures
 
-# Bounded costs (issue 27): a text is cut to MAX_TEXT_CHARS before it is embedded, judged or
+# Bounded costs: a text is cut to MAX_TEXT_CHARS before it is embedded, judged or
 # tokenised (a 20 MB answer took `gcpo score` to 3.6 GB); the encoders read at most 256-512
 # tokens (~1-2k characters) anyway, so only the lexical judges see less. Each cut is counted in
 # the stats ("texts_cut", in `gcpo score`'s metadata and the training log) and warned about.

@@ -37,7 +37,7 @@ def _label(frame: pd.DataFrame) -> pd.DataFrame:
 def _yerr(y, lo, hi) -> list:
     """matplotlib's [below, above] error lengths of a CI [lo, hi] around y, clipped at 0: a bound
     equal to its estimate (few V > 0 groups, --n-boot 1) can sit a rounding error past it, and a
-    negative length is an error that would cost the figure (issue 27)."""
+    negative length is an error that would cost the figure."""
     y, lo, hi = (np.asarray(v, dtype=float) for v in (y, lo, hi))
     return [np.clip(y - lo, 0, None), np.clip(hi - y, 0, None)]
 
@@ -99,8 +99,8 @@ def _human(name: str) -> str:
 
 def draw_each(figures: dict) -> dict[str, str]:
     """Draw each figure (name -> a callable, or None to skip) on its own: one that fails is named
-    in a warning and skipped, so a figure never costs the others, the tables or the summary
-    (issue 27). Returns {name: why} for the figures not drawn."""
+    in a warning and skipped, so a figure never costs the others, the tables or the summary.
+    Returns {name: why} for the figures not drawn."""
     import warnings
 
     failed = {}

@@ -1,4 +1,4 @@
-"""App. C's Lipschitz assumption as an inequality (issue 26): ||g_i - g_j|| <= L ||e_i - e_j||.
+"""App. C's Lipschitz assumption as an inequality: ||g_i - g_j|| <= L ||e_i - e_j||.
 
 ``stats.lipschitz`` asks whether gradient distances rank like embedding distances (Spearman);
 the inequality can hold at a low rho, and fail at a high one. Here, per pair i < j of a group,

@@ -1,5 +1,5 @@
 """How much of the Lipschitz check's rho(d_g, d_e) is completion length, word overlap or gradient
-size? (issue 16, item 3; ``tables/lipschitz_confounds.{md,csv}`` of a study with Grams.)
+size? (``tables/lipschitz_confounds.{md,csv}`` of a study with Grams.)
 
 Per group, over its G(G-1)/2 pairs, with d_g = ||g_i - g_j||^2 from the Gram matrix and
 d_e = 1 - cos(e_i, e_j) of the measures' embeddings (``stats.lipschitz``):

@@ -1,5 +1,5 @@
 """Rank correlations among many columns at once, and rank partial correlations given several
-controls, with bootstrap resamples (issue 26: the size controls N, completion length, cap share).
+controls, with bootstrap resamples (the size controls of ``stats.vparts``: N, completion length, cap share).
 
 The Spearman matrix R of columns Z (N, p) is the Pearson matrix of their average ranks. The rank
 partial correlation of columns u and v given the columns S is the Pearson correlation of the

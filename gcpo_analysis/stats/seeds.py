@@ -1,4 +1,4 @@
-"""Seed-level statistics of a paired comparison (issue 35): the unit that varies independently
+"""Seed-level statistics of a paired comparison: the unit that varies independently
 between two arms is the training seed, so the primary analysis works on the per-seed deltas.
 
 For arms A (treated) and B (the reference, GRPO ``none``) trained with the same seeds s = 1..S and

@@ -1,4 +1,4 @@
-"""What V is made of (issue 26; our addition, not the paper's): V = N + C, the size controls,
+"""What V is made of (our addition, not the paper's): V = N + C, the size controls,
 and the one confirmatory contrast, on a groups frame.
 
 V(q) = N(q) + C(q) (``gradvar.variance_parts``, docs/conventions.md "V = N + C"): N = (1/G)(1 - 1/G)

@@ -1,4 +1,4 @@
-"""Per-group columns derived from a study's rollouts and Gram matrices (issue 26): the parts of
+"""Per-group columns derived from a study's rollouts and Gram matrices: the parts of
 V = N + C (``grad_var_norm``, ``grad_var_cross``; ``gradvar.variance_parts``), how orthogonal the
 gradients are (``grad_cos_abs_mean`` = mean over i != j of |K_ij| / sqrt(K_ii K_jj)), and the
 completion-length controls (``n_tokens_mean``; ``cap_share``, the share of the group's rollouts

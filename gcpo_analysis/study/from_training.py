@@ -1,4 +1,4 @@
-"""`gcpo study --from-training RUN`: the gap study on a training run's own groups (issue 18).
+"""`gcpo study --from-training RUN`: the gap study on a training run's own groups.
 
 A run trained with ``track_gradvar: true`` (``gcpo_train``) writes, for every step, the step's
 rollouts frame with per-group columns: V_train (``grad_var``), ``grad_norm2_mean``,
@@ -222,7 +222,7 @@ def run_training_study(
 
 
 def with_training_covariates(groups: pd.DataFrame, rollouts: pd.DataFrame, max_new_tokens) -> pd.DataFrame:
-    """The size controls without the advantages (issue 26): the completion length and the share at
+    """The size controls without the advantages: the completion length and the share at
     the token cap (``study.covariates``; V_train has no Gram here, so no N and C), and
     ``grad_var_unmod`` = V_train / omega^2, omega = w_BoT * w_RD the run's modulator weight of the
     group (its modulated advantage is omega A_i, so V_train carries omega^2; RD's rho with V_train is

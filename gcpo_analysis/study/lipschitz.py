@@ -2,7 +2,7 @@
 the groups' Grams, embeddings and clusters gathered from the study's frames (``lipschitz_study``)
 and written as tables and a figure (``write_lipschitz``).
 
-The embeddings sidecar (issue 26): ``embeddings.parquet`` beside the frames keeps, per rollout,
+The embeddings sidecar: ``embeddings.parquet`` beside the frames keeps, per rollout,
 the embedding of what the measures embedded (float16) and its cluster id, so every number of the
 check can be recomputed from committed files without loading a model (``embed_rollouts`` makes
 it once; ``write_lipschitz`` and ``gcpo study --restat`` read it)."""
@@ -132,7 +132,7 @@ def write_embeddings(frame: pd.DataFrame, path) -> None:
     )
     meta = _without_machine_paths(frame.attrs.get("lipschitz", {}))
     table = table.replace_schema_metadata({"gcpo_lipschitz": json.dumps(meta, default=str)})
-    atomic_write(path, lambda tmp: pq.write_table(table, tmp))  # the one safe writer (issue 27)
+    atomic_write(path, lambda tmp: pq.write_table(table, tmp))  # the one safe writer
 
 
 def read_embeddings(path) -> pd.DataFrame:
@@ -300,7 +300,7 @@ def write_lipschitz(
     tables/<name>_groups.csv, tables/<name>_meta.json, figures/<name>.{png,svg} and (``bound``)
     the inequality's table tables/<name>_bound.{md,csv}; ``figure`` False draws no figure.
 
-    What the study already holds is taken as given (issue 28): ``rollouts``, ``grams`` (the
+    What the study already holds is taken as given, not read again: ``rollouts``, ``grams`` (the
     grams.parquet frame) and ``prepared`` (the embeddings sidecar); each one not given is read
     from ``folder`` (rollouts.parquet, grams.parquet, embeddings.parquet). Only when the folder
     has no sidecar are the rollouts embedded and clustered (``embed_rollouts``, with the card's

@@ -1,4 +1,4 @@
-"""Every Lipschitz table of a study folder with Grams, from its committed files only (issue 26):
+"""Every Lipschitz table of a study folder with Grams, from its committed files only:
 the check itself (``lipschitz.write_lipschitz``), the same on the queries whose rebuilt Grams
 match the sampled tokens exactly (``lipschitz_exact_tokens*``, when the folder holds
 ``tables/gram_recompute_rollouts.csv`` from ``scripts/recompute_grams.py``), and the confounds

@@ -160,7 +160,7 @@ def restat(folder, overrides: dict | None = None, *, figures: bool = True):
     ``grams.parquet`` and ``embeddings.parquet`` where present, and the settings of
     ``tables/gap_study.json`` (else of the card); ``overrides`` replaces any of
     ``RESTAT_OVERRIDES`` (trim, n_boot, measures). Re-runs ``stats.gap_study``, the tables of
-    issue 26 (``study.vtables``: V = N + C, size controls, confirmatory contrast, untrimmed
+    what V is made of (``study.vtables``: V = N + C, size controls, confirmatory contrast, untrimmed
     headline tables) and, with Grams and the embeddings sidecar, every Lipschitz table
     (``study.lipschitz_checks``: the check, its exact-tokens subset where the folder holds
     ``tables/gram_recompute_rollouts.csv``, the confounds); rewrites

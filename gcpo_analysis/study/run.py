@@ -319,7 +319,7 @@ def run_study(cfg: StudyConfig):
         scored.attrs = {}
         extra = [c for c in collected.columns if c == "query_id" or c not in scored.columns]
         groups = scored.merge(collected[extra], on="query_id", how="left")
-        # V = N + C and the completion-length controls (issue 26), from the frames and Grams
+        # V = N + C and the completion-length controls, from the frames and Grams
         groups = with_covariates(groups, rollouts, grams, cfg.max_new_tokens)
         write_frame(rollouts, out / "rollouts.parquet")
         write_frame(groups, out / "groups.parquet")
@@ -350,7 +350,7 @@ def run_study(cfg: StudyConfig):
     with timer("figures"):
         _draw_figures(result, out / "figures", cfg.dataset)
     skip = _lipschitz_skip_reason(measures) if grams is not None else None
-    if skip is not None:  # said and recorded, never a crash after every V is computed (issue 38)
+    if skip is not None:  # said and recorded, never a crash after every V is computed
         warnings.warn(f"{out}: the Lipschitz check is skipped: {skip}", stacklevel=2)
         card["skipped_stages"] = [{"stage": "lipschitz", "reason": skip}]
     elif grams is not None:

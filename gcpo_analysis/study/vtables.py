@@ -1,4 +1,4 @@
-"""The tables of issue 26 for a study folder: what V is made of (V = N + C), the size controls,
+"""The tables of a study folder on what V is made of (V = N + C), the size controls,
 the confirmatory contrast, and every headline table again without the trim
 (``stats.vparts``; the covariates from ``study.covariates``). Written by ``run_study`` and by
 ``gcpo study --restat``; deterministic given the seed, so a re-run reproduces them byte for byte."""
@@ -14,7 +14,7 @@ from ..frames import write_table, write_text
 from ..stats.vparts import CONFIRMATORY, CONFIRMATORY_TARGETS, CONTROL_SETS, v_structure
 
 NOTES = {
-    "v_parts": "What V is made of (issue 26; our addition). V = N + C with N = (1/G)(1 - 1/G) sum_i A_i^2 "
+    "v_parts": "What V is made of (our addition). V = N + C with N = (1/G)(1 - 1/G) sum_i A_i^2 "
     "||g_i||^2 (V if the per-rollout gradients were orthogonal) and C = -(1/G^2) sum_(i != j) A_i A_j g_i.g_j "
     "(the geometry, the only part nearby answers -> nearby gradients can move). share_C_over_V_*: "
     "quantiles of C / V over the V > 0 groups, V = N + C from the Gram; rho(V, x): Spearman of V with N "

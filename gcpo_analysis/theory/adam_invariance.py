@@ -1,4 +1,4 @@
-"""What GCPO can and cannot change under AdamW (issue 35; ``gcpo proofs``).
+"""What GCPO can and cannot change under AdamW (``gcpo proofs``).
 
 A group-level modulator multiplies a group's advantages by ω(q). Split a step's ω into its mean
 ω̄_t and the within-step relative weights ω/ω̄_t: the mean is a uniform rescaling of the step's
@@ -68,7 +68,7 @@ def check_adam_invariance(rng, n, row):
         "AdamW, ε = 1e-8 with |g| near ε breaks the invariance",
         "AdamW, gradient clipping breaks the invariance",
     ]
-    where = "issue 35; torch.optim.AdamW"
+    where = "torch.optim.AdamW (our addition)"
     if importlib.util.find_spec("torch") is None:
         warnings.warn("gcpo proofs: torch is not installed, the AdamW checks are skipped", stacklevel=2)
         note = "skipped: torch is not installed (pip install 'gcpo[models]')"

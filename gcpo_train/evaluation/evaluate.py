@@ -210,7 +210,7 @@ def pick_kernels(model, config=None, kernels=None):
     if kernels is None and config is None:
         return None
     spec = sampler(kernels_name(kernels) if kernels is not None else config.sampling_kernels)
-    # never evaluate in bf16 (issue 35): a bf16 logit row has ~2% exact ties, so greedy
+    # never evaluate in bf16: a bf16 logit row has ~2% exact ties, so greedy
     # completions change with the batch shape; its fp32 twin decodes the policy exactly. The
     # trainer hands its own sampler in, so a given one is checked too, not only the config's.
     if spec.bf16:

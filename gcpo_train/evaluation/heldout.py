@@ -1,5 +1,6 @@
 """Held-out scores paired by query: the per-query metric behind ``task_metrics`` and the paired
-bootstrap CI of a trained policy's gain over the base policy (issue 25's learning gate).
+bootstrap CI of a trained policy's gain over the base policy (the learning gate:
+does training beat the base policy at all? figures/train_compare/pilot_log.md).
 
 The per-query score is the task's headline metric on 0-100, so its mean is the table's number:
 qa_f1 → token-F1 (NarrativeQA/Qasper, Table 1), hotpot → the official HotpotQA F1 (Table 2),

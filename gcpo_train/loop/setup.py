@@ -77,7 +77,7 @@ def load_policy(cfg: TrainConfig, model=None, tokenizer=None):
 def shared_prompt(cfg: TrainConfig, model) -> tuple[bool, str | None]:
     """(share, fallback): the rollouts of a group share their prompt, run once per chunk (exact;
     see ``logprobs.group_logprobs_and_entropy``), unless recomputation or the model rules out a
-    cache; then ``fallback`` says why, with a warning (never silent, issue 27; run.json records it)."""
+    cache; then ``fallback`` says why, with a warning (never silent; run.json records it)."""
     fallback = (
         None
         if not cfg.share_prompt

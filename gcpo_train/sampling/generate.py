@@ -6,7 +6,7 @@ and from nothing else: the model folder's ``generation_config`` (an instruct che
 ``repetition_penalty``, ``top_k``, ``no_repeat_ngram_size``, ``do_sample``...) is ignored, by
 every sampler alike. The GRPO loss scores the rollouts under softmax(logits / T) with top-p, so
 a sampler that applied the folder's settings would sample another policy than the one the loss
-assumes (issue 38). The packed samplers never read it; transformers ``generate`` fills every
+assumes. The packed samplers never read it; transformers ``generate`` fills every
 setting a call leaves unset from the model's own ``generation_config``, so ``_generate`` runs
 with a default one in its place (``model_defaults_ignored``).
 """

@@ -1,4 +1,4 @@
-"""Bounded costs (issue 27): every text is cut to MAX_TEXT_CHARS before it is embedded or judged,
+"""Bounded costs: every text is cut to MAX_TEXT_CHARS before it is embedded or judged,
 with a warning and a count in `gcpo score`'s metadata; a group far larger than any training
 setup is named in a warning before the O(G^2)/O(G^3) work."""
 

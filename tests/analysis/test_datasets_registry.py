@@ -1,4 +1,4 @@
-"""The dataset registry (issue 28 item 3): every registered dataset passes the same checks, as
+"""The dataset registry: every registered dataset passes the same checks, as
 scikit-learn's ``parametrize_with_checks`` does for estimators, and a toy dataset registered in
 one file (tests/helpers/toy_dataset.py) reaches the configs' choices, the CLIs' choices and help,
 the loaders and the reward with no other edit."""

@@ -1,4 +1,4 @@
-"""One default per knob (issue 19 item 6): the settings that TrainConfig, GCPOConfig, StudyConfig,
+"""One default per knob: the settings that TrainConfig, GCPOConfig, StudyConfig,
 ``score_groups`` and ``gcpo score`` share take their defaults from gcpo_analysis/vocab.py, and the
 ``packaged`` policy alias works wherever a model is named, through one resolver."""
 

@@ -1,4 +1,4 @@
-"""Errors that name the problem (issue 27): a constant target is refused, not answered with NaN
+"""Errors that name the problem: a constant target is refused, not answered with NaN
 and exit 0; unmatched queries are called unmatched, not "non-finite"; a missing run folder is
 called missing; a failed re-analysis leaves no half-written folder; a figure whose CI bound
 equals its estimate is drawn, and a figure that fails never costs the tables."""

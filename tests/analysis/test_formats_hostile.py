@@ -1,4 +1,4 @@
-"""Inputs read as written (issue 27): ids stay the strings written in every format ("01" and "1"
+"""Inputs read as written: ids stay the strings written in every format ("01" and "1"
 are two queries in a .json too), rollouts are ordered by the data ("2" before "10", as 2 before
 10), "None"/"NA"/empty answers are text where the column is text, and the same data in JSON,
 JSONL, Parquet and CSV give the same scores from `gcpo score`."""

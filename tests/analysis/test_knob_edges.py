@@ -1,4 +1,4 @@
-"""Issue 38, item 5: every numeric knob at its type's edges is refused at the boundary, naming the
+"""Every numeric knob at its type's edges is refused at the boundary, naming the
 key or flag, before anything is made: integers beyond int64 (seed 2^64), floats float32 cannot
 hold (temperature 1e-45, a subnormal), integers too large for a float."""
 

@@ -1,4 +1,4 @@
-"""Every knob declared once and validated at the boundary (issue 27 item 2, issue 28 item 4).
+"""Every knob declared once and validated at the boundary.
 
 CLI-level checks, one per class of defect, each of which the old code accepted: a string for a
 boolean, a weight that can turn negative, a token cap of 0 or below, a log interval of 0, an

@@ -1,4 +1,4 @@
-"""Hostile input for gcpo_analysis.models (issue 20, bounded work): a Hub name that is not in the
+"""Hostile input for gcpo_analysis.models (bounded work): a Hub name that is not in the
 local cache fails within seconds, offline first."""
 
 import time

@@ -1,4 +1,4 @@
-"""Issue 38: names are identifiers (registries, compare arms), a measure may not take a frame
+"""Names are identifiers (registries, compare arms), a measure may not take a frame
 column's name, and impossible cells or parameters are refused wherever they enter (a negative
 token_entropy, a success share of 2, q_alpha 2 in the modulator function itself)."""
 
@@ -61,7 +61,7 @@ def test_compare_refuses_an_arm_that_is_a_path(tmp_path):
 
 
 def test_compare_takes_the_shuffled_control_arm(tmp_path):
-    """The identifier rule (issue 38) refused every '<modulator>:shuffled' arm, issue 35's control."""
+    """The identifier rule once refused every '<modulator>:shuffled' arm, the shuffled-weights control."""
     pytest.importorskip("torch")
     from gcpo_train.compare.run import Comparison, run_config
     from gcpo_train.config import TrainConfig

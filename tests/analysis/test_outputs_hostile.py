@@ -1,4 +1,4 @@
-"""One safe writer (issue 27, "Trust, round four"): every output goes through a temporary created
+"""One safe writer: every output goes through a temporary created
 fresh beside it (never through an existing path or symlink), replaced atomically; a block of
 outputs is replaced together or not at all; numbered folders are claimed atomically; a re-analysis
 and an export never replace a user's files."""

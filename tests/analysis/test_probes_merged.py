@@ -1,6 +1,6 @@
-"""Issue 27's probes re-run on the merged tree (the `trust` and `config` work together):
-the refusals that were still library messages, or silent, after the merge. Each is CLI-level and
-checks that the error names the flag and what would fix it, and that nothing was written.
+"""Hostile-input probes of the CLI: refusals that were once library messages, or silent. Each
+is CLI-level and checks that the error names the flag and what would fix it, and that nothing
+was written.
 notes/issue27_probes_merged.md lists every probe and its outcome."""
 
 import pytest
@@ -53,7 +53,7 @@ def test_study_flags_are_checked_naming_the_flag_in_every_mode(mode, flag, value
 def test_restat_refuses_the_flags_it_does_not_read(flags, named, tmp_path, capsys):
     """--restat re-scores a folder with the settings it was run with and takes only --trim,
     --n-boot and --measures (tests/analysis/study/test_restat.py); any other flag was ignored
-    without a word (issue 27's example), and a bad value of the three is refused by name."""
+    without a word, and a bad value of the three is refused by name."""
     rc, line = cli_error(["study", "--restat", str(tmp_path), *flags], capsys)
     assert rc == 2 and named in line
 

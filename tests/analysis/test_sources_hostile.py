@@ -1,4 +1,4 @@
-"""Errors that name their source, round five (issue 38 item 5, with round four's leftovers): an
+"""Errors that name their source: an
 out-of-range reward is named by its row and query, a file that is not UTF-8 by its name and
 line, YAML nested too deeply by its file (or its flag), a CSV input beside the Parquet output is
 not mistaken for the output, and a temperature whose logits overflow float32 is refused at the

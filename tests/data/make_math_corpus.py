@@ -1,5 +1,5 @@
 """Build tests/data/math_corpus.jsonl: (answer, reference) pairs whose verdict is known by
-construction, for the math reward's correctness test (issue 20).
+construction, for the math reward's correctness test.
 
     python tests/data/make_math_corpus.py /path/to/math500/test.json
 

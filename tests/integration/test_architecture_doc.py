@@ -1,6 +1,6 @@
 """docs/architecture.md names real code: every `name` (path.py) is defined in that file, and every
 other backticked identifier is defined somewhere in the packages, so a rename that forgets the page
-fails here (issue 19 item 10)."""
+fails here."""
 
 import ast
 import re

@@ -1,4 +1,4 @@
-"""Issue 38, item 8: a committed study agrees with itself. V (``groups.parquet``'s grad_var) and
+"""A committed study agrees with itself. V (``groups.parquet``'s grad_var) and
 the Gram matrices (``grams.parquet``) must describe the same gradients, so the parts of V read
 from the Grams add up to it: N + C = V (``gradvar.variance_parts``), relative 1e-6, in every group
 of every committed study that has Grams.

@@ -403,7 +403,7 @@ def test_the_checker_reports_private_names_used_by_gcpo_train(tmp_path):
     ],
 )
 def test_the_checker_reports_a_circle(tmp_path, how):
-    """knobs -> modulators -> knobs, the circle issue 37 found, tied in each of the three ways."""
+    """knobs -> modulators -> knobs, a circle the package once had, tied in each of the three ways."""
     sources = _fake_sources(
         tmp_path,
         {

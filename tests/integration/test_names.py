@@ -1,4 +1,4 @@
-"""Names that explain themselves (issue 19 item 7): the own loop is ``GCPOLoopTrainer`` (the old
+"""Names that explain themselves: the own loop is ``GCPOLoopTrainer`` (the old
 name, TRL's ``GRPOTrainer``, warns), rollout containers say what they hold, one ``group_weights``."""
 
 import ast

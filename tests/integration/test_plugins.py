@@ -1,4 +1,4 @@
-"""A plug-in reaches every door (issue 37 item 3): a toy package on ``sys.path`` with entry-point
+"""A plug-in reaches every door: a toy package on ``sys.path`` with entry-point
 metadata (``toyplug-0.0.dist-info``: METADATA and ``entry_points.txt`` in the group
 ``gcpo.plugins``), as ``pip install`` would leave it, is loaded when `gcpo` starts; its measure
 and modulator are then named on the command line of `gcpo score`, `gcpo study --restat` and

@@ -1,5 +1,5 @@
 """transformers 5.24 renamed the models' ``past_key_values`` argument (and output field) to
-``cache`` (issue 27). The shared-prompt paths read the name from the model's forward signature,
+``cache``. The shared-prompt paths read the name from the model's forward signature,
 so they run under either; a model that takes no cache falls back to full rows with a warning
 and a record, never silently. The CI's second leg runs the whole fast suite on the newest
 transformers; these tests cover the other name under whichever version is installed."""

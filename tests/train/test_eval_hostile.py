@@ -1,4 +1,4 @@
-"""Hostile input, round five (issue 38), ``gcpo eval``: no output replaces an input of the same
+"""Hostile input for ``gcpo eval``: no output replaces an input of the same
 command, inputs are checked before the evaluation runs, the split is the config's, and the two
 outputs are written as one set. Each test failed on the code before its fix (e498d2b)."""
 

@@ -158,8 +158,8 @@ def test_cli_exports_in_another_dtype_and_refuses_an_existing_out(lora_run, tmp_
 
 
 def test_cli_overwrite_keeps_a_file_the_user_added_to_an_export(lora_run, tmp_path, capsys):
-    """`export OUT --overwrite` replaced the whole folder, files the user added included
-    (issue 27): now gcpo_export.json lists the files the export wrote and any other is a refusal."""
+    """`export OUT --overwrite` replaced the whole folder, files the user added included;
+    now gcpo_export.json lists the files the export wrote and any other is a refusal."""
     out = tmp_path / "model"
     assert main(["export", str(lora_run), str(out), "--no-check"]) == 0
     written = json.loads((out / PROVENANCE).read_text())["files"]

@@ -1,4 +1,4 @@
-"""Samplers sample the policy (issue 38, item 3): a model folder whose ``generation_config`` sets
+"""Samplers sample the policy: a model folder whose ``generation_config`` sets
 ``repetition_penalty``, ``top_k``, ``no_repeat_ngram_size`` and ``do_sample: false`` (as instruct
 checkpoints ship) changes no sampler's tokens. Every sampler gives what a hand-rolled decode
 gives: the argmax of the logits (greedy), or a draw from softmax(logits / T) cut to the top-p

@@ -24,7 +24,7 @@ def test_chunks_are_whole_sentences_and_a_short_tail_joins_the_last():
 
 
 def test_a_token_cap_closes_chunks_before_they_pass_it():
-    """Issue 35: with max_tokens (here words as tokens) no chunk passes the cap, even below
+    """With max_tokens (here words as tokens) no chunk passes the cap, even below
     chunk_words, and a tail joins only if the joined chunk fits."""
 
     def words(text):
@@ -118,7 +118,7 @@ def test_the_installed_file_splits_by_story_and_every_passage_holds_a_span(tmp_p
 
 @pytest.mark.slow
 def test_the_fitted_data_has_no_cut_passage_and_no_repeated_question(tmp_path):
-    """Issue 35's data fixes on the installed file: with --max_passage_tokens 192 every passage
+    """The coupled fp32 protocol's data on the installed file: with --max_passage_tokens 192 every passage
     fits max_context_tokens 192 under the packaged tokenizer (so no passage and no answer is cut)
     and --unique_questions leaves no question asked twice of a story. Minutes on 2 cores."""
     import importlib.util

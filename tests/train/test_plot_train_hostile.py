@@ -1,4 +1,4 @@
-"""Hostile input for gcpo_train.plot_train (issue 20, bounded work): a long log is downsampled,
+"""Hostile input for gcpo_train.plot_train (bounded work): a long log is downsampled,
 drawn in bounded time and size."""
 
 import json

@@ -1,4 +1,4 @@
-"""gcpo plot-train, round five (issue 38 item 5, round four's leftovers): a logged value that is
+"""gcpo plot-train's inputs named in its errors: a logged value that is
 not a number is named by its key and step (it was drawn as a category, or failed in matplotlib
 naming nothing), and the figures never go into a checkpoint or a run's pruned folders. Each test
 failed on the code before its fix (e498d2b)."""

@@ -1,4 +1,4 @@
-"""Hostile input, round two (issue 20), run folders and checkpoints: nothing deleted that gcpo did
+"""Hostile input for run folders and checkpoints: nothing deleted that gcpo did
 not write, one run per folder, no NaN checkpoint resumed or exported. One test per probe, each
 with its input and the outcome class (refused with a message matching X; a correct number; a
 file left byte for byte). Every probe here failed on the code before the issue (a57d336). The
@@ -374,7 +374,7 @@ def test_an_unknown_key_in_a_checkpoints_config_json_is_one_line(tmp_path, capsy
 
 def test_resume_with_fewer_steps_than_done_is_refused_and_the_record_kept(tmp_path):
     """`--resume --steps 1` on a 3-step run: nothing to train, so nothing of the run is
-    rewritten (its run.json recorded steps 1 before; issue 27)."""
+    rewritten (its run.json once recorded steps 1)."""
     run = _run(tmp_path, steps=3)
     before = _snapshot(run)
     for steps in (1, 3):

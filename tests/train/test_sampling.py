@@ -204,7 +204,7 @@ def test_a_training_step_and_its_evaluation_on_packed_kernels(tmp_path, fast):
     assert frames["exact"]["completion"].tolist() == frames[fast]["completion"].tolist()
     np.testing.assert_allclose(frames["exact"]["logprob"], frames[fast]["logprob"], rtol=1e-5, atol=1e-6)
     assert evals["exact"]["scores"] == evals[fast]["scores"]
-    # evaluation is never bf16 (issue 35): a bf16 sampler's run is evaluated on its fp32 twin
+    # evaluation is never bf16: a bf16 sampler's run is evaluated on its fp32 twin
     twin = {"fused_bf16": "fused"}.get(fast, fast)
     assert (evals["exact"]["sampling_kernels"], evals[fast]["sampling_kernels"]) == ("exact", twin)
     assert evals[fast]["batch_size"] > evals["exact"]["batch_size"]
@@ -225,7 +225,7 @@ def test_multinomials_one_draw_is_an_exponential_race():
 @pytest.mark.parametrize(("given", "evaluated"), [("fused_bf16", "fused"), ("bf16", "onednn"), ("fused", "fused")])
 def test_evaluation_never_decodes_on_a_given_bf16_sampler(given, evaluated):
     """The trainer hands its own sampler to ``evaluate``: a bf16 one must be swapped for its fp32
-    twin there too, not only when read from the config (issue 35; needs no bf16 CPU, nothing is
+    twin there too, not only when read from the config (needs no bf16 CPU, nothing is
     decoded). A given fp32 sampler is used as it is."""
     from types import SimpleNamespace
 

@@ -211,7 +211,7 @@ def test_rd_bounded_permutation_and_shift_invariant(r, rnd):
 @settings(max_examples=60, deadline=None)
 @given(
     st.floats(0, 1), st.integers(1, 64), st.one_of(st.just(0.0), st.floats(1e-30, 3.0))
-)  # a subnormal knob is refused (issue 38)
+)  # a subnormal knob is refused
 def test_weight_ranges(u, G, alpha_base):
     a = D.alpha_g(G, alpha_base)
     assert 0.0 <= D.geometry_weight(u, G, alpha_base) <= 1.0

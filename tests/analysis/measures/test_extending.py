@@ -1,4 +1,4 @@
-"""Adding a measure or a modulator is one file (issue 28 item 3): a toy of each, registered by
+"""Adding a measure or a modulator is one file: a toy of each, registered by
 importing its file in the test, reaches `gcpo score`'s frame, the study's tables, the CLI's help
 and choices, and the training configs, with no other edit."""
 

@@ -1,4 +1,4 @@
-"""The measures registry (issue 19 item 4): each measure declares what it needs and computes its
+"""The measures registry: each measure declares what it needs and computes its
 values over groups of one size; ``score_groups`` is a thin adapter over it. Checked against
 naive loops and hand-worked values, with G = 1, equal rewards, one cluster and all-distinct
 clusters."""

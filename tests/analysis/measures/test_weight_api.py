@@ -1,4 +1,4 @@
-"""The weight API of the group-level modulators (issue 19 item 3): ``group_weight`` gives omega(q),
+"""The weight API of the group-level modulators: ``group_weight`` gives omega(q),
 ``modulate`` is exactly ``grpo_advantages * omega``, the weights equal hand-worked values, and
 the per-rollout modulators (eg_spo, r2vpo, empo) have no group weight and say why."""
 

@@ -1,5 +1,5 @@
 """Math-answer equality with a stated relative tolerance, tested on tiny and huge numbers,
-scientific notation and powers of ten; token F1 after Unicode NFKC (issue 27)."""
+scientific notation and powers of ten; token F1 after Unicode NFKC."""
 
 import warnings
 

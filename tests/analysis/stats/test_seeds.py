@@ -1,4 +1,4 @@
-"""Seed-level statistics (gcpo_analysis.stats.seeds, issue 35) against scipy, statsmodels, brute
+"""Seed-level statistics (gcpo_analysis.stats.seeds) against scipy, statsmodels, brute
 loops and a coverage simulation with known τ and query noise."""
 
 import itertools

@@ -1,4 +1,4 @@
-"""stats.vparts: the tables of issue 26 against direct computations (quantiles, lstsq residuals,
+"""stats.vparts: the tables of what V is made of against direct computations (quantiles, lstsq residuals,
 Holm, the trim counts)."""
 
 import warnings

@@ -1,4 +1,4 @@
-"""A study whose measures provide no clusters or embeddings (issue 38, item 1): `--measures
+"""A study whose measures provide no clusters or embeddings: `--measures
 rd,token_entropy` finishes; the stages that need clusters or embeddings (the Lipschitz check and
 its embeddings sidecar) are skipped with a warning and recorded in the run card."""
 

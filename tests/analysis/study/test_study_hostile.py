@@ -1,4 +1,4 @@
-"""Hostile input for the study's rollout collection (gcpo_analysis.study.collect; issue 20): a
+"""Hostile input for the study's rollout collection (gcpo_analysis.study.collect): a
 part file with fewer rollouts than G is refused on resume."""
 
 import pandas as pd

@@ -1,4 +1,4 @@
-"""gcpo proofs' AdamW checks (issue 35): a constant rescaling of the advantages leaves AdamW's
+"""gcpo proofs' AdamW checks: a constant rescaling of the advantages leaves AdamW's
 weights unchanged (ε = 0, no clipping), and ε or clipping break that by a measured amount."""
 
 import numpy as np

@@ -33,7 +33,7 @@ def test_schema_and_every_claim_present(table):
         "worst_ratio",
         "median",
     ]
-    assert len(table) == 19  # 15 + the four AdamW checks (issue 35)
+    assert len(table) == 19  # 15 + the four AdamW checks
     assert (table.instances > 0).all()
     assert np.isfinite(table.worst_violation).all()
 
@@ -47,7 +47,7 @@ def test_exact_claims_hold(table):
 
 def test_approximate_claims_report_finite_gaps(table):
     approx = table[table.claim.str.contains("|".join(APPROX), regex=True)]
-    assert len(approx) == 10  # 7 + the three AdamW gaps (issue 35)
+    assert len(approx) == 10  # 7 + the three AdamW gaps
     assert np.isfinite(approx.worst_violation).all()
     slack = approx[approx.claim.str.contains("regime")]
     assert slack.holds.all()  # within the derived eps bounds
