@@ -1,7 +1,7 @@
 """Hostile-input probes of the CLI: refusals that were once library messages, or silent. Each
 is CLI-level and checks that the error names the flag and what would fix it, and that nothing
 was written.
-notes/issue27_probes_merged.md lists every probe and its outcome."""
+docs/guides/hostile_input.md describes the classes of input they cover."""
 
 import pytest
 from helpers.cli_error import cli_error
