@@ -15,7 +15,8 @@ columns and keys the same), `differs`, `missing` (in one folder only) or `skippe
 figure). Rank tables (in a tables/ folder: {", ".join(RANK_TABLES)}) must be equal: their
 statistics read ranks only, so a difference there is a rank that moved. Markdown and text files
 are compared word by word and number by number; a printed number one unit apart in its last digit
-counts as rounding. JSON run times, dates, versions, the environment and paths are not compared.
+counts as rounding. Not compared: JSON run times, dates, versions, the environment and paths;
+frame columns of run times (t_*, time_*); a study's restart cache parts/.
 
 The same machine reproduces a study byte for byte; another processor within {DEFAULT_RTOL:g}
 (docs/guides/reproducibility.md). Exit status 1 when a file differs or is missing, else 0.

@@ -25,9 +25,10 @@ from pathlib import Path, PurePosixPath
 
 from .values import IGNORED_KEYS, Gap, frame_gap, json_gap, tensors_gap, text_gap
 
-# figures/default_study against a fresh `gcpo study` on another processor: largest relative
-# difference 4.5e-7 (docs/guides/reproducibility.md); the default leaves a factor of about 2
-DEFAULT_RTOL = 1e-6
+# figures/default_study against a fresh `gcpo study` (docs/guides/reproducibility.md): largest
+# relative difference 3.1e-6 (the rollouts' float32 log-probabilities), 7.1e-7 in the groups
+# frame, 1.8e-7 in a table; the next power of ten above the largest
+DEFAULT_RTOL = 1e-5
 # file names (in a tables/ folder, untrimmed/ included) of the study's tables of rank statistics
 RANK_TABLES = (
     "spearman*",
@@ -40,7 +41,9 @@ RANK_TABLES = (
     "v_parts_measures.*",
 )
 SKIPPED_SUFFIXES = (".png", ".svg", ".pdf")  # rendered figures: not recorded numbers
-SKIPPED_FOLDERS = ("_produce",)  # scripts/check_recorded_outputs.py's command logs
+# top-level folders not compared: a study's restart cache (the same numbers as its frames) and
+# scripts/check_recorded_outputs.py's command logs
+SKIPPED_FOLDERS = {"parts": "a study's restart cache", "_produce": "command logs"}
 STATUSES = ("equal", "within tol", "differs", "missing", "skipped")
 
 
@@ -154,7 +157,9 @@ def format_table(rows: list[FileResult], rtol: float) -> str:
     counts = "; ".join(f"{sum(r.status == s for r in rows)} {s}" for s in STATUSES)
     return (
         f"{table}\n\n{counts} (relative tolerance {rtol:g}; rank tables must be equal)\n"
-        f"JSON keys not compared: {', '.join(sorted(IGNORED_KEYS))}, run times, and paths"
+        f"JSON keys not compared: {', '.join(sorted(IGNORED_KEYS))}, run times, and paths; frame columns "
+        f"t_*, time_* (run times); folders not compared: "
+        + ", ".join(f"{name}/ ({why})" for name, why in SKIPPED_FOLDERS.items())
     )
 
 

@@ -51,6 +51,9 @@ IGNORED_PATTERNS = {  # key regex -> why
     r"(^|/)time_": "run time of a phase (log.jsonl time_generate, time_total; TRL gcpo/time_weights)",
     r"(^|_)(runtime|step_time)$|_per_second$": "run time, throughput (TRL's trainer_state log_history)",
 }
+# frame columns that are run times: `t_generate`, `t_gradvar` (the groups frame reserves the prefix
+# t_ for them: frames.schema.RESERVED_PREFIXES) and a trainer log's time_*
+TIME_COLUMN = re.compile(r"^(t|time)_")
 # lists compared as sets: their writer serializes a Python set, in string-hash order (PYTHONHASHSEED)
 UNORDERED_KEYS = {"target_modules": "peft's adapter_config.json"}
 # an absolute path inside a text ("packaged:SmolLM2 (/home/me/.venv/.../model.gguf)"): compared by its last part
@@ -194,7 +197,8 @@ def _first_line_difference(a: str, b: str) -> str:
 
 def frame_gap(a, b, gap: Gap) -> Gap:
     """Two data frames: the same columns, shape and dtypes; numeric columns (and arrays in cells,
-    such as an embedding per row) by relative difference, every other column exactly."""
+    such as an embedding per row) by relative difference, run times (``TIME_COLUMN``) not at all,
+    every other column exactly."""
     import pandas as pd
 
     if list(a.columns) != list(b.columns) or a.shape != b.shape:
@@ -203,6 +207,8 @@ def frame_gap(a, b, gap: Gap) -> Gap:
         return gap
     for c in a.columns:
         x, y = a[c], b[c]
+        if TIME_COLUMN.match(str(c)):
+            continue
         if x.dtype != y.dtype:
             gap.structure.append(f"{c}: dtype {x.dtype} vs {y.dtype}")
         elif pd.api.types.is_numeric_dtype(x) and not pd.api.types.is_bool_dtype(x):

@@ -19,7 +19,7 @@ def _folder(
 ) -> Path:
     """A study-shaped folder: V in the groups frame, a magnitude table, a rank table, a card, a summary."""
     (root / "tables").mkdir(parents=True)
-    groups = pd.DataFrame({"query_id": ["q1", "q2"], "grad_var": [v, 2.0], "G": [8, 8]})
+    groups = pd.DataFrame({"query_id": ["q1", "q2"], "grad_var": [v, 2.0], "G": [8, 8], "t_gradvar": [seconds, 1.0]})
     groups.to_parquet(root / "groups.parquet", index=False)
     pd.DataFrame({"statistic": ["ratio_q50"], "estimate": [v / 1000]}).to_csv(
         root / "tables/lipschitz_bound.csv", index=False
@@ -34,6 +34,8 @@ def _folder(
     }
     (root / "run_card.json").write_text(json.dumps(card))
     (root / "summary.md").write_text(f"| V | rho |\n|---|---|\n| {md_v} | {rho:.3f} |\n")
+    (root / "parts").mkdir()  # a study's restart cache: never compared
+    (root / "parts" / f"{seconds}.parquet").write_bytes(b"")
     (root / "figures").mkdir()
     (root / "figures/figure1.png").write_bytes(bytes([int(seconds)]))  # rendered: never compared
     return root
@@ -85,7 +87,7 @@ def test_magnitudes_within_the_tolerance_are_reported_with_their_largest_relativ
     assert rows["tables/spearman.csv"].status == "equal"
     assert main(["diff", str(a), str(b)]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("| groups.parquet"))
-    assert [c.strip() for c in line.split("|")[2:4]] == ["within 1e-06", "4e-07"]
+    assert [c.strip() for c in line.split("|")[2:4]] == ["within 1e-05", "4e-07"]
     # the same folders with no tolerance: every magnitude differs
     strict = {r.path: r.status for r in compare_folders(a, b, rtol=0)}
     assert strict["groups.parquet"] == strict["run_card.json"] == strict["summary.md"] == "differs"
