@@ -100,7 +100,7 @@ def judge(rel: str, gap: Gap, rtol: float, exact: tuple[str, ...] = ()) -> FileR
     if gap.exact:
         return FileResult(rel, "equal", 0.0)
     rounding = f"{gap.n_last_digit} printed numbers one unit apart in the last digit" if gap.n_last_digit else ""
-    numbers = f"{gap.n_numbers} numbers differ, largest at {gap.where}" if gap.n_numbers else ""
+    numbers = f"{gap.n_numbers} numbers differ, largest at `{gap.where}`" if gap.n_numbers else ""
     detail = "; ".join(x for x in (*gap.structure[:3], numbers, rounding) if x)
     if len(gap.structure) > 3:
         detail += f" (+{len(gap.structure) - 3} more)"
