@@ -4,22 +4,28 @@ from __future__ import annotations
 
 import argparse
 import math
+import textwrap
 
 from .folders import DEFAULT_RTOL, RANK_TABLES
 
-DESCRIPTION = f"""Compare two output folders file by file (a committed study and a fresh run of it, say).
+_RANK_TABLES = textwrap.fill("(in a tables/ folder: " + ", ".join(RANK_TABLES) + ")", 79)
+DESCRIPTION = f"""Compare two output folders file by file (a committed study and a fresh
+run of it, say).
 
-Each file is `equal` (every value the same), `within RTOL` (every number within the relative
-tolerance |a - b| / max(|a|, |b|) <= RTOL, its largest relative difference shown; texts, shapes,
-columns and keys the same), `differs`, `missing` (in one folder only) or `skipped` (a rendered
-figure). Rank tables (in a tables/ folder: {", ".join(RANK_TABLES)}) must be equal: their
-statistics read ranks only, so a difference there is a rank that moved. Markdown and text files
-are compared word by word and number by number; a printed number one unit apart in its last digit
-counts as rounding. Not compared: JSON run times, dates, versions, the environment and paths;
-frame columns of run times (t_*, time_*); a study's restart cache parts/.
+Each file is `equal` (every value the same), `within RTOL` (every number within
+the relative tolerance |a - b| / max(|a|, |b|) <= RTOL, its largest relative
+difference shown; texts, shapes, columns and keys the same), `differs`,
+`missing` (in one folder only) or `skipped` (a rendered figure). Rank tables
+{_RANK_TABLES}
+must be equal: their statistics read ranks only, so a difference there is a
+rank that moved. Markdown and text files are compared word by word and number
+by number; a printed number one unit apart in its last digit counts as
+rounding. Not compared: JSON run times, dates, versions, the environment and
+paths; frame columns of run times (t_*, time_*); a study's restart cache parts/.
 
-The same machine reproduces a study byte for byte; another processor within {DEFAULT_RTOL:g}
-(docs/guides/reproducibility.md). Exit status 1 when a file differs or is missing, else 0.
+The same machine reproduces a study byte for byte; another processor within
+{DEFAULT_RTOL:g} (docs/guides/reproducibility.md). Exit status 1 when a file
+differs or is missing, else 0.
 """
 
 
