@@ -8,4 +8,4 @@ Start with ``gcpo_analysis.measures`` (score rollout groups), ``gcpo_analysis.st
 """
 
 # The one source of the version: pyproject.toml reads it ([tool.setuptools.dynamic]).
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -1,4 +1,4 @@
-"""The `gcpo` command: score, study, proofs, train, eval, export.
+"""The `gcpo` command: score, study, proofs, diff, train, eval, export.
 
 Each subcommand imports its heavy parts only when it runs, so `gcpo --help` is instant.
 """
@@ -15,6 +15,7 @@ SUBCOMMANDS = {
     "study": "gcpo_analysis.study.cli:add_parser",
     "score": "gcpo_analysis.measures.cli:add_parser",
     "proofs": "gcpo_analysis.theory.cli:add_parser",
+    "diff": "gcpo_analysis.diff.cli:add_parser",
     "train": "gcpo_train.cli:add_train_parser",
     "eval": "gcpo_train.cli:add_eval_parser",
     "export": "gcpo_train.cli:add_export_parser",

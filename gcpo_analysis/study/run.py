@@ -18,6 +18,7 @@ import pandas as pd
 from ..frames import note_logprob_convention, read_frame, write_frame, write_json, write_text
 from ..measures.registry import rollouts_columns
 from ..measures.score import parse_measures
+from ..provenance import environment
 from ..vocab import full_completion
 from .config import StudyConfig
 from .covariates import with_covariates
@@ -377,6 +378,7 @@ def run_study(cfg: StudyConfig):
     card["n_after_trim"] = int(result.n_queries)
     card.update(_card_statistics(result))
     card["versions"] = _versions()
+    card["environment"] = environment()
     write_json(out / "run_card.json", card, default=_json_default)
     write_text(out / "summary.md", result.to_markdown())
     log.info("wrote %s/ (timings: %s)", out, card["timings_s"])

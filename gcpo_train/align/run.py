@@ -34,6 +34,7 @@ import pandas as pd
 
 from gcpo_analysis.frames import write_frame, write_text
 from gcpo_analysis.knobs import check_knobs, knob, shared
+from gcpo_analysis.provenance import environment
 from gcpo_train.align import rows as gradient_rows
 
 log = logging.getLogger(__name__)
@@ -306,6 +307,7 @@ def finish_snapshot(cfg: AlignConfig, train, work: Path, dim: int, done: list[in
         "peak_rss_gb_finishing_process": round(_peak_rss_gb(), 3),
         "wall_seconds": seconds,  # summed over the groups (each process's own clock; the CPU is shared)
         "loss": "grpo_loss with beta = 0, n_seqs = G, n_tokens = G * max_new_tokens (gcpo_train.align.gradients)",
+        "environment": environment(),
     }
     write_text(paths["card"], json.dumps(card, indent=1, sort_keys=True) + "\n")
     if not cfg.keep_gradients:

@@ -287,12 +287,14 @@ def score(queries, completions: list[str]):
 
 # ----------------------------------------------------------------------------- 8. write
 def write_outputs(output, record: dict, predictions) -> None:
-    """The metrics JSON at ``output`` and the predictions beside it, replaced together
-    (``staged_outputs``): a failed write leaves both files as they were."""
+    """The metrics JSON at ``output`` (with the ``environment`` that computed it) and the
+    predictions beside it, replaced together (``staged_outputs``): a failed write leaves both
+    files as they were."""
     from gcpo_analysis.outputs import staged_outputs
+    from gcpo_analysis.provenance import environment
 
     with staged_outputs():
-        write_json(output, record, default=float)
+        write_json(output, {**record, "environment": environment()}, default=float)
         write_frame(predictions, predictions_path(output))
 
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from gcpo_analysis import __version__
 from gcpo_analysis.models import require
 from gcpo_analysis.outputs import TMP_SUFFIX
+from gcpo_analysis.provenance import environment
 from gcpo_train.config import DTYPES
 from gcpo_train.model.policy import eos_ids_of
 from gcpo_train.runfiles.checkpoint import load_trained, newest_usable, read_state
@@ -159,6 +160,7 @@ def provenance(source: Path, state: dict, cfg, dtype: str, logit_diff) -> dict:
         "max_abs_logit_diff": logit_diff,
         "gcpo_version": __version__,
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+        "environment": environment(),
     }
 
 

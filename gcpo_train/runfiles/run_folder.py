@@ -30,6 +30,7 @@ from pathlib import Path
 
 from gcpo_analysis.frames import write_text
 from gcpo_analysis.outputs import is_temporary
+from gcpo_analysis.provenance import environment
 from gcpo_train.runfiles.runlog import read_log
 
 LOCK_NAME, OWNER_NAME, REPLACED = ".gcpo.lock", ".gcpo.owner.json", ".gcpo-replaced"
@@ -304,9 +305,11 @@ def prepare_run_folder(
 
 
 def write_run_info(out: Path, info: dict) -> None:
-    """``run.json``: the configuration, its hash, the modulator's models, devices and versions."""
+    """``run.json``: the configuration, its hash, the modulator's models, devices, versions and
+    the ``environment`` (gcpo version and commit, processor, thread counts)."""
     import torch
     import transformers
 
-    info = {**info, "versions": {"torch": torch.__version__, "transformers": transformers.__version__}}
+    versions = {"torch": torch.__version__, "transformers": transformers.__version__}
+    info = {**info, "versions": versions, "environment": environment()}
     write_text(out / "run.json", json.dumps(info, indent=2, default=str))

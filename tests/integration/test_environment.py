@@ -74,6 +74,14 @@ def test_license_citation_and_type_hints_ship():
     # an SPDX string (PEP 639), not the table setuptools deprecates
     assert data["project"]["license"] == "Apache-2.0" and data["project"]["license-files"] == ["LICENSE"]
     assert cff["cff-version"] == "1.2.0" and cff["license"] == data["project"]["license"]
+    # one version everywhere a release names it: the package, the citation, a released CHANGELOG section
+    from gcpo_analysis import __version__
+
+    assert str(cff["version"]) == __version__
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    (released,) = re.findall(rf"^## \[{re.escape(__version__)}\] - (\d{{4}}-\d{{2}}-\d{{2}})$", changelog, flags=re.M)
+    assert str(cff["date-released"]) == released
+    assert changelog.index("## [Unreleased]") < changelog.index(f"## [{__version__}]")
     for package in ("gcpo_analysis", "gcpo_train"):
         assert (ROOT / package / "py.typed").exists()
         assert data["tool"]["setuptools"]["package-data"][package] == ["py.typed"]

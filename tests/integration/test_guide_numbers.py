@@ -14,6 +14,7 @@ import yaml
 from helpers.doc_pages import doc_pages
 
 from gcpo_analysis import models, vocab
+from gcpo_analysis.diff import DEFAULT_RTOL
 from gcpo_analysis.knobs import SHARED
 from gcpo_analysis.measures import judges, prepare
 from gcpo_analysis.measures.entropy import KLE_T
@@ -55,6 +56,11 @@ def _cases():
             [_exponent(Fraction(close_rel))],
         ),
         ("docs/guides/track_gradvar.md", rf"`share_prompt: false`, {NUM} steps\) records", [gradvar_config["steps"]]),
+        (
+            "docs/guides/reproducibility.md",
+            r"The default `--rtol` is 10⁻([⁰¹²³⁴⁵⁶⁷⁸⁹]+):",
+            [_exponent(Fraction(str(DEFAULT_RTOL)))],
+        ),
         (
             "docs/guides/hostile_input.md",
             rf"cut to {NUM} characters \(`measures.prepare.MAX_TEXT_CHARS`\)",

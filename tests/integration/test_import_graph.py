@@ -41,6 +41,8 @@ LAYER_OF_PREFIX = {
     "gcpo_analysis.errors": "base",
     "gcpo_analysis.knob": "base",  # the Knob type and its validator: knows no knob by name
     "gcpo_analysis.outputs": "base",
+    "gcpo_analysis.provenance": "base",  # what made an output (version, commit, processor): standard library only
+    "gcpo_analysis.diff": "base",  # compares two output folders: pandas, numpy, no measure
     "gcpo_analysis.tiny_models": "base",
     "gcpo_analysis.tokens": "base",
     "gcpo_analysis.prompt_cache": "base",
@@ -57,6 +59,7 @@ LAYER_OF_PREFIX = {
     "gcpo_analysis.study.cli": "cli",
     "gcpo_analysis.measures.cli": "cli",  # gcpo score
     "gcpo_analysis.theory.cli": "cli",  # gcpo proofs
+    "gcpo_analysis.diff.cli": "cli",  # gcpo diff
     "gcpo_analysis.cli": "cli",
     "gcpo_analysis.__main__": "cli",
 }

@@ -115,6 +115,9 @@ def test_cli_score_writes_groups_and_metadata(tmp_path):
     assert (tmp_path / "groups.csv").exists()
     meta = json.loads((tmp_path / "groups.meta.json").read_text())
     assert meta["judge"]["kind"] == "lexical"
+    from gcpo_analysis import __version__
+
+    assert meta["environment"]["gcpo"] == __version__ and "git_commit" in meta["environment"]
 
 
 def test_cli_score_bad_input_is_one_clear_line(tmp_path, capsys):

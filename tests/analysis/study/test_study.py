@@ -62,6 +62,15 @@ def test_study_writes_every_output(study):
     assert card["judge"]["kind"] == "lexical" and card["embedder"]["kind"] == "sentence-transformers"
     assert {"rollouts, rewards and gradient variance", "statistics", "total"} <= set(card["timings_s"])
     assert set(card["spearman"]) >= {"cd", "bot", "se"} and card["n_after_trim"] == 11
+    # what made it: this checkout's version and commit, the processor, torch's threads
+    import torch
+
+    from gcpo_analysis import __version__
+
+    env = card["environment"]
+    assert env["gcpo"] == card["versions"]["gcpo"] == __version__
+    assert env["torch_threads"] == torch.get_num_threads() and env["processor"]
+    assert env["omp_num_threads"] == os.environ.get("OMP_NUM_THREADS")
 
 
 @pytest.mark.slow

@@ -56,7 +56,8 @@ def test_from_training_tables_and_groups(run, tmp_path):
     assert (tmp_path / "out" / "figures" / "rho_over_training.png").exists()
     # the rescored BoT (same lexical judge and embedder as the modulator) is the modulator's
     assert card["train_vs_rescored_max_abs_diff"]["bot"] < 1e-6
-    json.loads((tmp_path / "out" / "run_card.json").read_text())
+    saved = json.loads((tmp_path / "out" / "run_card.json").read_text())
+    assert saved["environment"]["gcpo"] == saved["versions"]["gcpo"] and saved["environment"]["torch_threads"] >= 1
 
 
 def test_rho_windows_match_scipy():
