@@ -1,12 +1,12 @@
 """``gcpo compare control FOLDER DATA``: the no-passage control of a ``gcpo compare`` folder: the
 base policy and the final policy of every finished arm-seed, evaluated on the same held-out
-queries with every passage replaced by "(no passage)", written where ``scripts/span_gate.py
+queries with every passage replaced by "(no passage)", written where ``gcpo pilot span-gate
 --compare`` reads them:
 
     python scripts/narrativeqa_spans.py runs/nqa_spans_fit_blank --max_passage_tokens 192 \\
         --unique_questions --no_passage
     gcpo compare control runs/nqa_fp32_pilot runs/nqa_spans_fit_blank --arms none,bot_rd
-    python scripts/span_gate.py runs/nqa_spans_fit --compare runs/nqa_fp32_pilot
+    gcpo pilot span-gate runs/nqa_spans_fit --compare runs/nqa_fp32_pilot
 
 Writes ``FOLDER/nopassage/base.json`` and ``FOLDER/nopassage/<arm>_seed_<s>_step_<N>.json``
 (each with its ``.predictions.parquet``). Each evaluation is the run's own: its config (decoding,

