@@ -6,7 +6,9 @@ Nothing here is typed by hand that the code or a committed file already says: th
 the measure registry, the run pages include every committed table of `figures/<run>/`
 with `pymdownx.snippets` (a missing file fails the strict build), and the proofs page is
 `figures/proofs.json`. The notebooks and the figures' images are added from their folders outside
-`docs/`, so they are rendered from where they live (mkdocs-jupyter, without executing them).
+`docs/`, so they are rendered from where they live; mkdocs-jupyter executes each notebook at build
+time (`execute: true` in mkdocs.yml), reading the committed folders under `figures/`, so the
+site shows every notebook's tables and figures as they are today.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import argparse
 import dataclasses
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -26,7 +29,16 @@ sys.path.insert(0, str(ROOT))  # document the checkout being built, not another 
 sys.path.insert(0, str(Path(__file__).parent))
 import study_numbers  # noqa: E402  (docs/study_numbers.py: the results pages' generated numbers)
 
-NOTEBOOKS = ("notebooks/01_gap_study.ipynb", "notebooks/02_gap_proofs.ipynb")
+NOTEBOOKS = (
+    "notebooks/01_gap_study.ipynb",
+    "notebooks/02_gap_proofs.ipynb",
+    "notebooks/03_training_comparison.ipynb",
+    "notebooks/04_update_alignment.ipynb",
+    "notebooks/05_training_gradvar.ipynb",
+)
+# The notebooks executed at build time read the committed runs, never a local runs/ folder, and write
+# their figures outside figures/ (each notebook's FIGURES_DIR default is under runs/).
+NOTEBOOK_ENV = {"STUDY_DIR": "../figures/default_study"}
 # The committed runs, in the order the results section lists them: folder -> page title.
 RUNS = {
     "default_study": "NarrativeQA, default study (`gcpo study`)",
@@ -34,7 +46,9 @@ RUNS = {
     "cpu_math": "ASDiv math study (`gcpo study --preset cpu-math`)",
     "train_gradvar": "Training run with `track_gradvar` (`configs/cpu_gradvar.yaml`)",
 }
-CLI_COLUMNS = "100"  # argparse wraps --help at the terminal width; fix it so the page is stable
+# argparse wraps --help at the terminal width; fix it so the page is stable and each line fits the
+# page's code block without scrolling (80 columns of the site's monospace font at 1280 px).
+CLI_COLUMNS = "80"
 
 
 # --------------------------------------------------------------------------- files
@@ -45,6 +59,8 @@ def _outside_file(rel: str, config) -> File:
 
 @event_priority(100)  # before mkdocs-jupyter's on_files, so that it converts the notebooks added here
 def on_files(files: Files, config) -> Files:
+    for key, value in NOTEBOOK_ENV.items():  # the notebooks' kernels inherit this process's environment
+        os.environ[key] = value
     for rel in NOTEBOOKS:
         files.append(_outside_file(rel, config))
     # every committed figure, so that any page can show one (from docs/results/: ../figures/...)
@@ -60,6 +76,39 @@ def on_files(files: Files, config) -> Files:
     for src_uri, content in pages.items():
         files.append(File.generated(config, src_uri, content=content))
     return files
+
+
+# --------------------------------------------------------------------------- the tracker's numbers
+# Some committed tables were written by tools that named the tracker's issue behind them ("What V is
+# made of (issue 26; our addition)"). The files stay byte for byte as committed (tests regenerate
+# them); the site, which speaks to users, drops the reference where a page includes them.
+_ISSUE = r"issues? \d+(?:,? items? \d+)?"  # "issue 38", "issue 25, item 4", "issue 28 item 3"
+ISSUE_REFERENCES = (  # in this order: "(issue 26; our addition)" -> "(our addition)", "(issue 25)" -> ""
+    (re.compile(rf"\s*\({_ISSUE}(?:, {_ISSUE})*\)", re.IGNORECASE), ""),
+    (re.compile(rf"\({_ISSUE}[;,] ", re.IGNORECASE), "("),
+    (re.compile(rf"[;,]\s+{_ISSUE}\)", re.IGNORECASE), ")"),
+    (re.compile(rf"{_ISSUE}; ", re.IGNORECASE), ""),
+    (re.compile(r"\bissues? \d+'s\s+", re.IGNORECASE), lambda m: "The " if m.group(0)[0].isupper() else "the "),
+    (re.compile(rf"\b{_ISSUE}:\s+", re.IGNORECASE), ""),
+)
+
+
+def drop_issue_references(text: str) -> str:
+    for pattern, replacement in ISSUE_REFERENCES:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+# A notebook links a page as the repository holds it (../docs/results/training.md, what Jupyter and
+# the forge open); on the site the notebook's page sits at notebooks/<name>/ and the page at results/training/.
+NOTEBOOK_DOC_LINK = re.compile(r'href="\.\./docs/([^"#]+)\.md(#[^"]*)?"')
+
+
+def on_post_page(output: str, page, config) -> str:
+    """The whole page as written (its content, its table of contents, its title)."""
+    if page.file.src_uri.endswith(".ipynb"):
+        output = NOTEBOOK_DOC_LINK.sub(lambda m: f'href="../../{m.group(1)}/{m.group(2) or ""}"', output)
+    return drop_issue_references(output)
 
 
 # --------------------------------------------------------------------------- tables inside written pages
@@ -253,8 +302,8 @@ def proofs_page() -> str:
             "# The propositions, checked numerically",
             "",
             "`gcpo proofs --json figures/proofs.json` wrote the committed file this table is generated"
-            " from at build time (`tests/integration/test_readme_numbers.py` checks that the command"
-            " still writes it).",
+            " from at build time (a test checks that the command still writes it). The notebook"
+            " [the propositions and the two gaps](../notebooks/02_gap_proofs.ipynb) runs the same checks.",
             "",
             f"Settings: {settings}.",
             "",

@@ -1,5 +1,5 @@
 """The sentences of docs/results/studies.md that carry a study's numbers, generated at build time
-from its committed tables (issue 28: every number on the site comes from a committed file).
+from its committed tables (every number on the site comes from a committed file).
 
 A written page asks for one with a marker ``<!-- gcpo-study:KIND:RUN -->`` (KIND one of
 ``SENTENCES``, RUN a folder of figures/); ``render`` (called by docs/hooks.py) replaces it. Each

@@ -52,9 +52,9 @@ def _prompt_templates() -> list[str]:
 def _modulators() -> list[str]:
     """The registered modulators, read when a value is checked (a later registration counts)."""
     from .measures.modulators import MODULATORS
-    from .measures.shuffled import shuffled_names
+    from .measures.shuffled import deranged_names, shuffled_names
 
-    return [*MODULATORS, *shuffled_names(MODULATORS)]  # '<name>:shuffled': issue 35's control
+    return [*MODULATORS, *shuffled_names(MODULATORS), *deranged_names(MODULATORS)]  # the permuted controls
 
 
 def _judge_spec(value: str) -> None:

@@ -145,6 +145,8 @@ def load_policy(name: str | None = None, *, dtype=None, device: str | None = Non
     (``gcpo_analysis.packaged_policy``); anything else goes to
     ``AutoModelForCausalLM.from_pretrained`` (hub name or path).
     The tokenizer gets a pad token (eos) and left padding for batched generation.
+    ``model.gcpo_policy_load`` records what was read: the source, and for the packaged policy
+    whether its converted copy was used and, if not, why (``fallback``).
     """
     torch = require("torch")
     transformers = require("transformers")
@@ -153,12 +155,15 @@ def load_policy(name: str | None = None, *, dtype=None, device: str | None = Non
     if name is None:
         folder, gguf = packaged_policy_gguf()
         require("gguf")
-        from .packaged_policy import packaged_policy_folder
+        from .packaged_policy import converted_or_fallback
 
-        converted = packaged_policy_folder(folder, gguf)  # read in a second, not parsed from GGUF each time
+        converted, fallback = converted_or_fallback(folder, gguf)  # read in a second, not parsed from GGUF each time
         kwargs, source = ({}, str(converted)) if converted else (dict(gguf_file=gguf), str(folder))
+        load_note = {"source": str(converted or folder / gguf), "converted_copy": converted is not None}
+        load_note["fallback"] = fallback
     else:
         kwargs, source = offline_first(str(name)), str(name)
+        load_note = {"source": source}
     why = kwargs.pop("_why", None)
     try:
         tokenizer = transformers.AutoTokenizer.from_pretrained(source, **kwargs)
@@ -174,6 +179,7 @@ def load_policy(name: str | None = None, *, dtype=None, device: str | None = Non
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
     own_parameter_memory(model)
+    model.gcpo_policy_load = load_note  # what was read, and why not the converted copy (run cards copy it)
     if device:
         model.to(device)
     model.eval()

@@ -13,7 +13,9 @@ A plug-in is a module whose import registers its entries (``register_measure``,
 (``module:function``), which is called with no arguments. Each is loaded once per process. One
 that fails to load is an error naming it and where it was named (the entry point and its
 distribution, the flag, or the variable), never a silent skip: a measure that vanished would
-otherwise surface as an unknown name much later.
+otherwise surface as an unknown name much later. A plug-in whose import calls ``sys.exit`` or
+raises ``SystemExit``/``KeyboardInterrupt`` is such a failed load too (it made `gcpo` exit 0,
+silently, before any command ran).
 """
 
 from __future__ import annotations
@@ -27,10 +29,16 @@ ENTRY_POINT_GROUP = "gcpo.plugins"
 ENV_VAR = "GCPO_PLUGINS"
 
 _loaded: dict[str, object] = {}  # what was loaded in this process, by where it was named
+_modules: list[str] = []  # the modules named by --plugin or GCPO_PLUGINS, in load order
 
 
 class PluginError(ValueError):
     """A plug-in that could not be loaded; the message names the plug-in and where it was named."""
+
+
+# what a plug-in's import may raise and still be a failed load: any exception, and the two that
+# would otherwise end gcpo itself (sys.exit(0) in a module made `gcpo` exit 0, silently)
+LOAD_ERRORS = (Exception, SystemExit, KeyboardInterrupt)
 
 
 def _failed(what: str, err: BaseException) -> PluginError:
@@ -48,7 +56,7 @@ def load_entry_points(group: str = ENTRY_POINT_GROUP) -> list[str]:
                 obj = ep.load()
                 if callable(obj):
                     obj()
-            except Exception as err:  # noqa: BLE001 - whatever it raised, named with the plug-in
+            except LOAD_ERRORS as err:  # whatever it raised, named with the plug-in
                 raise _failed(what, err) from err
             _loaded[what] = obj
         names.append(ep.name)
@@ -64,8 +72,15 @@ def load_module(name: str, where: str) -> None:
         return
     try:
         _loaded[name] = importlib.import_module(name)
-    except Exception as err:  # noqa: BLE001 - whatever it raised, named with the plug-in
+    except LOAD_ERRORS as err:  # whatever it raised, named with the plug-in
         raise _failed(what, err) from err
+    _modules.append(name)
+
+
+def loaded_modules() -> list[str]:
+    """The plug-in modules this process loaded by name (``--plugin``, ``GCPO_PLUGINS``): what a
+    worker process loads again to see the same registries (``gcpo compare --workers``)."""
+    return list(_modules)
 
 
 def env_plugins(environ=None) -> list[str]:

@@ -424,12 +424,15 @@ def _check_keys(keys, source: str) -> None:
 
 
 def parse_overrides(pairs) -> dict:
-    """``['lr=1e-4', 'use_lora=false']`` → dict, values parsed as YAML scalars/lists."""
+    """``['lr=1e-4', 'use_lora=false']`` → dict, values parsed as YAML scalars/lists. A key given
+    twice is refused, as in a config file (the later value would silently win)."""
     out = {}
     for pair in pairs or []:
         if "=" not in pair:
             raise ValueError(f"override {pair!r} is not of the form key=value")
         key, value = pair.split("=", 1)
+        if key.strip() in out:
+            raise ValueError(f"--set: duplicate key {key.strip()!r} ({pair!r} after an earlier value); give each once")
         out[key.strip()] = safe_yaml(value, f"override {key.strip()}") if value != "" else None
     return out
 

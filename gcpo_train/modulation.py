@@ -250,7 +250,7 @@ class GroupModulator:
         rewards (``shuffle_weights``); info keeps each group's own ω as ``omega_own``."""
         from gcpo_analysis.measures.advantages import grpo_advantages
         from gcpo_analysis.measures.modulators import group_weight
-        from gcpo_analysis.measures.shuffled import shuffle_weights
+        from gcpo_analysis.measures.shuffled import control_of, shuffle_weights
 
         if seed is None:
             raise ValueError(f"modulator {self.config.modulator!r} needs the step's shuffle_seed")
@@ -264,7 +264,8 @@ class GroupModulator:
             own.append(float(w))
             infos.append(self._info({**info, "omega_own": float(w)}, group))
             adv.append(np.asarray(grpo_advantages(group.rewards, cfg.eps), dtype=np.float64))
-        omega = shuffle_weights(own, [bool(np.any(a != 0)) for a in adv], seed)
+        eligible = [bool(np.any(a != 0)) for a in adv]
+        omega = shuffle_weights(own, eligible, seed, derange=control_of(cfg.modulator) == "deranged")
         return [a * w for a, w in zip(adv, omega, strict=True)], infos
 
     def weigh_groups(
@@ -280,13 +281,13 @@ class GroupModulator:
         groups, cluster_stats = self._prepare(rewards, texts, answers)
         params = modulator_params(cfg)
         weights, infos = [], []
+        names = [f"group {k} of the batch" for k in range(len(groups))]
         for k, group in enumerate(groups):
-            w, info = group_weight(
-                cfg.modulator, group, alpha_base=cfg.alpha_base, r_min=cfg.r_min, r_max=cfg.r_max, **params
-            )
-            if not np.isfinite(w):
-                raise ValueError(f"modulator {cfg.modulator!r} gave the weight {w!r} for group {k}")
-            weights.append(float(w))
+            with _named_group(names, k):  # group_weight checks the weight (weights_checked)
+                w, info = group_weight(
+                    cfg.modulator, group, alpha_base=cfg.alpha_base, r_min=cfg.r_min, r_max=cfg.r_max, **params
+                )
+            weights.append(w)
             infos.append(self._info(info, group))
         return np.array(weights, dtype=np.float64), infos, {f"cluster_{k}": v for k, v in cluster_stats.items()}
 

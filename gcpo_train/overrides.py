@@ -6,7 +6,8 @@ Two spellings of the same thing, both on every such command:
 * ``--<field> VALUE``: one flag per TrainConfig field, generated from the dataclass with its help
   (``--learning_rate 1e-4 --use_lora false``; ``--group-size`` also works; a boolean flag
   alone means true: ``--resume``);
-* ``--set FIELD=VALUE ...``: several at once (``--set learning_rate=1e-4 use_lora=false``).
+* ``--set FIELD=VALUE ...``: several at once (``--set learning_rate=1e-4 use_lora=false``); a
+  repeated ``--set`` adds to the earlier ones, and a field given twice is refused.
 
 Values are parsed as YAML scalars (true/false, null, numbers, ``[q_proj, v_proj]``). They win
 over the ``--config`` file, which wins over the defaults. An unknown field is refused with close
@@ -45,6 +46,7 @@ def add_override_flags(parser: argparse.ArgumentParser, skip: Iterable[str] = ()
     parser.add_argument(
         "--set",
         nargs="*",
+        action="extend",  # --set a=1 --set b=2 is --set a=1 b=2 (argparse would keep only the last)
         default=[],
         dest=SET_DEST,
         metavar="FIELD=VALUE",

@@ -37,6 +37,7 @@ from .advantages import EPS, gcpo_weight, grpo_advantages
 from .dispersion import ALPHA_BASE, R_MAX, R_MIN, alpha_g, as_rewards, check_alpha_base, rd_weight, reward_dispersion
 from .entropy import entropy_weight, kernel_language_entropy, se_logweights, semantic_entropy
 from .params import MODULATOR_PARAMS
+from .weights_checked import checked_weight
 
 Info = dict[str, float]
 WeightFn = Callable[..., tuple[float, Info]]
@@ -90,7 +91,7 @@ class Modulator:
         if self.weight is None:
             assert self.per_rollout is not None, f"modulator {self.name!r} has neither a weight nor advantages"
             return self.per_rollout(group, eps=eps, **params)
-        omega, info = self.weight(group, **params)
+        omega, info = self.group_weight(group, **params)
         return grpo_advantages(group.rewards, eps) * omega, info
 
     def require_weight(self) -> WeightFn:
@@ -102,8 +103,10 @@ class Modulator:
         return self.weight
 
     def group_weight(self, group: GroupFeatures, **params: Any) -> tuple[float, Info]:
-        """(omega(q), info) of a group-level modulator; a clear error for the others."""
-        return self.require_weight()(group, **params)
+        """(omega(q), info) of a group-level modulator, omega checked (a finite number >= 0:
+        ``weights_checked``, the one check every path shares); a clear error for the others."""
+        omega, info = self.require_weight()(group, **params)
+        return checked_weight(omega, f"modulator {self.name!r}", "this group"), info
 
 
 MODULATORS: Registry[Modulator] = Registry("modulator")

@@ -95,6 +95,7 @@ def score_groups(
     """
     from ..rewards import math_fallbacks
     from .prepare import measurement_tools, prepare_groups
+    from .weights_checked import checked_weights
 
     measures = parse_measures(default_measures() if measures is None else measures)
     chosen = [MEASURE_REGISTRY[m] for m in measures]
@@ -182,7 +183,10 @@ def score_groups(
             u = m.compute(same_size, r_min, r_max)
             values.setdefault(m.name, np.empty(len(groups), dtype=np.asarray(u).dtype))[idx] = u
             if m.weight is not None and m.weight_column is not None:
-                values.setdefault(m.weight_column, np.empty(len(groups)))[idx] = m.weight(u, int(G), alpha_base)
+                weights = checked_weights(
+                    m.weight(u, int(G), alpha_base), f"measure {m.name!r}", [f"query {order[i]!r}" for i in idx]
+                )
+                values.setdefault(m.weight_column, np.empty(len(groups)))[idx] = weights
     for name in frame_order():  # every registered measure has a place: none is dropped
         m = MEASURE_REGISTRY[name]
         if name in values:

@@ -161,6 +161,7 @@ def _collect(cfg: StudyConfig, out: Path, timer: _Timer, card: dict):
     stamp.parent.mkdir(parents=True, exist_ok=True)
     write_json(stamp, {"hash": wanted, "settings": settings}, indent=None)
     card["model"] = describe_policy(cfg.model)
+    card["policy_load"] = getattr(model, "gcpo_policy_load", None)  # the GGUF file read, and why, when so
 
     def collect(qs):
         return collect_rollouts(

@@ -100,7 +100,8 @@ def add_parser(subparsers):
         type=int,
         default=1,
         help="arm-seed runs trained at once, each in its own process with torch's threads // WORKERS threads "
-        "(gcpo_train.compare.workers); a folder keeps the thread count per run it started with (default: 1)",
+        "(gcpo_train.compare.workers); at most the CPUs available; a folder keeps the thread count per run it "
+        "started with (default: 1)",
     )
     p.add_argument("--no_progress", "--no-progress", action="store_true", help="hide the progress bars")
     p.set_defaults(func=run_cli, _parser=p)
@@ -188,12 +189,13 @@ def run_control(args) -> int:
 
 
 def run_cli(args) -> int:
+    from gcpo_train.compare.workers import check_workers
     from gcpo_train.overrides import overrides_from
 
     missing = [flag for flag in ("--config", "--output") if getattr(args, flag[2:]) is None]
     if missing:  # argparse's own words: the flags are required unless a step is named
         args._parser.error(f"the following arguments are required: {', '.join(missing)}")
-
+    check_workers(args.workers)  # before anything is written or evaluated
     if args.plan_file is not None and not args.plan:  # ignored, it let the command train
         raise ValueError(
             f"--plan_file {args.plan_file!r} names the file --plan writes; add --plan (without it gcpo compare trains)"

@@ -83,10 +83,26 @@ def plan(
     seed's delta, δ, the seeds needed for ``target`` power at δ and the δ detected by 3, 8, 16
     (and ``seeds``) seeds. ``results`` is checked as the report checks it
     (``evaluations.check_results``: a repeated row was averaged, a bool score read as 0/1)."""
-    from gcpo_analysis.stats.seeds import detectable_delta, planning_sd, power, seeds_for_power, variance_components
     from gcpo_train.compare.evaluations import check_results
 
-    check_results(results, "comparison results")
+    return _plan(check_results(results, "comparison results"), reference, margin, seeds, target, alpha)
+
+
+def plan_of(data, reference: str = "none", seeds: int | None = None, margin: float | None = None) -> pd.DataFrame:
+    """``plan`` of a loaded comparison (``comparison_data.ComparisonData``) at the runs its summary
+    reads: those that reached compare.json's steps and, where the folder has a runs/ folder, those
+    marked finished (a folder holding only a results.parquet, a pilot's copy, has none to read)."""
+    from gcpo_train.compare.report import finished_results
+
+    finished = data.finished_pairs() if (data.folder / "runs").is_dir() else None
+    margin = data.margin if margin is None else margin
+    return _plan(finished_results(data.results, data.steps, finished), reference, margin, seeds)
+
+
+def _plan(results, reference, margin, seeds, target=0.8, alpha=0.05) -> pd.DataFrame:
+    """``plan`` of checked results."""
+    from gcpo_analysis.stats.seeds import detectable_delta, planning_sd, power, seeds_for_power, variance_components
+
     rows = []
     for arm in [a for a in dict.fromkeys(results["arm"]) if a not in ("base", reference)]:
         d, ref_mean = _final_deltas(results, arm, reference)
@@ -196,10 +212,8 @@ def write_plan(
     (``COMPARISON_FILES``) or a hidden one. ``margin`` must be compare.json's, when it records one
     (the report reads δ there)."""
     from gcpo_analysis.frames import write_text
-    from gcpo_train.compare.evaluations import check_results
-    from gcpo_train.compare.layout import finished_seeds
+    from gcpo_train.compare.comparison_data import load_comparison
     from gcpo_train.compare.record import read_spec
-    from gcpo_train.compare.report import finished_results
 
     folder = Path(folder)
     if Path(name).name != name or not name.endswith(".md") or name.startswith("."):
@@ -230,17 +244,9 @@ def write_plan(
             f"the equivalence margin asked for ({margin:g}) is not the one {folder / 'compare.json'} records "
             f"({recorded:g}), which its report uses; plan at the recorded one"
         )
+    data = load_comparison(folder, rollouts=False)  # a bad run folder is named as itself, outside the try
     try:
-        results = pd.read_parquet(path)
-    except (OSError, ValueError) as err:  # pyarrow's ArrowInvalid is a ValueError
-        raise ValueError(f"{path}: not a readable results file ({type(err).__name__}: {err})") from None
-    check_results(results, path)  # before finished_results compares its steps
-    finished = None
-    if (folder / "runs").is_dir():  # outside the try below: a bad run folder is named as itself
-        arms = [a for a in dict.fromkeys(results["arm"]) if a != "base"]
-        finished = {(arm, seed) for arm in arms for seed in finished_seeds(folder, arm)}
-    try:
-        table = plan(finished_results(results, spec.get("steps"), finished), reference, margin, seeds)
+        table = plan_of(data, reference, seeds, margin)
     except ValueError as err:
         raise ValueError(f"{path}: {err}") from None
     if table.empty:

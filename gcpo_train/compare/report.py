@@ -35,7 +35,6 @@ import pandas as pd
 from gcpo_analysis.frames import write_figure, write_table, write_text
 from gcpo_train.compare.evaluations import check_results, final_scores, paired_deltas
 from gcpo_train.compare.layout import arm_seed_folder
-from gcpo_train.compare.record import read_spec
 
 
 def paired_seed_query_bootstrap(d, n_resamples: int = 10_000, confidence: float = 0.95, seed: int = 0):
@@ -75,10 +74,15 @@ def summary_table(
     (``treatments[arm]``, ``treatment.effective_treatment``). ``results`` is checked first
     (``evaluations.check_results``); Δ is — for every arm, with a warning, while the reference
     gives no δ (``reference_margin``)."""
+    final = final_scores(check_results(results, "comparison results"))
+    return _summary(final, arms, reference, weights, margin, treatments)
+
+
+def _summary(final: pd.DataFrame, arms, reference: str, weights: dict, margin: float, treatments: dict | None):
+    """``summary_table`` of checked final scores (``final_scores`` of checked results)."""
     from gcpo_analysis.stats.seeds import seed_level
     from gcpo_analysis.stats.size_control import holm
 
-    final = final_scores(check_results(results, "comparison results"))
     delta_margin, why = reference_margin(final, reference, margin)
     if why is not None and (final["arm"] != reference).any():
         warnings.warn(no_delta(f"Δ vs {reference} is — for every arm", why, reference, margin), stacklevel=2)
@@ -136,25 +140,30 @@ def no_delta(what: str, why: str, reference: str, margin: float) -> str:
 
 
 def control_table(results: pd.DataFrame, arms, reference: str, margin: float = 0.1) -> pd.DataFrame:
-    """One row per arm X with its shuffled twin in ``arms``: Δ(X − X:shuffled) with the
+    """One row per arm X with a permuted twin in ``arms``: Δ(X − X:shuffled) or Δ(X − X:deranged) with the
     seed-level statistics (``stats.seeds.seed_level``) at δ = ``margin`` × the reference's
     held-out mean, as in ``summary_table``; no row, with a warning, while the reference gives no δ
     (``reference_margin``)."""
-    from gcpo_analysis.measures.shuffled import SHUFFLED
+    return _control(final_scores(check_results(results, "comparison results")), arms, reference, margin)
+
+
+def _control(final: pd.DataFrame, arms, reference: str, margin: float) -> pd.DataFrame:
+    """``control_table`` of checked final scores: one row per arm and permuted twin in ``arms``
+    (``X:shuffled``, then ``X:deranged``)."""
+    from gcpo_analysis.measures.shuffled import CONTROLS
     from gcpo_analysis.stats.seeds import seed_level
 
-    final = final_scores(check_results(results, "comparison results"))
     delta_margin, why = reference_margin(final, reference, margin)
     present = set(final["arm"])
+    pairs = [(arm, arm + suffix) for arm in arms for suffix in CONTROLS if arm + suffix in arms]
     if why is not None:
-        if any(arm in present and arm + SHUFFLED in present for arm in arms if arm + SHUFFLED in arms):
-            what = "the shuffled control (Δ of an arm against its :shuffled twin) is left out"
+        if any(arm in present and twin in present for arm, twin in pairs):
+            what = "the permuted control (Δ of an arm against its :shuffled or :deranged twin) is left out"
             warnings.warn(no_delta(what, why, reference, margin), stacklevel=2)
         return pd.DataFrame()
     rows = []
-    for arm in arms:
-        twin = arm + SHUFFLED
-        d = paired_deltas(final[final["arm"] == arm], final[final["arm"] == twin]) if twin in arms else None
+    for arm, twin in pairs:
+        d = paired_deltas(final[final["arm"] == arm], final[final["arm"] == twin])
         if d is not None:
             stats = seed_level(d, delta_margin, label=f"{arm} vs {twin}")
             rows.append({"arm": arm, "control": twin, "paired_seeds": int(d.shape[0]), **stats})
@@ -163,8 +172,13 @@ def control_table(results: pd.DataFrame, arms, reference: str, margin: float = 0
 
 def _control_markdown(control: pd.DataFrame) -> str:
     lines = [
-        "\nShuffled control: Δ(arm − arm:shuffled), the same seed-level statistics and δ (one contrast per"
-        " modulator, no Holm across them).\n",
+        (
+            "\nShuffled control: Δ(arm − arm:shuffled), the same seed-level statistics and δ (one contrast per"
+            " modulator, no Holm across them).\n"
+            if control["control"].str.endswith(":shuffled").all()
+            else "\nPermuted controls: Δ(arm − arm:shuffled) and Δ(arm − arm:deranged), the same seed-level statistics"
+            " and δ (one contrast per control, no Holm across them).\n"
+        ),
         "| arm | control | seeds | Δ [95% t CI, df] | sign-flip p | two-level bootstrap 95% | TOST p (±δ) | verdict |",
         "|---|---|---|---|---|---|---|---|",
     ]
@@ -283,37 +297,42 @@ def finished_results(
 
 def write_report(out: Path, results: pd.DataFrame, arms, reference: str, figures: bool = True) -> dict:
     """summary.md, summary.csv, control.csv, coupling.csv and (``figures``) figures/ of the
-    comparison folder ``out``. ``results`` is the frame of ``out/results.parquet``, refused by that
-    name when it is not one (``evaluations.check_results``). A table the comparison has none of
-    now (no shuffled twin paired, no coupling) is removed: an earlier report's would otherwise
-    stand beside a summary.md that no longer has it."""
-    from gcpo_train.compare.layout import finished_seeds
-    from gcpo_train.compare.treatment import coupling, effective_treatment, omega_frame
+    comparison folder ``out`` (``report_of`` its ``load_comparison``). ``results`` is the frame of
+    ``out/results.parquet``, refused by that name when it is not one (``evaluations.check_results``)."""
+    from gcpo_train.compare.comparison_data import load_comparison
 
-    out = Path(out)
-    source = out / "results.parquet"
-    check_results(results, source)
-    spec = read_spec(out)
-    margin = float(spec.get("equivalence_margin", 0.1))
-    max_grad_norm = float(spec.get("config", {}).get("max_grad_norm", 1.0) or 0.0)
-    omegas = {arm: omega_frame(out, arm, spec.get("config", {}).get("eps")) for arm in arms}
+    return report_of(load_comparison(out, results, arms), reference, figures)
+
+
+def report_of(data, reference: str, figures: bool = True) -> dict:
+    """The report of a loaded comparison (``comparison_data.ComparisonData``), written into its
+    folder: summary.md, summary.csv, control.csv, coupling.csv and (``figures``) figures/. A table
+    the comparison has none of now (no shuffled twin paired, no coupling) is removed: an earlier
+    report's would otherwise stand beside a summary.md that no longer has it."""
+    from gcpo_train.compare.treatment import coupling_of, omega_of, treatment_of
+
+    out, arms, source = data.folder, data.arms, data.folder / "results.parquet"
+    runs = {arm: {seed: data.rollouts[arm, seed] for seed in data.finished[arm]} for arm in arms}
+    omegas = {arm: omega_of(runs[arm], data.eps) for arm in arms}
     weights = {arm: omegas[arm]["omega"].to_numpy(float) for arm in arms}
-    treatments = {arm: effective_treatment(out, arm, omegas[arm], max_grad_norm) for arm in arms}
-    finished = {(arm, seed) for arm in arms for seed in finished_seeds(out, arm)}
-    final = finished_results(results, spec.get("steps"), finished)
+    norms = {arm: [n for seed in data.finished[arm] for n in data.grad_norms.get((arm, seed), [])] for arm in arms}
+    treatments = {arm: treatment_of(omegas[arm], norms[arm], data.max_grad_norm) for arm in arms}
+    final = finished_results(data.results, data.steps, data.finished_pairs())
+    last = final_scores(final)
     try:
-        table = summary_table(final, arms, reference, weights, margin, treatments)
-        control = control_table(final, arms, reference, margin)
+        table = _summary(last, arms, reference, weights, data.margin, treatments)
+        control = _control(last, arms, reference, data.margin)
     except ValueError as err:  # paired_deltas names a run missing a query: of this file
         raise ValueError(f"{source}: {err}") from None
-    couplings = {arm: coupling(out, arm, reference) for arm in arms if arm != reference}
+    couplings = {arm: coupling_of(runs[arm], runs[reference]) for arm in arms if arm != reference and reference in runs}
     couplings = {arm: c for arm, c in couplings.items() if len(c)}
-    base = results[results["arm"] == "base"]
+    base = data.results[data.results["arm"] == "base"]
     base_mean = float(base.groupby("seed")["score"].mean().mean()) if len(base) else None
-    why = reference_margin(final_scores(final), reference, margin)[1]
+    why = reference_margin(last, reference, data.margin)[1]
     note = ""
     if why and len(table) and (table["arm"] != reference).any():  # the warnings' reason, in the summary
-        note = no_delta(f"Δ vs {reference} (and against a shuffled twin) is — for every arm", why, reference, margin)
+        what = f"Δ vs {reference} (and against a shuffled twin) is — for every arm"
+        note = no_delta(what, why, reference, data.margin)
     md = _markdown(table, base_mean, reference, couplings, note)
     if len(control):
         md += _control_markdown(control)
@@ -331,7 +350,7 @@ def write_report(out: Path, results: pd.DataFrame, arms, reference: str, figures
     else:
         (out / "coupling.csv").unlink(missing_ok=True)
     if figures:
-        plot_report(out, results, arms, weights, couplings)
+        plot_report(out, data.results, arms, weights, couplings)
     return {"table": table, "control": control, "markdown": md}
 
 

@@ -51,11 +51,16 @@ RECORDED_SINCE_ISSUE_35 = ("bf16_sampling", "evaluation", "equivalence_margin")
 
 
 def run_config(base: TrainConfig, arm: str, seed: int, out: Path, eval_every: int, eval_n: int | None, split_seed: int):
-    """The TrainConfig of one arm-seed run inside the comparison folder ``out``."""
+    """The TrainConfig of one arm-seed run inside the comparison folder ``out``: the arm's modulator,
+    and its dose as ``alpha_base`` where the arm names one (``bot_rd:alpha5``, ``shuffled.parse_arm``)."""
+    from gcpo_analysis.measures.shuffled import parse_arm
+
     folder = arm_seed_folder(out, arm, seed)
+    modulator, alpha = parse_arm(arm)
     return dataclasses.replace(
         base,
-        modulator=arm,
+        modulator=modulator,
+        alpha_base=base.alpha_base if alpha is None else alpha,
         seed=seed,
         split_seed=split_seed,
         output_dir=str(folder),
@@ -206,11 +211,10 @@ class Comparison:
         """Train and evaluate what is missing, then write results, summary and figures (results and
         summary after every finished run too). ``workers`` > 1 trains that many arm-seed runs at
         once, in processes (``compare.workers``)."""
-        from gcpo_train.compare.workers import check_threads, threads_per_worker, train_in_workers
+        from gcpo_train.compare.workers import check_threads, check_workers, threads_per_worker, train_in_workers
         from gcpo_train.runfiles.run_folder import take_lock
 
-        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-            raise ValueError(f"--workers must be an integer >= 1, got {workers!r}")
+        check_workers(workers)
         self.out.mkdir(parents=True, exist_ok=True)
         lock = take_lock(self.out / ".gcpo.lock", self.out / ".gcpo.owner.json", f"comparison folder {self.out}")
         try:

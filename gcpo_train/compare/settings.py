@@ -95,8 +95,10 @@ def parse_seed(value, where: str) -> int:
     ValueError naming ``where`` (the flag, or the file and key)."""
     from gcpo_analysis.knob import INT64
 
-    if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).strip().isdigit():
-        raise ValueError(f"{where}: {value!r} is not an integer seed >= 0")
+    text = str(value).strip()
+    # ASCII digits only: str.isdigit also takes superscripts ('²'), which int() refuses
+    if isinstance(value, bool) or not isinstance(value, (int, str)) or not (text.isascii() and text.isdigit()):
+        raise ValueError(f"{where}: {value!r} is not an integer seed >= 0 (digits 0-9)")
     if int(value) > INT64[1]:
         raise ValueError(f"{where}: seed {int(value)} must fit a 64-bit integer (0 to 2^63 - 1)")
     return int(value)

@@ -36,6 +36,7 @@ from gcpo_train.compare.layout import arm_seed_folder, finished_seeds
 
 ROLLOUT_FILE = re.compile(r"step_(\d+)\.parquet")
 KEY = ["step", "query_id", "rollout_id"]  # one rollout: the trainer writes each once
+ROLLOUT_COLUMNS = ["reward", "completion"]  # what ω and the coupling read, beside the weight or advantage
 # what the trainers write (``loop.step_data``, ``compare.trl_arm``): ids and steps as integers,
 # query ids and completions as text, rewards, advantages and weights as numbers
 COLUMN_KIND = {
@@ -184,26 +185,47 @@ def _rollout_files(out: Path, arm: str, seed: int) -> list[Path]:
     return sorted((arm_seed_folder(out, arm, seed) / "rollouts").glob("step_*.parquet"))
 
 
-def omega_frame(out, arm: str, eps: float | None = None) -> pd.DataFrame:
-    """(seed, step, query_id, omega) of every group of every seed of ``arm`` in folder ``out``,
-    with the GRPO advantages of ``eps``: the comparison config's (compare.json's config.eps,
-    what the trainer used); None is the trainer's default (``TrainConfig.eps``), what a config
-    without an eps trained with. Each error names the rollouts file."""
+def _runs(out, arm: str, columns: list[str], either: tuple[str, ...] = ()) -> dict[int, list]:
+    """{seed: [(path, rollouts frame), ...]} of the finished runs of ``arm`` in folder ``out``."""
+    return {
+        seed: [(f, read_rollouts(f, columns, either=either)) for f in _rollout_files(Path(out), arm, seed)]
+        for seed in finished_seeds(out, arm)
+    }
+
+
+def check_eps(eps, out=None) -> float:
+    """The config's eps as a number >= 0 (None: the trainer's default, ``TrainConfig.eps``)."""
     eps = EPS if eps is None else eps
     if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps < 0:
-        raise ValueError(f"eps must be a number >= 0 (the config's eps in {Path(out) / 'compare.json'}), got {eps!r}")
+        where = f" (the config's eps in {Path(out) / 'compare.json'})" if out is not None else ""
+        raise ValueError(f"eps must be a number >= 0{where}, got {eps!r}")
+    return float(eps)
+
+
+def omega_of(runs: dict[int, list], eps: float | None = None) -> pd.DataFrame:
+    """(seed, step, query_id, omega) of every group of the runs ``{seed: [(path, rollouts), ...]}``
+    (``ComparisonData.rollouts`` of one arm), with the GRPO advantages of ``eps``. Each error
+    names the rollouts file."""
+    eps = check_eps(eps)
     parts = []
-    for seed in finished_seeds(out, arm):
-        for f in _rollout_files(out, arm, seed):
-            rollouts = read_rollouts(f, ["reward"], either=("weight", "advantage"))
+    for seed in sorted(runs):
+        for f, rollouts in runs[seed]:
             try:
-                frame = omega_groups(rollouts, float(eps))
+                frame = omega_groups(rollouts, eps)
             except ValueError as err:
                 raise ValueError(f"{f}: {err}") from None
             parts.append(frame.assign(seed=seed))
     if not parts:
         return pd.DataFrame(columns=["seed", "step", "query_id", "omega"])
     return pd.concat(parts, ignore_index=True)[["seed", "step", "query_id", "omega"]]
+
+
+def omega_frame(out, arm: str, eps: float | None = None) -> pd.DataFrame:
+    """``omega_of`` the finished runs of ``arm`` in folder ``out``, with the comparison config's
+    eps (compare.json's config.eps, what the trainer used); None is the trainer's default
+    (``TrainConfig.eps``), what a config without an eps trained with."""
+    check_eps(eps, out)
+    return omega_of(_runs(out, arm, ["reward"], either=("weight", "advantage")), eps)
 
 
 def relative_weights(omega: pd.DataFrame) -> np.ndarray:
@@ -237,30 +259,46 @@ def grad_norms(log: Path) -> list[float]:
     return norms
 
 
-def clipped_share(out, arm: str, max_grad_norm: float) -> float:
-    """Share of logged steps (all seeds of ``arm``) whose pre-clip gradient norm exceeds
-    ``max_grad_norm``; NaN where no log or no clipping (max_grad_norm ≤ 0)."""
+def clipped_share_of(norms: list[float], max_grad_norm: float) -> float:
+    """Share of the gradient norms ``norms`` (every logged step of an arm) above ``max_grad_norm``;
+    NaN where there is none or no clipping (max_grad_norm ≤ 0)."""
     if max_grad_norm is not None and math.isnan(max_grad_norm):  # every norm > NaN is False: 0% clipped
         raise ValueError("max_grad_norm is NaN; the config's max_grad_norm is a number (≤ 0: no clipping)")
-    norms = []
-    for seed in finished_seeds(out, arm):
-        log = arm_seed_folder(out, arm, seed) / "log.jsonl"
-        if log.exists():
-            norms += grad_norms(log)
     if not norms or not max_grad_norm or max_grad_norm <= 0:
         return float("nan")
     return float(np.mean(np.asarray(norms, float) > max_grad_norm))
 
 
-def effective_treatment(out, arm: str, omega: pd.DataFrame, max_grad_norm: float) -> dict:
-    """{"omega_mean", "rel_omega_p5", "rel_omega_p95", "clipped_share"} of one arm."""
+def clipped_share(out, arm: str, max_grad_norm: float) -> float:
+    """``clipped_share_of`` the logs of the finished runs of ``arm`` in folder ``out``."""
+    norms: list[float] = []
+    for seed in finished_seeds(out, arm):
+        log = arm_seed_folder(out, arm, seed) / "log.jsonl"
+        if log.exists():
+            norms += grad_norms(log)
+    return clipped_share_of(norms, max_grad_norm)
+
+
+def treatment_of(omega: pd.DataFrame, norms: list[float], max_grad_norm: float) -> dict:
+    """{"omega_mean", "rel_omega_p5", "rel_omega_p95", "clipped_share"} of one arm from its ω
+    frame (``omega_of``) and its runs' gradient norms."""
     rel = relative_weights(omega)
     return {
         "omega_mean": float(omega["omega"].mean()) if len(omega) else float("nan"),
         "rel_omega_p5": float(np.quantile(rel, 0.05)) if rel.size else float("nan"),
         "rel_omega_p95": float(np.quantile(rel, 0.95)) if rel.size else float("nan"),
-        "clipped_share": clipped_share(out, arm, max_grad_norm),
+        "clipped_share": clipped_share_of(norms, max_grad_norm),
     }
+
+
+def effective_treatment(out, arm: str, omega: pd.DataFrame, max_grad_norm: float) -> dict:
+    """``treatment_of`` one arm of folder ``out``, its gradient norms read from the runs' logs."""
+    norms: list[float] = []
+    for seed in finished_seeds(out, arm):
+        log = arm_seed_folder(out, arm, seed) / "log.jsonl"
+        if log.exists():
+            norms += grad_norms(log)
+    return treatment_of(omega, norms, max_grad_norm)
 
 
 def identical_share(a: pd.DataFrame, b: pd.DataFrame) -> pd.Series:
@@ -271,19 +309,19 @@ def identical_share(a: pd.DataFrame, b: pd.DataFrame) -> pd.Series:
     return same.groupby(both["step"]).mean().rename("identical")
 
 
-def coupling(out, arm: str, reference: str) -> pd.DataFrame:
-    """(step, identical, seeds), by step: the share of identical completions between ``arm`` and
-    ``reference`` at each step, averaged over the seeds both have (a step one seed lacks is
-    averaged over the others)."""
+def coupling_of(arm_runs: dict[int, list], reference_runs: dict[int, list]) -> pd.DataFrame:
+    """(step, identical, seeds), by step: the share of identical completions between two arms'
+    runs ``{seed: [(path, rollouts), ...]}`` at each step, averaged over the seeds both have (a
+    step one seed lacks is averaged over the others)."""
     curves = []
-    for seed in sorted(set(finished_seeds(out, arm)) & set(finished_seeds(out, reference))):
-        files = {rollout_step(f): f for f in _rollout_files(out, arm, seed)}
-        ref = {rollout_step(f): f for f in _rollout_files(out, reference, seed)}
+    for seed in sorted(set(arm_runs) & set(reference_runs)):
+        files = {rollout_step(f): frame for f, frame in arm_runs[seed]}
+        ref = {rollout_step(f): frame for f, frame in reference_runs[seed]}
         shared = sorted(set(files) & set(ref))
         if not shared:
             continue
-        a = pd.concat([read_rollouts(files[s], ["completion"]) for s in shared], ignore_index=True)
-        b = pd.concat([read_rollouts(ref[s], ["completion"]) for s in shared], ignore_index=True)
+        a = pd.concat([files[s] for s in shared], ignore_index=True)
+        b = pd.concat([ref[s] for s in shared], ignore_index=True)
         curves.append(identical_share(a, b))
     if not curves:
         return pd.DataFrame(columns=["step", "identical", "seeds"])
@@ -291,6 +329,11 @@ def coupling(out, arm: str, reference: str) -> pd.DataFrame:
     return pd.DataFrame(
         {"step": table.index.astype(int), "identical": table.mean(axis=1).to_numpy(), "seeds": table.count(axis=1)}
     ).reset_index(drop=True)
+
+
+def coupling(out, arm: str, reference: str) -> pd.DataFrame:
+    """``coupling_of`` the finished runs of ``arm`` and ``reference`` in folder ``out``."""
+    return coupling_of(_runs(out, arm, ["completion"]), _runs(out, reference, ["completion"]))
 
 
 def first_below(curve: pd.DataFrame, level: float) -> int | None:

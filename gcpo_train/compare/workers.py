@@ -13,16 +13,44 @@ resume a seed with the threads per run it was started with. (A run stopped midwa
 another count is not detected: only finished runs record it.)
 
 Processes are started by ``spawn`` (a forked torch may deadlock); the comparison object is
-pickled to them, so trainer_kwargs must be picklable (module-level functions, plain data).
+pickled to them, so trainer_kwargs must be picklable (module-level functions, plain data). Each
+worker loads the plug-ins its parent loaded (entry points, ``GCPO_PLUGINS``, ``--plugin``), so a
+plug-in's modulator trains there too, and dies with its parent: on Linux by the kernel's
+parent-death signal (``prctl(PR_SET_PDEATHSIG)``), elsewhere (and as a second guard) by a thread
+that exits the worker once its parent process is gone. A killed ``gcpo compare`` leaves no
+worker training on.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from gcpo_analysis.models import require
 from gcpo_train.compare.layout import finished_runs
 from gcpo_train.compare.record import read_done
+
+
+def available_cpus() -> int:
+    """The CPUs this process may run on (its affinity where the system says, else the count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on every system
+        return os.cpu_count() or 1
+
+
+def check_workers(workers, flag: str = "--workers") -> int:
+    """``workers`` as a count from 1 to the CPUs available (each worker needs a thread of its own;
+    more would only share them), else a ValueError naming ``flag``: checked before anything is
+    written (a huge count passed and failed in the process pool, after the base evaluations)."""
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"{flag} must be an integer >= 1, got {workers!r}")
+    if workers > available_cpus():
+        raise ValueError(
+            f"{flag} {workers}: at most {available_cpus()}, the CPUs this process may use (each worker trains "
+            "with threads of its own)"
+        )
+    return workers
 
 
 def threads_per_worker(workers: int) -> int:
@@ -58,6 +86,43 @@ def check_threads(out: Path, seed: int, threads: int) -> None:
         )
 
 
+PARENT_POLL_SECONDS = 1.0
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """End this worker when ``parent_pid`` ends: the kernel's parent-death signal where there is
+    one (Linux), and a daemon thread that polls the parent everywhere."""
+    import signal
+    import threading
+    import time
+
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        PR_SET_PDEATHSIG = 1
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # no prctl (not Linux): the thread below is the guard
+        pass
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(PARENT_POLL_SECONDS)
+        os._exit(1)  # the parent is gone (its orphan was adopted): nothing waits for this run
+
+    if os.getppid() != parent_pid:  # the parent died before the signal was asked for
+        os._exit(1)
+    threading.Thread(target=watch, name="gcpo-parent-watch", daemon=True).start()
+
+
+def _start_worker(parent_pid: int, plugin_modules: list[str]) -> None:
+    """Each worker's first act: die with the parent, and load the parent's plug-ins."""
+    from gcpo_analysis.plugins import load_plugins
+
+    _die_with_parent(parent_pid)
+    load_plugins(plugin_modules)
+
+
 def _train_one(comparison, arm: str, seed: int, threads: int) -> tuple[str, int]:
     torch = require("torch")
     torch.set_num_threads(threads)
@@ -79,7 +144,14 @@ def train_in_workers(comparison, workers: int, progress: bool = True) -> None:
     jobs = [(arm, seed) for seed in comparison.seeds for arm in comparison.unfinished(seed)]
     for seed in dict.fromkeys(seed for _, seed in jobs):
         check_threads(comparison.out, seed, threads)
-    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+    from gcpo_analysis.plugins import loaded_modules
+
+    pool = ProcessPoolExecutor(
+        workers,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=_start_worker,
+        initargs=(os.getpid(), loaded_modules()),
+    )
     try:
         futures = {pool.submit(_train_one, comparison, arm, seed, threads): (arm, seed) for arm, seed in jobs}
         for future in tqdm(as_completed(futures), total=len(futures), desc="arm-seed runs", disable=not progress):

@@ -116,6 +116,8 @@ class GCPOLoopTrainer:
         # the sampler's kernels (packed weights kept across steps); None: transformers generate
         self.kernels = make_kernels(cfg.sampling_kernels, self.accelerator.device)
         model, self.tokenizer = load_policy(cfg, model, tokenizer)
+        # what was read (the packaged policy's converted copy, or the GGUF file and why): run.json
+        self.policy_load = getattr(model, "gcpo_policy_load", None)
         self.share_prompt, self.share_prompt_fallback = shared_prompt(cfg, model)
         self.group_modulator = GroupModulator(cfg.modulation_settings(), embedder=embedder, judge=judge)
         self.need_ratio = "ratio_var" in self.group_modulator.needs
@@ -387,6 +389,7 @@ class GCPOLoopTrainer:
                     "start_step": self.start_step,
                     "report_to": list(cfg.report_to or ()),
                     "shared_prompt": {"on": self.share_prompt, "fallback": self.share_prompt_fallback},
+                    "policy_load": self.policy_load,
                 },
             )  # validate made it a list
         tqdm = require("tqdm").tqdm

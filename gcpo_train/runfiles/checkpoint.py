@@ -43,12 +43,17 @@ class UnreadableCheckpoint(ValueError):
     """A checkpoint file that is truncated, corrupt or not a safe (weights-only) pickle."""
 
 
+def _ascii_digits(text: str) -> bool:
+    """Digits 0-9 only: str.isdigit alone takes superscripts ('step_²'), which int() refuses."""
+    return text.isascii() and text.isdigit()
+
+
 def complete_checkpoints(output_dir) -> list[Path]:
     """Checkpoint folders that finished writing (state.json present), newest first."""
     root = Path(output_dir) / "checkpoints"
     if not root.exists():
         return []
-    done = [p for p in root.glob("step_*") if p.is_dir() and (p / "state.json").exists() and p.name[5:].isdigit()]
+    done = [p for p in root.glob("step_*") if p.is_dir() and (p / "state.json").exists() and _ascii_digits(p.name[5:])]
     return sorted(done, key=lambda p: int(p.name[5:]), reverse=True)
 
 

@@ -84,3 +84,20 @@ def test_readme_links_point_at_files():
     local = [link for link in links if "://" not in link]
     assert local, "the README links no page"
     assert [link for link in local if not (ROOT / link).exists()] == []
+
+
+@pytest.mark.parametrize(
+    "text, shown",
+    [
+        ("What V is made of (issue 26; our addition). V", "What V is made of (our addition). V"),
+        ("the learning gate (issue 25), and every setting", "the learning gate, and every setting"),
+        ("the registry (issue 28 item 4, issue 27 item 2): one", "the registry: one"),
+        ("(or `backend: trl`; issue 25, item 4): each", "(or `backend: trl`): each"),
+        ("(Dr. GRPO;\n   issue 25's pilots); 'dr'", "(Dr. GRPO;\n   the pilots); 'dr'"),
+        ("Issue 35's pilot finished", "The pilot finished"),
+        ('"where": "issue 35; torch.optim.AdamW"', '"where": "torch.optim.AdamW"'),
+        ("an issue with 3 seeds", "an issue with 3 seeds"),
+    ],
+)
+def test_the_site_drops_the_trackers_issue_numbers_from_included_files(hooks, text, shown):
+    assert hooks.drop_issue_references(text) == shown

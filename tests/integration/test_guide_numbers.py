@@ -83,7 +83,7 @@ def _cases():
         ),
         ("docs/guides/hostile_input.md", rf"math_corpus.jsonl` \({NUM} answer/reference pairs", [n_corpus]),
         ("docs/guides/measures.md", rf"`nli_threshold` \({NUM}\) everywhere", [vocab.NLI_THRESHOLD]),
-        ("docs/guides/measures.md", rf"\(α_base = {NUM}\)", [vocab.ALPHA_BASE]),
+        ("docs/guides/measures.md", rf"\(\$\\alpha_\\text\{{base\}} = {NUM}\$\)", [vocab.ALPHA_BASE]),  # maths
         ("docs/guides/measures.md", rf"{NUM}% by default \(the paper's 20 of 1,000\)", [100 * StudyConfig().trim]),
         ("docs/guides/measures.md", rf"t = {NUM}, entropy in nats", [KLE_T]),
         (

@@ -237,3 +237,23 @@ def test_a_plugin_that_fails_to_load_is_named(tmp_path):
     env = {"GCPO_PLUGINS": "toyplug.broken"}
     result = _gcpo(_site(tmp_path / "env", None), "proofs", "--help", env=env)
     assert "plug-in 'toyplug.broken' (environment variable GCPO_PLUGINS) failed to load: ImportError" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("body", "raised"),
+    [("import sys\nsys.exit(0)\n", "SystemExit: 0"), ("raise KeyboardInterrupt\n", "KeyboardInterrupt")],
+)
+def test_a_plugin_that_exits_or_interrupts_its_import_is_a_failed_load(tmp_path, body, raised):
+    """sys.exit(0) in a plug-in's import made `gcpo` exit 0 with nothing done and nothing said."""
+    site = _site(tmp_path, INSTALLED + "quitter = toyplug.quitter\n")
+    (site / "toyplug" / "quitter.py").write_text(body)
+    result = _gcpo(site, "proofs", "--help")
+    assert result.returncode == 2, (result.returncode, result.stderr)
+    assert (
+        "plug-in 'quitter' (entry point gcpo.plugins: quitter = toyplug.quitter of toyplug 0.0) failed to load: "
+        f"{raised}" in result.stderr
+    )
+    plain = _site(tmp_path / "plain", None)  # no metadata: named by the flag only
+    (plain / "toyplug" / "quitter.py").write_text(body)
+    result = _gcpo(plain, "--plugin", "toyplug.quitter", "proofs", "--help")
+    assert result.returncode == 2 and f"plug-in 'toyplug.quitter' (--plugin) failed to load: {raised}" in result.stderr

@@ -3,7 +3,7 @@
 (trained) |" is BoolQ's (figures/train_compare/compare/), "| arm (trained, SIQA) |" SIQA's
 (figures/train_compare/siqa/), "| arm (trained, NarrativeQA spans) |" the reading task's
 (figures/train_compare/nqa_spans/). A rerun or resumed comparison that changes a summary, or an
-edit that drifts, fails here. The interval is the seed-level paired t (issue 35), recomputed here
+edit that drifts, fails here. The interval is the seed-level paired t, recomputed here
 from results.parquet with scipy."""
 
 import re
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers.doc_pages import doc_pages
+from helpers.doc_pages import doc_pages, quoted_text
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIRMATORY = ROOT / "figures" / "train_compare" / "nqa_fp32" / "confirmatory" / "summary.csv"
@@ -47,7 +47,7 @@ def test_compare_headline_table(header):
 
 def _check_row(summary: pd.DataFrame, row: str, where: str) -> None:
     """One row of a headline table against its summary.csv: mean ± sd, the seed-level paired t
-    interval (issue 35) with its df, the verdict with δ written out, ω's p5–p95 and, where the
+    interval with its df, the verdict with δ written out, ω's p5–p95 and, where the
     table has them, the effective treatment (ω / step mean p5–p95, the share of clipped steps)."""
     cells = [c.strip() for c in row.strip().strip("|").split("|")]
     arm = cells[0].split(" ")[0]
@@ -114,9 +114,9 @@ def test_readme_coupling_numbers():
     """The README's "N% of their completions identical at step 2 (bf16 sampling: M%)": the coupling
     of bot_rd with none in the fp32 pilot and in the first (bf16) NarrativeQA-spans comparison,
     from their committed coupling.csv."""
-    text = (ROOT / "README.md").read_text()
+    text = quoted_text()
     m = re.search(r"with\s+(\d+)% of their completions identical at step 2 \(bf16 sampling: (\d+)%\)", text)
-    assert m, "the README's coupling sentence is gone"
+    assert m, "the coupling sentence is in neither README.md nor docs/"
 
     def at_step_2(folder: str) -> int:
         c = pd.read_csv(ROOT / "figures" / "train_compare" / folder / "coupling.csv")
@@ -151,13 +151,13 @@ def test_readme_plan_numbers():
     import numpy as np
     from statsmodels.stats.power import TTestPower
 
-    text = " ".join((ROOT / "README.md").read_text().split())
+    text = quoted_text()
     m = re.search(
         rf"pilot's (\d+) seeds put τ at ({NUM}) F1 \(bf16: ({NUM})\), so the plan asks for (\d+) seeds for 80% "
         rf"power at δ = ({NUM}) F1",
         text,
     )
-    assert m, "the README's plan sentence is gone"
+    assert m, "the plan sentence is in neither README.md nor docs/"
 
     def plan(folder: str, seeds: int | None) -> tuple[float, int, float]:
         tau, within, none_mean, _ = _variance_components(folder, seeds)
@@ -190,11 +190,11 @@ def test_readme_closing_power_numbers():
     import numpy as np
     from statsmodels.stats.power import TTestPower
 
-    text = " ".join((ROOT / "README.md").read_text().split())
+    text = quoted_text()
     m = re.search(
         rf"The (\d+) seeds show τ = ({NUM}) F1 between seeds .*? so they detect ({NUM}) F1 at 80% power", text
     )
-    assert m, "the README's closing power sentence is gone"
+    assert m, "the closing power sentence is in neither README.md nor docs/"
     tau, within, _, paired = _variance_components("nqa_fp32/confirmatory", None)
     seeds = int(m.group(1))
     assert seeds == paired

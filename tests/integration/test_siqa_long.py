@@ -10,6 +10,7 @@ import runpy
 from pathlib import Path
 
 import pytest
+from helpers.doc_pages import quoted_text
 
 ROOT = Path(__file__).resolve().parents[2]
 LONG = ROOT / "figures" / "train_compare" / "siqa_long"
@@ -108,5 +109,5 @@ def test_the_training_pages_reading_is_the_tables():
 
 
 def test_the_readme_says_how_long_the_long_runs_were():
-    readme = _flat((ROOT / "README.md").read_text())
+    readme = quoted_text()  # README.md or a docs page, wherever the sentence is
     assert f"nor does GRPO after {max(rows_of('none'))} steps (one seed, beside GCPO)" in readme

@@ -83,3 +83,20 @@ def test_a_commands_own_flag_keeps_its_name_and_the_field_goes_through_set():
         ["--config", "c.yaml", "--output", "o", "--eval_every", "5", "--set", "eval_every=7"]
     )
     assert args.eval_every == 5 and overrides_from(args) == {"eval_every": 7}
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_repeated_set_flags_accumulate(command, monkeypatch):
+    """argparse keeps only the last --set of nargs='*'; every --set counts."""
+    parser, required = COMMANDS[command](monkeypatch)
+    args = parser.parse_args(required + ["--set", "steps=1", "--set", "learning_rate=0.2", "use_lora=false"])
+    assert overrides_from(args) == {"steps": 1, "learning_rate": 0.2, "use_lora": False}
+
+
+@pytest.mark.parametrize("within", [True, False])
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_key_repeated_in_set_is_refused_naming_it(command, monkeypatch, within):
+    parser, required = COMMANDS[command](monkeypatch)
+    given = ["--set", "steps=1", "steps=3"] if within else ["--set", "steps=1", "--set", "steps=3"]
+    with pytest.raises(ValueError, match="--set: duplicate key 'steps'"):
+        overrides_from(parser.parse_args(required + given))

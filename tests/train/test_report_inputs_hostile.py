@@ -192,7 +192,8 @@ def test_a_reference_without_a_finished_run_or_a_score_shows_delta_as_a_dash(tmp
     messages = [str(w.message) for w in caught]
     assert any(m.startswith("Δ vs none is — for every arm: the reference 'none' " + why) for m in messages), messages
     assert any(
-        m.startswith("the shuffled control (Δ of an arm against its :shuffled twin) is left out") for m in messages
+        m.startswith("the permuted control (Δ of an arm against its :shuffled or :deranged twin) is left out")
+        for m in messages
     )
     table = report["table"].set_index("arm")
     assert "delta" not in table or table["delta"].isna().all()
@@ -206,7 +207,7 @@ def test_a_reference_without_a_finished_run_or_a_score_shows_delta_as_a_dash(tmp
     if case == "zero":  # the frame-level functions say so too
         with pytest.warns(UserWarning, match="the reference 'none' has a held-out mean of 0"):
             assert "delta" not in summary_table(df, ARMS, "none", {})
-        with pytest.warns(UserWarning, match="shuffled control .* is left out"):
+        with pytest.warns(UserWarning, match="permuted control .* is left out"):
             assert control_table(df, ARMS, "none").empty
 
 

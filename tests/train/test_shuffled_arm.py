@@ -105,3 +105,77 @@ def test_the_shuffled_advantages_are_the_step_permutation_of_own_omega(tmp_path)
     for q, omega in zip(order, expected, strict=True):
         got = frame.loc[frame["query_id"] == q, "advantage"].to_numpy()
         np.testing.assert_allclose(got, adv[q] * omega, rtol=1e-5, atol=1e-7)
+
+
+def test_a_derangement_leaves_no_eligible_group_its_own_weight():
+    """``:deranged`` moves every eligible group's ω to another group (checked on the positions,
+    so equal ω values cannot hide a fixed point); the ineligible keep theirs; k = 1 has none to
+    move; the draws are uniform over the derangements (k = 3 has two, each about half the time)."""
+    from gcpo_analysis.measures.shuffled import derangement
+
+    for seed in range(200):
+        k = 2 + seed % 5
+        w = np.arange(k + 1, dtype=float)  # distinct values: a position is its value
+        eligible = [True] * k + [False]
+        out = shuffle_weights(w, eligible, seed=seed, derange=True)
+        assert out[-1] == w[-1] and sorted(out[:k]) == list(w[:k])
+        assert np.all(out[:k] != w[:k]), (seed, out)
+    assert shuffle_weights([1.5, 2.0], [True, False], seed=0, derange=True).tolist() == [1.5, 2.0]
+    rng = np.random.default_rng(0)
+    counts: dict[tuple, int] = {}
+    for _ in range(2000):
+        key = tuple(derangement(3, rng))
+        counts[key] = counts.get(key, 0) + 1
+    assert set(counts) == {(1, 2, 0), (2, 0, 1)} and min(counts.values()) > 900
+    # the plain shuffle is unchanged: the committed shuffled arm's permutations
+    w = np.array([1.1, 1.2, 1.3, 1.4])
+    np.testing.assert_array_equal(
+        shuffle_weights(w, [True] * 4, seed=5), w[np.random.default_rng(5).permutation(np.arange(4))]
+    )
+
+
+def test_the_deranged_arm_trains_with_no_group_keeping_its_omega(tmp_path):
+    """On a tiny model, each step of 'bot_rd:deranged' gives group k the ω of another eligible
+    group: Ã_k = ω_π(k) A_k with π the seeded derangement, π(k) ≠ k for every eligible k."""
+    from helpers.loop_setup import make
+
+    from gcpo_analysis.measures.advantages import grpo_advantages
+    from gcpo_analysis.measures.shuffled import derangement
+    from gcpo_train.loop.trainer import SHUFFLE_STREAM, step_seed
+
+    tr = make(tmp_path, "d", modulator="bot_rd:deranged", steps=1, queries_per_step=4, group_size=4, seed=3)
+    plain = make(tmp_path, "p", modulator="bot_rd", steps=1, queries_per_step=4, group_size=4, seed=3)
+    _, frame = tr.train_step(1)
+    _, ref = plain.train_step(1)
+    order = list(dict.fromkeys(frame["query_id"]))
+    own = _omegas(ref)
+    adv = {q: grpo_advantages(g["reward"].to_numpy(float), 1e-6) for q, g in frame.groupby("query_id", sort=False)}
+    idx = [i for i, q in enumerate(order) if np.any(adv[q] != 0)]
+    assert len(idx) >= 2
+    perm = derangement(len(idx), np.random.default_rng(step_seed(tr.config.seed, 1, SHUFFLE_STREAM)))
+    assert np.all(perm != np.arange(len(idx)))
+    for j, i in enumerate(idx):
+        q, source = order[i], order[idx[perm[j]]]
+        got = frame.loc[frame["query_id"] == q, "advantage"].to_numpy()
+        np.testing.assert_allclose(got, adv[q] * own[source], rtol=1e-5, atol=1e-7)
+
+
+def test_a_dose_arm_trains_with_its_alpha_base_and_has_one_folder(tmp_path):
+    """'bot_rd:alpha5' is bot_rd with alpha_base 5 in its runs' configs, in folder bot_rd-alpha5;
+    a dose has one spelling, and plain GRPO takes none."""
+    from gcpo_analysis.measures.shuffled import check_arm_name, parse_arm
+    from gcpo_train.compare.run import run_config
+    from gcpo_train.config import TrainConfig
+
+    assert parse_arm("bot_rd:alpha5") == ("bot_rd", 5.0) and parse_arm("rd:alpha2.5") == ("rd", 2.5)
+    assert parse_arm("bot_rd:shuffled:alpha5") == ("bot_rd:shuffled", 5.0) and parse_arm("bot_rd") == ("bot_rd", None)
+    assert arm_folder_name("bot_rd:alpha5") == "bot_rd-alpha5" and arm_of_folder("bot_rd-alpha5") == "bot_rd:alpha5"
+    assert arm_of_folder(arm_folder_name("bot_rd:deranged:alpha0.6")) == "bot_rd:deranged:alpha0.6"
+    for bad, match in (("bot_rd:alpha05", "alpha5"), ("bot_rd:alpha5.0", "alpha5"), ("none:alpha5", "none")):
+        with pytest.raises(ValueError, match=match):
+            check_arm_name(bad)
+    base = TrainConfig(model="tiny:2", modulator="none", steps=1)
+    cfg = run_config(base, "bot_rd:alpha5", 2, tmp_path, 0, 10, 0)
+    assert (cfg.modulator, cfg.alpha_base, cfg.seed) == ("bot_rd", 5.0, 2)
+    assert cfg.output_dir.endswith("runs/bot_rd-alpha5/seed_2")
+    assert run_config(base, "bot_rd", 2, tmp_path, 0, 10, 0).alpha_base == base.alpha_base

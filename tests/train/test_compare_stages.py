@@ -1,0 +1,103 @@
+"""The planned reading of a contrast (gcpo_train.compare.stages) on a synthetic results frame,
+each number against a by-hand computation: the per-seed deltas, the shape (median, Wilcoxon, the
+leave-one-seed-out range), the δ sensitivity and the one- and two-look statistics."""
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from gcpo_train.compare.stages import contrast_deltas, plot_deltas, reading, reading_markdown
+
+
+def _results(n_seeds=22, n_queries=30, shift=0.5, seed=0):
+    rng = np.random.default_rng(seed)
+    rows = []
+    for s in range(n_seeds):
+        base = rng.uniform(0, 100, n_queries)
+        effect = rng.normal(shift, 4.0)
+        for arm, score in (("none", base), ("bot_rd", np.clip(base + effect + rng.normal(0, 5, n_queries), 0, 100))):
+            rows += [
+                {"arm": arm, "seed": s, "step": 60, "query_id": f"q{q}", "score": float(v)} for q, v in enumerate(score)
+            ]
+        rows += [{"arm": "none", "seed": s, "step": 30, "query_id": f"q{q}", "score": 0.0} for q in range(n_queries)]
+    return pd.DataFrame(rows)
+
+
+def test_the_per_seed_deltas_are_the_last_steps_differences():
+    res = _results(n_seeds=5)
+    d = contrast_deltas(res, "bot_rd")
+    last = res[res["step"] == 60].pivot_table(index=["seed", "query_id"], columns="arm", values="score")
+    by_hand = (last["bot_rd"] - last["none"]).groupby("seed").mean()
+    np.testing.assert_allclose(d.mean(axis=1).to_numpy(), by_hand.to_numpy())
+    with pytest.raises(ValueError, match="no finished run of arm 'rd'"):
+        contrast_deltas(res, "rd")
+    with pytest.raises(ValueError, match="fewer than two"):
+        contrast_deltas(res[res["seed"] == 0], "bot_rd")
+
+
+def test_one_look_shape_and_sensitivity():
+    from gcpo_analysis.stats.seeds import paired_t, tost
+
+    res = _results(n_seeds=13)
+    r = reading(res, "bot_rd", 3.26)
+    D = r["per_seed"].to_numpy()
+    sh = r["shape"]
+    assert sh["median"] == pytest.approx(np.median(D)) and sh["below_zero"] == int((D < 0).sum())
+    assert sh["wilcoxon_p"] == pytest.approx(stats.wilcoxon(D).pvalue)
+    loo = [np.mean(np.delete(D, i)) for i in range(D.size)]
+    assert (sh["loo_low"], sh["loo_high"]) == pytest.approx((min(loo), max(loo)))
+    assert sh["loo_low_without"] == int(np.argmin(loo)) and sh["loo_high_without"] == int(np.argmax(loo))
+    t = paired_t(D)
+    s = r["seed_level"]
+    assert (s["delta_low"], s["delta_high"]) == pytest.approx((t["low"], t["high"]))
+    sens = r["sensitivity"].set_index("margin")
+    assert 3.26 in sens.index and len(sens) == 7
+    for m, row in sens.iterrows():
+        assert row["p_tost"] == pytest.approx(tost(D, m))
+        expected = "equivalent within ±δ" if (t["low"] <= 0 <= t["high"] and row["p_tost"] < 0.05) else None
+        if expected:
+            assert row["verdict"] == expected
+    text = reading_markdown(r)
+    assert "One look, 13 seeds" in text and f"median {np.median(D):+.2f}".replace("-", "−") in text
+
+
+def test_two_looks(tmp_path):
+    from gcpo_analysis.stats.sequential import sequential_seed_level
+
+    res = _results(n_seeds=22)
+    r = reading(res, "bot_rd", 3.26, first_look=13, planned=22)
+    D = r["per_seed"].to_numpy()
+    expected = sequential_seed_level(D, 13, 22, 3.26)
+    assert r["sequential"]["looks"][1]["low"] == pytest.approx(expected["looks"][1]["low"])
+    alone = stats.ttest_1samp(D[13:], 0).confidence_interval(0.95)
+    assert r["sequential"]["stage2_alone"]["high"] == pytest.approx(alone.high)
+    text = reading_markdown(r)
+    assert "Two looks, O'Brien–Fleming-type" in text and "The second stage alone (9 seeds" in text
+    # with the first stage only, the reading is one look
+    assert "seed_level" in reading(res[res["seed"] < 13], "bot_rd", 3.26, first_look=13, planned=22)
+    plot_deltas(r, tmp_path / "deltas")
+    assert (tmp_path / "deltas.png").stat().st_size > 0 and (tmp_path / "deltas.svg").stat().st_size > 0
+    for bad in (0, -1, float("nan"), True):
+        with pytest.raises(ValueError, match="--margin"):
+            reading(res, "bot_rd", bad)
+
+
+def test_the_control_table_pairs_each_permuted_twin():
+    """An arm with both a :shuffled and a :deranged twin gets one control row for each, each Δ the
+    seed-level statistic of that pair; the header names both controls."""
+    from gcpo_train.compare.report import _control_markdown, control_table
+
+    res = _results(n_seeds=4)
+    trained = res[res["arm"] == "bot_rd"]
+    twins = [
+        trained.assign(arm=f"bot_rd:{c}", score=trained["score"] + k) for k, c in ((1.0, "shuffled"), (2.0, "deranged"))
+    ]
+    res = pd.concat([res, *twins], ignore_index=True)
+    arms = ["none", "bot_rd", "bot_rd:shuffled", "bot_rd:deranged"]
+    table = control_table(res, arms, "none").set_index("control")
+    assert list(table.index) == ["bot_rd:shuffled", "bot_rd:deranged"]
+    assert table.loc["bot_rd:deranged", "delta"] == pytest.approx(-2.0)
+    assert table.loc["bot_rd:shuffled", "delta"] == pytest.approx(-1.0)
+    assert "Permuted controls" in _control_markdown(table.reset_index())
+    assert "Shuffled control" in _control_markdown(table.reset_index().iloc[:1])
