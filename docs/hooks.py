@@ -148,7 +148,9 @@ def cli_page() -> str:
     try:
         parser = build_parser()
         helps = [("", parser.format_help())]
-        helps += [(name, sub.format_help()) for name, sub in _subparsers(parser).items()]
+        for name, sub in _subparsers(parser).items():  # and a command's own steps (gcpo compare publish, ...)
+            helps += [(name, sub.format_help())]
+            helps += [(f"{name} {step}", p.format_help()) for step, p in _subparsers(sub).items()]
     finally:
         if before is None:
             del os.environ["COLUMNS"]

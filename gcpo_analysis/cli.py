@@ -1,4 +1,4 @@
-"""The `gcpo` command: score, study, proofs, diff, train, eval, export.
+"""The `gcpo` command: score, study, proofs, diff, train, eval, export, compare, align, plot-train, pilot.
 
 Each subcommand imports its heavy parts only when it runs, so `gcpo --help` is instant.
 """
@@ -22,6 +22,7 @@ SUBCOMMANDS = {
     "compare": "gcpo_train.compare.cli:add_parser",
     "align": "gcpo_train.align.run:add_parser",
     "plot-train": "gcpo_train.plot_train:add_parser",
+    "pilot": "gcpo_train.pilots.cli:add_parser",
 }
 
 

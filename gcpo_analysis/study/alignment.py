@@ -79,7 +79,8 @@ def check_study_folder(out: Path, flag: str) -> None:
 def check_snapshot(groups: pd.DataFrame, K: np.ndarray, source: str, gram: str) -> None:
     """Refuse a groups frame or Gram the statistics cannot read, naming the file, column and row:
     a missing column, a non-finite weight (its cosines would be NaN, unnamed), a non-finite or
-    asymmetric Gram, a negative ‖g_q‖², too few pool groups for the smallest batch."""
+    asymmetric Gram, a negative ‖g_q‖², a row that is not the Gram's (``alignment_match``), too few
+    pool groups for the smallest batch."""
     check_columns(groups, list(GROUP_COLUMNS), "snapshot groups", source)
     for col in [c for c in groups.columns if c.startswith("w_")]:
         values = pd.to_numeric(groups[col], errors="coerce").to_numpy(float)
@@ -100,6 +101,9 @@ def check_snapshot(groups: pd.DataFrame, K: np.ndarray, source: str, gram: str) 
     if (np.diag(K) < 0).any():
         i = int(np.flatnonzero(np.diag(K) < 0)[0])
         raise ValueError(f"{gram}: a negative squared norm K[{i}, {i}] = {K[i, i]} (no Gram of gradients)")
+    from gcpo_analysis.study.alignment_match import check_frame_matches_gram
+
+    check_frame_matches_gram(groups, K, source, gram)  # each row the Gram's group
     n_pool = int((groups["role"] == "pool").sum())
     if n_pool <= min(BATCH_SIZES):
         raise ValueError(

@@ -182,12 +182,18 @@ def run_snapshot(cfg: AlignConfig) -> Path:
     # finished, its gradients gone (not --keep_gradients): going on would write a Gram of zeros over
     # it; with them kept, a snapshot finished early (--finish-now) goes on to the full pool
     if finished.exists() and not (work / "gradients.npy").exists():
-        log.info(
-            "snapshot %s is finished (%s); nothing to do (gcpo align --restat %s redoes the tables)",
-            cfg.snapshot,
-            finished,
-            out,
-        )
+        if statistics_current(out):
+            log.info(
+                "snapshot %s is finished (%s); nothing to do (gcpo align --restat %s redoes the tables)",
+                cfg.snapshot,
+                finished,
+                out,
+            )
+        else:  # finished, but stopped during its statistics: the tables lack it or predate it
+            from gcpo_analysis.study.alignment import restat
+
+            log.info("snapshot %s is finished; its statistics were not: writing the tables of %s", cfg.snapshot, out)
+            restat(out)
         return work
     if any((work / "parts").glob("group_*.json")) and not (work / "gradients.npy").exists():
         raise ValueError(
@@ -227,7 +233,14 @@ def run_snapshot(cfg: AlignConfig) -> Path:
             continue
         row = queries.iloc[k].to_dict()
         g = group_gradient(model, tok, train, row, group_seed(cfg.seed, k), kernels=kernels)
-        gradient_rows.write_row(work / "gradients.npy", k, g.gradient)  # on disk before its part says it is done
+        try:
+            gradient_rows.write_row(work / "gradients.npy", k, g.gradient)  # on disk before its part says it is done
+        except FileNotFoundError:
+            if not finished.exists():
+                raise
+            # a second process (--reverse) did this group too and finished the snapshot meanwhile
+            log.info("snapshot %s was finished by another process", cfg.snapshot)
+            return work
         part = dict(
             position=k,
             role="pool" if k < cfg.n_pool else "reference",
@@ -267,7 +280,49 @@ def gram_of(path: Path, rows: list[int], block: int = 16) -> np.ndarray:
     return K
 
 
+def statistics_current(out: Path) -> bool:
+    """Whether the study's tables (summary.parquet, written last of them together by ``restat``)
+    hold every finished snapshot and are newer than each one's frames and card: False after a
+    command killed during its statistics, which a rerun then completes."""
+    from gcpo_analysis.study.alignment import snapshot_paths, snapshots
+
+    summary = Path(out) / "summary.parquet"
+    if not summary.is_file():
+        return False
+    names = snapshots(out)
+    try:
+        tabled = set(pd.read_parquet(summary, columns=["snapshot"])["snapshot"].astype(str))
+    except (OSError, ValueError, KeyError):
+        return False
+    written = summary.stat().st_mtime_ns
+    newest = max(
+        (p.stat().st_mtime_ns for n in names for p in snapshot_paths(out, n).values() if p.exists()), default=0
+    )
+    return set(names) <= tabled and written >= newest
+
+
 def finish_snapshot(cfg: AlignConfig, train, work: Path, dim: int, done: list[int]) -> None:
+    """``finish_groups`` under the snapshot's finishing lock (``work/finish.lock``): two processes
+    on one snapshot (``--reverse``) both reach the end, and the second, once the first has
+    finished the snapshot (its card written, its gradient file deleted), has nothing left to do."""
+    import fcntl
+
+    from gcpo_analysis.study.alignment import snapshot_paths
+
+    with open(work / "finish.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if the process dies
+        card = snapshot_paths(Path(cfg.output), cfg.snapshot)["card"]
+        if card.exists() and not (work / "gradients.npy").exists():  # the other process finished it
+            log.info("snapshot %s was finished by another process", cfg.snapshot)
+            if not statistics_current(Path(cfg.output)):
+                from gcpo_analysis.study.alignment import restat
+
+                restat(Path(cfg.output))
+            return
+        finish_groups(cfg, train, work, dim, done)
+
+
+def finish_groups(cfg: AlignConfig, train, work: Path, dim: int, done: list[int]) -> None:
     """The Gram, the per-group frame and the card of a snapshot from its groups ``done``."""
     from gcpo_analysis.study.alignment import check_snapshot, restat, snapshot_paths
     from gcpo_train.align.weights import pool_weights

@@ -1,4 +1,6 @@
-"""The ``gcpo compare`` command: its flags, and the run they start (gcpo_train.compare.run)."""
+"""The ``gcpo compare`` command: its flags, and the run they start (gcpo_train.compare.run); and
+its steps on a comparison folder: ``gcpo compare publish`` (compare.publish), ``gcpo compare
+table`` (compare.table) and ``gcpo compare control`` (compare.control)."""
 
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ def add_parser(subparsers):
     )
     p.add_argument(
         "--config",
-        required=True,
+        default=None,  # required unless a step (publish, table, control) is named: run_cli says so
         help="training config YAML (gcpo train's fields), optionally with a compare: mapping whose "
         "modulators, seeds, eval_every, eval_n and split_seed are the defaults of these flags "
         "(configs/compare/*.yaml)",
@@ -44,7 +46,7 @@ def add_parser(subparsers):
         choices=("gcpo", "trl"),
         help="training engine of every arm: gcpo's own loop or TRL's GRPOTrainer (default: the config's backend)",
     )
-    p.add_argument("--output", required=True, help="comparison folder (created; rerun the command to resume)")
+    p.add_argument("--output", default=None, help="comparison folder (created; rerun the command to resume)")
     p.add_argument(
         "--eval_every",
         "--eval-every",
@@ -103,13 +105,96 @@ def add_parser(subparsers):
     )
     p.add_argument("--no_progress", "--no-progress", action="store_true", help="hide the progress bars")
     p.set_defaults(func=run_cli, _parser=p)
+    add_steps(p)
     return p
+
+
+def add_steps(p) -> None:
+    """``gcpo compare publish|table|control``: the steps on a comparison folder, besides training it."""
+    from gcpo_train.compare import control, publish, table
+
+    steps = p.add_subparsers(dest="step", metavar="STEP", required=False)
+    helps = {
+        "publish": "copy a comparison's finished runs and its report into a folder meant for git (no checkpoints)",
+        "table": "print a comparison's headline table (as the README quotes it) from its summary.csv",
+        "control": "the no-passage control: the base and every finished arm-seed's final policy evaluated "
+        "without passages",
+    }
+    modules = {"publish": (publish, run_publish), "table": (table, run_table), "control": (control, run_control)}
+    pub, tab, ctl = (_step(steps, name, *modules[name], helps[name]) for name in ("publish", "table", "control"))
+    pub.add_argument("source", help="the gcpo compare folder (its --output)")
+    pub.add_argument("dest", help="the folder to copy into (new, or an earlier copy of the same comparison)")
+    tab.add_argument("folder", help="a comparison folder (its summary.csv)")
+    tab.add_argument("--header", required=True, help="the first header cell, which names the table in the README")
+    tab.add_argument("--score", default="held-out score", help="what the score column holds (e.g. held-out F1)")
+    ctl.add_argument("folder", help="a gcpo compare folder")
+    ctl.add_argument("data", help="the --no_passage folder of scripts/narrativeqa_spans.py (the same other options)")
+    ctl.add_argument("--arms", default=None, help="comma-separated arms (default: every finished one)")
+    ctl.add_argument("--no_progress", "--no-progress", action="store_true", help="no progress bar")
+
+
+def _step(steps, name: str, module, run, help: str):
+    """The parser of step ``name``: its help, the module's docstring as its description, ``run`` its function."""
+    import argparse
+
+    parser = steps.add_parser(
+        name,
+        help=help,
+        description=module.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+    parser.set_defaults(func=run, _parser=parser)
+    return parser
+
+
+def _one_line(step):
+    """The step's refusals (SystemExit with a message) as the ValueError the command line prints in one line."""
+    try:
+        return step()
+    except SystemExit as stop:
+        if isinstance(stop.code, str):
+            raise ValueError(stop.code) from None
+        raise
+
+
+def run_publish(args) -> int:
+    from pathlib import Path
+
+    from gcpo_train.compare.publish import publish
+
+    runs = _one_line(lambda: publish(Path(args.source), Path(args.dest)))
+    print(f"{len(runs)} finished arm-seed run(s) copied to {args.dest}")
+    return 0
+
+
+def run_table(args) -> int:
+    from pathlib import Path
+
+    from gcpo_train.compare.table import table
+
+    print(_one_line(lambda: table(Path(args.folder), args.header, args.score)))
+    return 0
+
+
+def run_control(args) -> int:
+    from pathlib import Path
+
+    from gcpo_train.compare.control import evaluate_blank
+
+    arms = comma_items(args.arms, "--arms") if args.arms else None
+    paths = _one_line(lambda: evaluate_blank(Path(args.folder), args.data, arms, progress=not args.no_progress))
+    print(f"{len(paths)} no-passage evaluations in {Path(args.folder) / 'nopassage'}")
+    return 0
 
 
 def run_cli(args) -> int:
     from gcpo_train.compare.workers import check_workers
     from gcpo_train.overrides import overrides_from
 
+    missing = [flag for flag in ("--config", "--output") if getattr(args, flag[2:]) is None]
+    if missing:  # argparse's own words: the flags are required unless a step is named
+        args._parser.error(f"the following arguments are required: {', '.join(missing)}")
     check_workers(args.workers)  # before anything is written or evaluated
     if args.plan_file is not None and not args.plan:  # ignored, it let the command train
         raise ValueError(

@@ -62,16 +62,27 @@ def read_scores(path: Path, arm: str, seed: int, step: int) -> pd.DataFrame:
     """(query_id, score, arm, seed, step) of one evaluation, checked by the held-out reader
     (``evaluation.heldout.read_scores``: both columns, no empty file, every query once with an id,
     each score a finite number, not a text or a bool), each error naming the run and the file."""
+    from gcpo_train.compare.data_identity import CONTENT_ID
     from gcpo_train.evaluation.heldout import read_scores as read_checked
 
-    return read_checked(path, f"{arm} seed {seed} step {step}").assign(arm=arm, seed=seed, step=step)
+    frame = read_checked(path, f"{arm} seed {seed} step {step}").assign(arm=arm, seed=seed, step=step)
+    if str(path).endswith(".parquet"):  # the content id beside the query id (absent in older files)
+        import pyarrow.parquet as pq
+
+        if CONTENT_ID in pq.read_schema(path).names:
+            frame[CONTENT_ID] = pd.read_parquet(path, columns=[CONTENT_ID])[CONTENT_ID].to_numpy()
+    return frame
 
 
 def check_same_queries(parts: list[tuple[Path, pd.DataFrame]]) -> None:
     """Every evaluation of a comparison ((file, ``read_scores`` frame) pairs) scores the same held-out
     queries (the first eval_n of one split): one that lacks a query or has another would silently
     shrink the pairing. The set most files hold is the comparison's; each file that differs from
-    it is named, with a query it lacks or adds."""
+    it is named, with a query it lacks or adds. A query id is a position in the data: where files
+    carry content ids, each query's must agree (``data_identity.check_content_ids``)."""
+    from gcpo_train.compare.data_identity import check_content_ids
+
+    check_content_ids(parts)
     sets = {path: frozenset(frame["query_id"]) for path, frame in parts}
     counts = Counter(sets.values())
     common = max(counts, key=counts.__getitem__)

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 # the files of a comparison folder besides its plan (compare.run's record and results,
-# compare.report's tables, scripts/span_gate.py --compare's gate.md), lower case
+# compare.report's tables, gcpo pilot span-gate --compare's gate.md), lower case
 COMPARISON_FILES = (
     "compare.json",
     "results.parquet",

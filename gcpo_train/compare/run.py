@@ -172,16 +172,19 @@ class Comparison:
 
     def _check_spec(self) -> None:
         """A folder holds one comparison: more arms or seeds may be added, nothing else changed."""
+        from gcpo_train.compare.data_identity import check_data, data_record
+
         path = self.out / "compare.json"
-        new = self.spec()
+        new = {**self.spec(), "data": data_record(self.base, self.trainer_kwargs)}
         if path.exists():
             old = read_record(path)
+            check_data(self.out, old.get("data"), new["data"])  # the data by content, not only by name
             old_cfg, new_cfg = old.get("config", {}), json.loads(json.dumps(new["config"], default=str))
             changed = sorted(k for k in set(old_cfg) | set(new_cfg) if old_cfg.get(k) != new_cfg.get(k))
             changed += sorted(
                 k
                 for k in new
-                if k not in ("modulators", "seeds", "config", "backend", "common_random_numbers")
+                if k not in ("modulators", "seeds", "config", "backend", "common_random_numbers", "data")
                 and (k in old or k not in RECORDED_SINCE_ISSUE_35)  # older folders lack these records
                 and old.get(k) != new[k]
             )  # the backend is in the config's identity

@@ -1,6 +1,6 @@
-"""Multiple-choice answers written as QA (``scripts/choice_as_qa.py``): which option an answer
+"""Multiple-choice answers written as QA (``gcpo pilot choice-as-qa``): which option an answer
 copies, and whether which option a policy copies depends on the query (``choice_dependence``),
-the statistics of ``scripts/choice_gate.py``."""
+the statistics of ``gcpo pilot choice-gate``."""
 
 from __future__ import annotations
 

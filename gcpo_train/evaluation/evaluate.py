@@ -258,11 +258,13 @@ def decode(model, tokenizer, queries, s: EvalSettings, *, batch_size: int, kerne
 
 def score(queries, completions: list[str]):
     """(metrics, predictions): ``task_metrics`` of the extracted answers plus the mean task
-    reward, and one row per query (query_id, completion, answer, reward, score, references),
+    reward, and one row per query (query_id, completion, answer, reward, score, references,
+    content_id),
     ``score`` being the task's metric on 0-100 (``heldout.per_query_scores``)."""
     import pandas as pd
 
     from gcpo_analysis.rewards import extract_answer, task_metrics, task_reward
+    from gcpo_train.compare.data_identity import content_ids
     from gcpo_train.evaluation.heldout import per_query_scores
 
     task = queries["task"].iloc[0]
@@ -280,6 +282,8 @@ def score(queries, completions: list[str]):
             "reward": rewards,
             "score": scores,
             "references": refs,
+            # beside the positional query_id: which question and passage were scored (compare.data_identity)
+            "content_id": content_ids(queries),
         }
     )
     return metrics, predictions

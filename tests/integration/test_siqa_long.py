@@ -15,7 +15,7 @@ from helpers.doc_pages import quoted_text
 ROOT = Path(__file__).resolve().parents[2]
 LONG = ROOT / "figures" / "train_compare" / "siqa_long"
 BASE = str(ROOT / "figures" / "train_compare" / "pilots" / "siqa_base.predictions.parquet")
-GATE = runpy.run_path(str(ROOT / "scripts" / "choice_gate.py"))
+GATE = runpy.run_path(str(ROOT / "gcpo_train" / "pilots" / "choice_gate.py"))
 
 
 def _evals(arm: str) -> list[str]:

@@ -1,4 +1,4 @@
-"""scripts/choice_as_qa.py (a multiple-choice record as a QA record) and scripts/choice_gate.py
+"""gcpo_train.pilots.choice_as_qa (a multiple-choice record as a QA record) and gcpo_train.pilots.choice_gate
 (the learning gate against the base policy and against "always the k-th option"), on
 hand-made records whose scores are worked out by hand."""
 
@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-AS_QA = runpy.run_path(str(ROOT / "scripts" / "choice_as_qa.py"))
-GATE = runpy.run_path(str(ROOT / "scripts" / "choice_gate.py"))
+AS_QA = runpy.run_path(str(ROOT / "gcpo_train" / "pilots" / "choice_as_qa.py"))
+GATE = runpy.run_path(str(ROOT / "gcpo_train" / "pilots" / "choice_gate.py"))
 
 
 def test_a_record_becomes_qa_with_its_options_in_the_question():

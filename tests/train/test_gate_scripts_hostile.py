@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-CHOICE = runpy.run_path(str(ROOT / "scripts" / "choice_gate.py"))
-SPAN = runpy.run_path(str(ROOT / "scripts" / "span_gate.py"))
+CHOICE = runpy.run_path(str(ROOT / "gcpo_train" / "pilots" / "choice_gate.py"))
+SPAN = runpy.run_path(str(ROOT / "gcpo_train" / "pilots" / "span_gate.py"))
 
 FOUR = ["red apple", "blue car", "old house", "green tree"]
 FIVE = [*FOUR, "tall ship"]
@@ -103,7 +103,7 @@ def test_span_gate_refuses_a_bad_prediction_naming_its_row(tmp_path, col, values
     path = tmp_path / "bad.predictions.parquet"
     _bad_frame(ids, refs, col, values).to_parquet(path)
     with pytest.raises(SystemExit, match=rf"bad.predictions.parquet: {message} at row {row} \(query_id="):
-        SPAN["main"]([str(data), str(path)])
+        SPAN["command"]([str(data), str(path)])
 
 
 def test_span_gate_output_is_the_printed_table(tmp_path, capsys):
@@ -118,7 +118,7 @@ def test_span_gate_output_is_the_printed_table(tmp_path, capsys):
     ids = ["narrativeqa/test/q0", "narrativeqa/test/q1"]
     base = _preds(tmp_path / "base.predictions.parquet", ids, ["cat", "dog"], [100.0, 0.0], [["cat"]] * 2)
     out = tmp_path / "gate.md"
-    assert SPAN["main"]([str(data), base, "--output", str(out)]) == 0
+    assert SPAN["command"]([str(data), base, "--output", str(out)]) == 0
     assert out.read_text() == capsys.readouterr().out and out.read_text().startswith("| policy |")
 
 
@@ -133,12 +133,12 @@ def test_choice_gate_table_and_figure_are_written_together_or_not_at_all(tmp_pat
     blocked = tmp_path / "blocked"
     blocked.write_text("a file where the figure's folder would go")
     with pytest.raises(OSError):  # the figure cannot be written: the table is not replaced either
-        CHOICE["main"]([data, "--curve", str(log), base, run, "--figure", str(blocked / "c"), "--output", str(out)])
+        CHOICE["command"]([data, "--curve", str(log), base, run, "--figure", str(blocked / "c"), "--output", str(out)])
     assert out.read_text() == "the previous table\n"
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".curve.md.")]  # no temporary left
     capsys.readouterr()
     args = [data, "--curve", str(log), base, run, "--figure", str(tmp_path / "c"), "--output", str(out)]
-    assert CHOICE["main"](args) == 0
+    assert CHOICE["command"](args) == 0
     assert out.read_text() == capsys.readouterr().out and "| 2 | 1.00 | 0.00 | 100.0 |" in out.read_text()
     assert (tmp_path / "c.png").stat().st_size > 0 and (tmp_path / "c.svg").stat().st_size > 0
 

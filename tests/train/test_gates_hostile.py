@@ -15,8 +15,8 @@ import pandas as pd
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-CHOICE = runpy.run_path(str(ROOT / "scripts" / "choice_gate.py"))
-SPAN = runpy.run_path(str(ROOT / "scripts" / "span_gate.py"))
+CHOICE = runpy.run_path(str(ROOT / "gcpo_train" / "pilots" / "choice_gate.py"))
+SPAN = runpy.run_path(str(ROOT / "gcpo_train" / "pilots" / "span_gate.py"))
 OPTS = ["red apple", "blue car", "old house"]
 
 
@@ -66,7 +66,7 @@ def test_choice_gate_output_over_an_input_is_refused_and_the_input_kept(tmp_path
     before = {p: Path(p).read_bytes() for p in (data, base, trained)}
     args = [data, base, trained] if mode == "files" else [data, "--table", base, trained]
     with pytest.raises(SystemExit, match=r"--output .* is the input file .*; choose another --output"):
-        CHOICE["main"]([*args, "--output", target])
+        CHOICE["command"]([*args, "--output", target])
     assert {p: Path(p).read_bytes() for p in before} == before
 
 
@@ -77,11 +77,11 @@ def test_choice_gate_curve_output_or_figure_over_an_input_is_refused(tmp_path, c
     log.write_text("".join(json.dumps({"step": k, "reward_mean": 1.0, "kl": 0.0}) + "\n" for k in (1, 2)))
     curve = [data, "--curve", str(log), base, run]
     with pytest.raises(SystemExit, match=r"--output .*log.jsonl is the input file"):
-        CHOICE["main"]([*curve, "--output", str(log)])
+        CHOICE["command"]([*curve, "--output", str(log)])
     shot = tmp_path / "shot.png"  # an image given as the "other run" is no input a figure may replace
     shot.write_bytes(b"png")
     with pytest.raises(SystemExit, match=r"--figure .*shot.png is the input file"):
-        CHOICE["main"]([*curve, "--versus", str(shot), "--figure", str(tmp_path / "shot")])
+        CHOICE["command"]([*curve, "--versus", str(shot), "--figure", str(tmp_path / "shot")])
     assert shot.read_bytes() == b"png"
 
 
@@ -94,9 +94,9 @@ def test_choice_gate_compare_output_over_a_runs_predictions_is_refused_but_gate_
     before = Path(run).read_bytes()
     for target in (run, str(cmp / "base/all_seeds.predictions.parquet")):
         with pytest.raises(SystemExit, match="is the input file"):
-            CHOICE["main"]([data, "--compare", str(cmp), "--output", target])
+            CHOICE["command"]([data, "--compare", str(cmp), "--output", target])
     assert Path(run).read_bytes() == before
-    assert CHOICE["main"]([data, "--compare", str(cmp), "--output", str(cmp / "gate.md")]) == 0  # its usual place
+    assert CHOICE["command"]([data, "--compare", str(cmp), "--output", str(cmp / "gate.md")]) == 0  # its usual place
     assert (cmp / "gate.md").read_text().startswith("| arm | seed | step |")
 
 
@@ -124,7 +124,7 @@ def test_span_gate_output_over_an_input_is_refused_and_the_input_kept(tmp_path, 
     before = Path(paths[victim]).read_bytes()
     args = [str(data), f"{paths['base']},{paths['base_np']}", paths["trained"], "--output", paths[victim]]
     with pytest.raises(SystemExit, match=r"--output .* is the input (predictions|data) .*; choose another --output"):
-        SPAN["main"](args)
+        SPAN["command"](args)
     assert Path(paths[victim]).read_bytes() == before
 
 
@@ -178,7 +178,7 @@ def test_span_gate_compare_leaves_out_a_run_still_training(tmp_path):
 )
 def test_choice_gate_mode_flags_without_their_operands_are_usage_errors(args, says, capsys):
     with pytest.raises(SystemExit) as err:
-        CHOICE["main"](args)
+        CHOICE["command"](args)
     assert err.value.code == 2
     stderr = capsys.readouterr().err
     assert stderr.startswith("usage: ") and says in stderr
@@ -190,12 +190,12 @@ def test_choice_gate_a_query_scored_twice_names_its_file(tmp_path, choice):
     ids = list(pd.read_parquet(base)["query_id"])
     dup = write(tmp_path / "dup.predictions.parquet", ["x"] * 5, [0.0] * 5, ids + ids[:1])
     with pytest.raises(SystemExit, match=rf"^{dup}: row 4 scores query '{ids[0]}' a second time"):
-        CHOICE["main"]([data, "--table", base, dup])
+        CHOICE["command"]([data, "--table", base, dup])
 
 
 def test_choice_gate_compare_refuses_seed_00_and_orders_seeds_by_number(tmp_path):
     """compare_runs took seed_00 as a second seed 0, and sorted seed 10 before seed 2."""
-    gate = runpy.run_path(str(Path(__file__).resolve().parents[2] / "scripts" / "choice_gate.py"))
+    gate = runpy.run_path(str(Path(__file__).resolve().parents[2] / "gcpo_train" / "pilots" / "choice_gate.py"))
     for seed in ("0", "2", "10"):
         run = tmp_path / "runs" / "none" / f"seed_{seed}"
         (run / "eval").mkdir(parents=True)

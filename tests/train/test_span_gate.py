@@ -1,4 +1,4 @@
-"""scripts/span_gate.py: the reading task's gate, its length-matched random-span baseline and the
+"""gcpo_train.pilots.span_gate: the reading task's gate, its length-matched random-span baseline and the
 passage effect, on hand-made queries whose scores are worked out by hand."""
 
 import json
@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-GATE = runpy.run_path(str(ROOT / "scripts" / "span_gate.py"))
+GATE = runpy.run_path(str(ROOT / "gcpo_train" / "pilots" / "span_gate.py"))
 
 
 def test_random_span_by_hand():
@@ -143,7 +143,7 @@ def test_a_query_scored_twice_is_named_with_its_file(tmp_path, which):
     paths = {name: write(name, ids=(0, 1, 1) if name == which else (0, 1, 2)) for name in ("base", "base_np")}
     paths |= {name: write(name, ids=(0, 1, 2, 1) if name == which else (0, 1, 2)) for name in ("trained", "trained_np")}
     with pytest.raises(SystemExit) as err:
-        GATE["main"]([data, f"{paths['base']},{paths['base_np']}", f"{paths['trained']},{paths['trained_np']}"])
+        GATE["command"]([data, f"{paths['base']},{paths['base_np']}", f"{paths['trained']},{paths['trained_np']}"])
     msg = str(err.value.code)
     assert msg.startswith(f"{paths[which]}: ") and "'narrativeqa/test/q1'" in msg and "more than once" in msg
     assert "base frame" not in msg
@@ -158,7 +158,7 @@ def test_a_file_missing_a_query_is_named_with_the_query(tmp_path, which, ids):
         name: write(name, ids=ids if name == which else (0, 1, 2)) for name in ("base_np", "trained", "trained_np")
     }
     with pytest.raises(SystemExit) as err:
-        GATE["main"]([data, f"{base},{paths['base_np']}", f"{paths['trained']},{paths['trained_np']}"])
+        GATE["command"]([data, f"{base},{paths['base_np']}", f"{paths['trained']},{paths['trained_np']}"])
     msg = str(err.value.code)
     missing = min(set(range(3)) - set(ids))
     assert msg.startswith(f"{paths[which]}: lacks") and f"'narrativeqa/test/q{missing}'" in msg and base in msg
@@ -168,7 +168,7 @@ def test_a_file_scoring_queries_the_base_does_not_is_named(tmp_path):
     data, write = _three(tmp_path)
     base, trained = write("base", ids=(0, 1)), write("trained")
     with pytest.raises(SystemExit) as err:
-        GATE["main"]([data, base, trained])
+        GATE["command"]([data, base, trained])
     msg = str(err.value.code)
     assert msg.startswith(f"{trained}: ") and "'narrativeqa/test/q2'" in msg and base in msg
 
@@ -180,7 +180,7 @@ def test_empty_references_are_named_with_the_file_and_query(tmp_path):
     with pytest.raises(
         SystemExit, match=re.escape(trained) + r": .*references.* at row 1 \(query_id='narrativeqa/test/q1'\)"
     ):
-        GATE["main"]([data, base, trained])
+        GATE["command"]([data, base, trained])
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,5 @@
-"""The learning gate on a multiple-choice benchmark written as QA (``scripts/choice_as_qa.py``;
-issue 25's pilot log). For each ``gcpo eval`` predictions file: token-F1 and accuracy (F1 > 0.5,
+"""The learning gate on a multiple-choice benchmark written as QA (``gcpo pilot choice-as-qa``;
+the training pilots' log). For each ``gcpo eval`` predictions file: token-F1 and accuracy (F1 > 0.5,
 the qa_f1 task's), which option the answers copy (exactly, after SQuAD normalisation), the F1
 of "always the k-th option" for each k (a policy that learned the format but reads nothing),
 and three differences with 95% bootstrap CIs over queries: against the base policy (the gate as
@@ -8,9 +8,9 @@ clear), paired (``heldout.paired_gain``); and against a policy that copies each 
 as this one does but at random (``choice_dependence``: whether which option it copies depends
 on the query at all, whatever its position preferences).
 
-    python scripts/choice_gate.py runs/siqa/test.jsonl base.predictions.parquet trained.predictions.parquet
-    python scripts/choice_gate.py runs/siqa/test.jsonl --compare figures/train_compare/siqa
-    python scripts/choice_gate.py runs/siqa/test.jsonl --curve RUN/log.jsonl base.predictions.parquet \
+    gcpo pilot choice-gate runs/siqa/test.jsonl base.predictions.parquet trained.predictions.parquet
+    gcpo pilot choice-gate runs/siqa/test.jsonl --compare figures/train_compare/siqa
+    gcpo pilot choice-gate runs/siqa/test.jsonl --curve RUN/log.jsonl base.predictions.parquet \
         s1_40.predictions.parquet s1_80.predictions.parquet ... [--figure STEM] [--versus OTHER_40... ...]
 
 ``--table BASE PRED...`` prints one markdown row per predictions file (against BASE).
@@ -33,6 +33,7 @@ import argparse
 import functools
 import re
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -212,7 +213,7 @@ def _omega_range(rollouts: Path, steps: range) -> str:
     return "—" if not w.size else f"{np.quantile(w, 0.05):.2f}–{np.quantile(w, 0.95):.2f}"
 
 
-def curve_rows(data: str, log: str, base_path: str, paths: list[str], versus: list[str] = ()) -> list[dict]:
+def curve_rows(data: str, log: str, base_path: str, paths: list[str], versus: Sequence[str] = ()) -> list[dict]:
     """The gate of one run at each evaluated step (sorted by step), with the run's training
     reward averaged over the steps since the previous evaluated one, the KL of the step, ω's
     range over those steps (when the log's folder has its rollouts), and, for the steps that
@@ -242,7 +243,7 @@ def curve_rows(data: str, log: str, base_path: str, paths: list[str], versus: li
     return rows
 
 
-def curve_table(data: str, log: str, base_path: str, paths: list[str], versus: list[str] = ()) -> str:
+def curve_table(data: str, log: str, base_path: str, paths: list[str], versus: Sequence[str] = ()) -> str:
     """``curve_rows`` as a markdown table, the base policy first (step 0); the ω and "Δ vs the
     other run" columns appear when there is something to put in them."""
     rows = curve_rows(data, log, base_path, paths, versus)
@@ -318,9 +319,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     """The command line (the module docstring), each mode's operands checked: a mode flag without
     them is a usage error, not an IndexError or an unpacking error met later."""
     p = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
+        prog="gcpo pilot choice-gate",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
     )
-    p.add_argument("data", help="the test file that scripts/choice_as_qa.py wrote (the predictions' questions)")
+    p.add_argument("data", help="the test file that gcpo pilot choice-as-qa wrote (the predictions' questions)")
     p.add_argument("files", nargs="*", metavar="PRED", help="predictions files, the base policy's first (no mode)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--compare", metavar="FOLDER", help="every finished arm-seed of a gcpo compare folder")
@@ -358,7 +362,7 @@ def guard_outputs(args: argparse.Namespace, inputs: list) -> None:
         raise SystemExit(str(err)) from None
 
 
-def main(argv: list[str]) -> int:
+def command(argv: list[str]) -> int:
     """The command line (the module docstring). Every table and figure is computed before any
     file is written; ``--output FILE`` (the table) and ``--figure STEM`` (its .png and .svg) are
     then written as one set through ``staged_outputs``: all of them replace the old ones, or none,
@@ -394,7 +398,3 @@ def main(argv: list[str]) -> int:
     if written:
         print("wrote", *written, file=sys.stderr)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))

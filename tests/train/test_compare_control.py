@@ -1,41 +1,22 @@
-"""scripts/nopassage_control.py (issue 35): the final policy of every finished arm-seed of a
+"""gcpo compare control (gcpo_train.compare.control): the final policy of every finished arm-seed of a
 ``gcpo compare`` folder, and its base policy, evaluated with the passages removed, on the tiny
 model. The independent check: given the with-passage data instead, the script reproduces each
 run's own evaluation completion for completion (same checkpoint, same decoding), so what differs
 on the blank data is the passage alone."""
 
 import json
-import runpy
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from helpers.story_data import write_stories
 
 pytest.importorskip("torch")
 pytest.importorskip("peft")
 pytestmark = pytest.mark.slow  # trains the tiny model once (module fixture)
 
-SCRIPT = runpy.run_path(str(Path(__file__).resolve().parents[2] / "scripts" / "nopassage_control.py"))
-STORIES = [
-    ("s0", "the king had a son . the ship was in the city . the queen sang ."),
-    ("s1", "a war began in the north . the father of the boy was a sailor ."),
-    ("s2", "the house stood by the river . a dog slept under the old tree ."),
-]
-
-
-def _write(folder: Path, blank: bool = False, drop: str | None = None) -> str:
-    folder.mkdir()
-    rows = {"train": [], "test": []}
-    for i, (story, passage) in enumerate(STORIES):
-        for j, (question, answer) in enumerate((("who had a son ?", "the king"), ("where was it ?", "the city"))):
-            split = "test" if i == 2 else "train"
-            qid = f"{i}-{j}"
-            if qid != drop:
-                text = "(no passage)" if blank else passage
-                rows[split].append(dict(id=qid, question=question, passage=text, answer=answer, story=story))
-    for split, items in rows.items():
-        (folder / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in items))
-    return str(folder)
+from gcpo_analysis.cli import main as gcpo  # noqa: E402
+from gcpo_train.compare.control import evaluate_blank  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +28,7 @@ def finished(tmp_path_factory):
     from gcpo_train.config import TrainConfig
 
     root = tmp_path_factory.mktemp("nopassage")
-    data = _write(root / "data")
+    data = write_stories(root / "data")
     kw = loop_config(root, "unused", data_path=data, split_from_single=False, checkpoint_every=2, eval_max_new_tokens=4)
     Comparison(TrainConfig(**kw), root / "cmp", ["none"], [0], eval_n=None).run(progress=False)
     return root
@@ -59,7 +40,7 @@ def _completions(path: Path) -> list[str]:
 
 def test_the_with_passage_data_reproduces_each_runs_own_evaluation(finished, tmp_path):
     cmp = _copy(finished, tmp_path)
-    paths = SCRIPT["evaluate_blank"](cmp, str(finished / "data"), progress=False)
+    paths = evaluate_blank(cmp, str(finished / "data"), progress=False)
     assert sorted(p.name for p in paths) == ["base_seed_0.json", "none_seed_0_step_2.json"]
     blank = cmp / "nopassage"
     assert _completions(blank / "none_seed_0_step_2.predictions.parquet") == _completions(
@@ -80,9 +61,9 @@ def _copy(finished, tmp_path) -> Path:
 
 
 def test_blank_passages_are_evaluated_paired_and_resumed(finished, tmp_path):
-    blank_data = _write(tmp_path / "blank", blank=True)
+    blank_data = write_stories(tmp_path / "blank", blank=True)
     cmp = _copy(finished, tmp_path)
-    SCRIPT["main"]([str(cmp), blank_data, "--arms", "none", "--no_progress"])
+    assert gcpo(["compare", "control", str(cmp), blank_data, "--arms", "none", "--no_progress"]) == 0
     pred = pd.read_parquet(cmp / "nopassage" / "none_seed_0_step_2.predictions.parquet")
     run = pd.read_parquet(cmp / "runs" / "none" / "seed_0" / "eval" / "step_000002.predictions.parquet")
     assert pred["query_id"].tolist() == run["query_id"].tolist() == ["narrativeqa/test/2-0", "narrativeqa/test/2-1"]
@@ -90,17 +71,17 @@ def test_blank_passages_are_evaluated_paired_and_resumed(finished, tmp_path):
     record = json.loads((cmp / "nopassage" / "none_seed_0_step_2.json").read_text())
     assert record["n"] == 2 and record["decoding"] == "greedy"
     before = (cmp / "nopassage" / "none_seed_0_step_2.predictions.parquet").stat().st_mtime_ns
-    SCRIPT["evaluate_blank"](cmp, blank_data, progress=False)  # a second run keeps what exists
+    evaluate_blank(cmp, blank_data, progress=False)  # a second run keeps what exists
     assert (cmp / "nopassage" / "none_seed_0_step_2.predictions.parquet").stat().st_mtime_ns == before
     # an arm that is not the comparison's is refused, with the close match
     with pytest.raises(SystemExit, match=r"'nnone' is not an arm .*\(did you mean none\?\)"):
-        SCRIPT["evaluate_blank"](cmp, blank_data, ["nnone"], progress=False)
+        evaluate_blank(cmp, blank_data, ["nnone"], progress=False)
 
 
 def test_blank_data_of_other_questions_is_refused_before_any_model_loads(finished, tmp_path, monkeypatch):
     import gcpo_train.compare.run as compare_run
 
-    blank_data = _write(tmp_path / "blank", blank=True, drop="2-1")
+    blank_data = write_stories(tmp_path / "blank", blank=True, drop="2-1")
     cmp = _copy(finished, tmp_path)
 
     def no_model(*a, **k):
@@ -108,31 +89,31 @@ def test_blank_data_of_other_questions_is_refused_before_any_model_loads(finishe
 
     monkeypatch.setattr(compare_run.Comparison, "base_policy", no_model)
     with pytest.raises(ValueError, match="with passage"):
-        SCRIPT["evaluate_blank"](cmp, blank_data, progress=False)
+        evaluate_blank(cmp, blank_data, progress=False)
     assert not (cmp / "nopassage").exists()
 
 
 def test_a_folder_without_compare_json_or_checkpoint_is_named(finished, tmp_path):
     with pytest.raises(SystemExit, match="compare.json is missing"):
-        SCRIPT["evaluate_blank"](tmp_path, str(finished / "data"))
+        evaluate_blank(tmp_path, str(finished / "data"))
     import shutil
 
     cmp = _copy(finished, tmp_path)
     shutil.rmtree(cmp / "runs" / "none" / "seed_0" / "checkpoints")
     with pytest.raises(SystemExit, match="step_000002 is missing"):
-        SCRIPT["evaluate_blank"](cmp, str(finished / "data"))
+        evaluate_blank(cmp, str(finished / "data"))
 
 
 def test_a_run_already_evaluated_needs_no_checkpoint(finished, tmp_path):
-    """A folder restored from its published copy (scripts/publish_comparison.py copies no
+    """A folder restored from its published copy (gcpo compare publish copies no
     checkpoints) was refused for every run, though each one's no-passage evaluation was there."""
     import shutil
 
     cmp = _copy(finished, tmp_path)
-    first = SCRIPT["evaluate_blank"](cmp, str(finished / "data"), progress=False)
+    first = evaluate_blank(cmp, str(finished / "data"), progress=False)
     stamps = {p: p.stat().st_mtime_ns for p in first}
     shutil.rmtree(cmp / "runs" / "none" / "seed_0" / "checkpoints")
-    again = SCRIPT["evaluate_blank"](cmp, str(finished / "data"), progress=False)
+    again = evaluate_blank(cmp, str(finished / "data"), progress=False)
     assert again == first and {p: p.stat().st_mtime_ns for p in again} == stamps  # kept, not evaluated again
 
 
@@ -144,7 +125,7 @@ def test_each_evaluation_records_what_it_was_made_from_and_a_rerun_checks_it(fin
     import hashlib
 
     cmp = _copy(finished, tmp_path)
-    SCRIPT["evaluate_blank"](cmp, str(finished / "data"), progress=False)
+    evaluate_blank(cmp, str(finished / "data"), progress=False)
     record = json.loads((cmp / "nopassage" / "none_seed_0_step_2.json").read_text())
     checkpoint = cmp / "runs" / "none" / "seed_0" / "checkpoints" / "step_000002"
     data = record["made_from"]["data"]
@@ -154,17 +135,17 @@ def test_each_evaluation_records_what_it_was_made_from_and_a_rerun_checks_it(fin
     assert policy["config_hash"] == json.loads((checkpoint / "state.json").read_text())["config_hash"]
     assert policy["trainable_sha256"] == hashlib.sha256((checkpoint / "trainable.pt").read_bytes()).hexdigest()
     assert record["metrics"]["n"] == 2  # the evaluation's own record, kept beside made_from
-    blank_data = _write(tmp_path / "blank", blank=True)
+    blank_data = write_stories(tmp_path / "blank", blank=True)
     stamps = {p: p.stat().st_mtime_ns for p in (cmp / "nopassage").iterdir()}
     with pytest.raises(SystemExit, match=r"base_seed_0.json was made from something else .*data: .*test.jsonl"):
-        SCRIPT["evaluate_blank"](cmp, blank_data, progress=False)
+        evaluate_blank(cmp, blank_data, progress=False)
     assert {p: p.stat().st_mtime_ns for p in (cmp / "nopassage").iterdir()} == stamps  # nothing written
     # the same data, another checkpoint in the run's place (retrained): refused by its weights
     (cmp / "nopassage" / "base_seed_0.json").unlink()
     (cmp / "nopassage" / "base_seed_0.predictions.parquet").unlink()
     (checkpoint / "trainable.pt").write_bytes((checkpoint / "trainable.pt").read_bytes() + b"\0")
     with pytest.raises(SystemExit, match=r"none_seed_0_step_2.json was made from .*policy trainable_sha256"):
-        SCRIPT["evaluate_blank"](cmp, str(finished / "data"), progress=False)
+        evaluate_blank(cmp, str(finished / "data"), progress=False)
     assert not (cmp / "nopassage" / "base_seed_0.json").exists()  # refused before the base was evaluated
 
 
@@ -174,13 +155,13 @@ def test_an_evaluation_written_before_its_record_is_kept_with_a_warning_naming_i
     import shutil
 
     cmp = _copy(finished, tmp_path)
-    first = SCRIPT["evaluate_blank"](cmp, str(finished / "data"), progress=False)
+    first = evaluate_blank(cmp, str(finished / "data"), progress=False)
     for path in first:
         path.write_text(json.dumps({k: v for k, v in json.loads(path.read_text()).items() if k != "made_from"}))
     stamps = {p: p.stat().st_mtime_ns for p in (cmp / "nopassage").iterdir()}
     shutil.rmtree(cmp / "runs" / "none" / "seed_0" / "checkpoints")
     with pytest.warns(UserWarning, match=r"2 no-passage .* UNVERIFIED.*base_seed_0.json, none_seed_0_step_2.json"):
-        again = SCRIPT["evaluate_blank"](cmp, str(finished / "data"), progress=False)
+        again = evaluate_blank(cmp, str(finished / "data"), progress=False)
     assert again == first and {p: p.stat().st_mtime_ns for p in (cmp / "nopassage").iterdir()} == stamps
 
 
@@ -194,7 +175,7 @@ def test_a_checkpoint_of_another_run_is_refused_before_any_model_loads(finished,
     state = json.loads((checkpoint / "state.json").read_text())
     (checkpoint / "state.json").write_text(json.dumps({**state, "config_hash": "0" * 16}))
     with pytest.raises(SystemExit, match=r"step_000002 was written with another configuration; .*modulator: "):
-        SCRIPT["evaluate_blank"](cmp, str(finished / "data"), progress=False)
+        evaluate_blank(cmp, str(finished / "data"), progress=False)
     assert not (cmp / "nopassage").exists()
 
 
@@ -215,7 +196,7 @@ def test_a_bad_compare_or_done_record_is_named(finished, tmp_path, rel, spoil, m
     cmp = _copy(finished, tmp_path)
     (cmp / rel).write_text(spoil((cmp / rel).read_text()))
     with pytest.raises(SystemExit, match=message):
-        SCRIPT["evaluate_blank"](cmp, str(finished / "data"), progress=False)
+        evaluate_blank(cmp, str(finished / "data"), progress=False)
     assert not (cmp / "nopassage").exists()
 
 
@@ -230,4 +211,4 @@ def test_a_copy_of_a_finished_run_beside_it_is_refused(finished, tmp_path):
     cmp = _copy(finished, tmp_path)
     shutil.copytree(cmp / "runs" / "none" / "seed_0", cmp / "runs" / "none" / "seed_0.bak")
     with pytest.raises(SystemExit, match=r"seed_0.bak/done.json records arm 'none' seed 0, whose run is .*seed_0, not"):
-        SCRIPT["evaluate_blank"](cmp, str(finished / "data"), progress=False)
+        evaluate_blank(cmp, str(finished / "data"), progress=False)

@@ -1,11 +1,12 @@
-"""The no-passage control of a ``gcpo compare`` folder (issue 35): the base policy and the final
-policy of every finished arm-seed, evaluated on the same held-out queries with every passage
-replaced by "(no passage)", written where ``scripts/span_gate.py --compare`` reads them:
+"""``gcpo compare control FOLDER DATA``: the no-passage control of a ``gcpo compare`` folder: the
+base policy and the final policy of every finished arm-seed, evaluated on the same held-out
+queries with every passage replaced by "(no passage)", written where ``gcpo pilot span-gate
+--compare`` reads them:
 
     python scripts/narrativeqa_spans.py runs/nqa_spans_fit_blank --max_passage_tokens 192 \\
         --unique_questions --no_passage
-    python scripts/nopassage_control.py runs/nqa_fp32_pilot runs/nqa_spans_fit_blank --arms none,bot_rd
-    python scripts/span_gate.py runs/nqa_spans_fit --compare runs/nqa_fp32_pilot
+    gcpo compare control runs/nqa_fp32_pilot runs/nqa_spans_fit_blank --arms none,bot_rd
+    gcpo pilot span-gate runs/nqa_spans_fit --compare runs/nqa_fp32_pilot
 
 Writes ``FOLDER/nopassage/base.json`` and ``FOLDER/nopassage/<arm>_seed_<s>_step_<N>.json``
 (each with its ``.predictions.parquet``). Each evaluation is the run's own: its config (decoding,
@@ -26,7 +27,6 @@ prompt to check it by).
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import sys
 import warnings
@@ -297,22 +297,3 @@ def evaluate_blank(folder: Path, blank_data: str, arms: list[str] | None = None,
             write_json(path, {**record, "made_from": {"data": data, "policy": made_by}}, default=float)
         print(f"{path}: done", file=sys.stderr)
     return written
-
-
-def main(argv=None) -> int:
-    from gcpo_train.compare.settings import comma_items  # the one comma-list parser (empty items refused)
-
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("folder", help="a gcpo compare folder")
-    p.add_argument("data", help="the --no_passage folder of scripts/narrativeqa_spans.py (the same other options)")
-    p.add_argument("--arms", default=None, help="comma-separated arms (default: every finished one)")
-    p.add_argument("--no_progress", action="store_true", help="no progress bar")
-    args = p.parse_args(argv)
-    arms = comma_items(args.arms, "--arms") if args.arms else None
-    paths = evaluate_blank(Path(args.folder), args.data, arms, progress=not args.no_progress)
-    print(f"{len(paths)} no-passage evaluations in {Path(args.folder) / 'nopassage'}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -15,7 +15,7 @@ answers alone raise the passage effect too (a short right span scores more than 
 holding it), so the reading gain is read beside Δ vs random span, not alone. 95% CIs: scipy's
 percentile bootstrap over queries (``gcpo_train.evaluation.heldout.paired_gain``).
 
-    python scripts/span_gate.py runs/nqa_spans BASE.predictions.parquet[,BASE_NOPASSAGE.predictions.parquet] \
+    gcpo pilot span-gate runs/nqa_spans BASE.predictions.parquet[,BASE_NOPASSAGE.predictions.parquet] \
         TRAINED.predictions.parquet[,TRAINED_NOPASSAGE.predictions.parquet] ...
 """
 
@@ -268,8 +268,10 @@ def guard_output(output: str, data: str, files: list) -> None:
         raise SystemExit(str(err)) from None
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def command(argv=None) -> int:
+    p = argparse.ArgumentParser(
+        prog="gcpo pilot span-gate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("data", help="the folder that scripts/narrativeqa_spans.py wrote (its test.jsonl is read)")
     p.add_argument("base", nargs="?", help="the base policy's predictions, optionally ',' and its no-passage ones")
     p.add_argument("trained", nargs="*", help="a trained policy's predictions, optionally ',' and its no-passage ones")
@@ -304,7 +306,3 @@ def main(argv=None) -> int:
             write_text(args.output, text)
     sys.stdout.write(text)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

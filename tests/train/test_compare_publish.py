@@ -1,16 +1,15 @@
-"""scripts/publish_comparison.py: a comparison's finished results go to git, without checkpoints,
+"""gcpo compare publish (gcpo_train.compare.publish): a comparison's finished results go to git, without checkpoints,
 locks or unfinished runs, and never over a folder that holds something else."""
 
 import json
 import re
-import runpy
 import shutil
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-publish = runpy.run_path(str(ROOT / "scripts" / "publish_comparison.py"))["publish"]
+from gcpo_analysis.cli import main as gcpo
+from gcpo_train.compare.publish import publish
 
 
 def _comparison(folder: Path, lr: float = 1e-4) -> Path:
@@ -207,10 +206,8 @@ def test_a_file_where_the_copy_needs_a_folder_is_refused_before_anything_is_writ
 def test_main_refuses_without_a_traceback(tmp_path, capsys):
     src = _comparison(tmp_path / "src")
     (src / "gate.md").symlink_to("/etc/hostname")
-    main = runpy.run_path(str(ROOT / "scripts" / "publish_comparison.py"))["main"]
-    with pytest.raises(SystemExit) as err:
-        main([str(src), str(tmp_path / "dest")])
-    assert str(src / "gate.md") in str(err.value.code) and not (tmp_path / "dest").exists()
+    assert gcpo(["compare", "publish", str(src), str(tmp_path / "dest")]) == 2
+    assert str(src / "gate.md") in capsys.readouterr().err and not (tmp_path / "dest").exists()
 
 
 def _respec(folder: Path, **fields) -> Path:
@@ -303,3 +300,54 @@ def test_a_plan_written_with_plan_file_is_copied_a_linked_one_refused(tmp_path):
     with pytest.raises(SystemExit, match="linked.md"):
         publish(src, dest)
     assert not (dest / "linked.md").exists()
+
+
+def _results(folder: Path, runs, summary_seeds=None) -> None:
+    """results.parquet of the base and of ``runs`` ((arm, seed) pairs), and a summary.csv saying
+    ``summary_seeds`` seeds for the arm (none when None)."""
+    import pandas as pd
+
+    rows = [dict(arm="base", seed=0, step=0, query_id="q0", score=1.0)]
+    rows += [dict(arm=arm, seed=seed, step=10, query_id="q0", score=2.0) for arm, seed in runs]
+    pd.DataFrame(rows).to_parquet(folder / "results.parquet")
+    if summary_seeds is not None:
+        pd.DataFrame({"arm": ["bot_rd:shuffled"], "seeds": [summary_seeds]}).to_csv(folder / "summary.csv", index=False)
+
+
+def test_a_report_with_numbers_of_a_run_still_training_is_refused(tmp_path):
+    # before: seed 1 (no done.json) was left out of the copy, its numbers stayed in the copied report
+    src = _comparison(tmp_path / "src")
+    _results(src, [("bot_rd:shuffled", 0), ("bot_rd:shuffled", 1)])
+    with pytest.raises(
+        SystemExit, match=r"evaluations of run\(s\) that have not finished .*runs/bot_rd-shuffled/seed_1"
+    ):
+        publish(src, tmp_path / "dest")
+    assert not (tmp_path / "dest").exists()
+
+
+def test_a_report_older_than_the_finished_runs_is_refused(tmp_path):
+    src = _comparison(tmp_path / "src")
+    _results(src, [])
+    with pytest.raises(SystemExit, match=r"older than the finished run\(s\) runs/bot_rd-shuffled/seed_0"):
+        publish(src, tmp_path / "dest")
+    _results(src, [("bot_rd:shuffled", 0)], summary_seeds=2)
+    with pytest.raises(SystemExit, match=r"summary.csv describes other runs .*bot_rd:shuffled: 2 in summary.csv vs 1"):
+        publish(src, tmp_path / "dest")
+    assert not (tmp_path / "dest").exists()
+
+
+def test_a_report_of_exactly_the_finished_runs_is_copied(tmp_path):
+    src = _comparison(tmp_path / "src")
+    _results(src, [("bot_rd:shuffled", 0)], summary_seeds=1)
+    assert publish(src, tmp_path / "dest") == [tmp_path / "dest" / "runs" / "bot_rd-shuffled" / "seed_0"]
+    assert (tmp_path / "dest" / "results.parquet").read_bytes() == (src / "results.parquet").read_bytes()
+
+
+def test_an_earlier_copy_without_the_data_record_is_still_the_same_comparison(tmp_path):
+    src = _comparison(tmp_path / "src")
+    publish(src, tmp_path / "dest")
+    _respec(src, data={"test": {"file": "data/test.jsonl", "sha256": "ab" * 32}})
+    publish(src, tmp_path / "dest")  # the source recorded its data since; the copy had no record
+    _respec(tmp_path / "dest", data={"test": {"file": "data/test.jsonl", "sha256": "cd" * 32}})
+    with pytest.raises(SystemExit, match="data:"):
+        publish(src, tmp_path / "dest")
