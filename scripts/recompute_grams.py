@@ -1,4 +1,4 @@
-"""Recompute the Gram matrices K of a finished study from its committed rollouts (issue 16, item 3).
+"""Recompute the Gram matrices K of a finished study from its committed rollouts.
 
 Runs that predate the grams.parquet sidecar kept only V and mean||g||^2. Their rollouts are
 committed, so each group's K can be rebuilt with the same policy: the prompt is rebuilt from

@@ -1,4 +1,4 @@
-"""Run TRL's own GRPO test file against GRPOTrainer and against GCPOTrainer (issue 39).
+"""Run TRL's own GRPO test file against GRPOTrainer and against GCPOTrainer.
 
     python scripts/trl_suite.py /path/to/trl-checkout [-k EXPR] [--work DIR] [--out bench/results/trl_suite.md]
 
@@ -304,7 +304,7 @@ def table(results: dict[str, dict], checkout_desc: str, keyword: str | None) -> 
     lines = [
         "<!-- written by `scripts/trl_suite.py`: do not edit -->",
         "",
-        "TRL's GRPO tests on GRPOTrainer and on GCPOTrainer (issue 39). Test file: "
+        "TRL's GRPO tests on GRPOTrainer and on GCPOTrainer. Test file: "
         f"`tests/test_grpo_trainer.py` of {checkout_desc}; "
         "installed trl "
         + __import__("trl").__version__

@@ -1,4 +1,4 @@
-"""A comparison's protocol and its planned number of seeds (issue 35).
+"""A comparison's protocol and its planned number of seeds.
 
 * **Pairs that stay paired** (``check_sampling``, ``fastest_fp32_kernels``). The arms of a seed
   share every sampling seed, so they stay paired only while the same policy weights give the
@@ -37,7 +37,7 @@ def check_sampling(base, bf16_sampling: bool) -> None:
     if sampler(base.sampling_kernels).bf16 and not bf16_sampling:
         raise ValueError(
             f"sampling_kernels {base.sampling_kernels!r} samples from a bf16 rounding of the policy, which "
-            "unpairs the arms of a seed (issue 35); gcpo compare samples in fp32 unless the config opts in with "
+            "unpairs the arms of a seed; gcpo compare samples in fp32 unless the config opts in with "
             "compare: bf16_sampling: true (evaluation stays fp32 either way). Drop sampling_kernels to get the "
             "fastest fp32 kernels, or set sampling_kernels: fused"
         )

@@ -2,7 +2,7 @@
 against GRPO with the seed-level statistics, each arm's ω and effective treatment, the coupling of
 each arm with GRPO) and the figures (held-out score against step, training reward, ω, coupling).
 
-**Primary analysis: the seed is the unit** (issue 35; ``gcpo_analysis.stats.seeds``). With
+**Primary analysis: the seed is the unit** (``gcpo_analysis.stats.seeds``). With
 d_{s,q} = score_arm(s, q) − score_none(s, q) at the last step and D_s = mean_q d_{s,q}, Δ(arm) =
 mean_s D_s with its paired t interval (df = S − 1), the exact sign-flip p (Holm-adjusted over the
 arms, ``stats.size_control.holm``), the two-level bootstrap interval (seeds, then queries within
@@ -13,7 +13,7 @@ given, the paper's claimed relative gain).
 **Secondary, labelled "pooled"**: the earlier interval, which resamples seeds and queries
 independently (the same query draw for every seed drawn): with seed counts c_s and query counts
 k_q, Δ* = Σ_{s,q} c_s k_q d_{s,q} / (S·Q). With 3 seeds it has only 10 seed multisets and covers
-about 82% at nominal 95% (issue 35's simulation); kept only so older readings can be compared.
+about 82% at nominal 95% (a simulation at 3 seeds); kept only so older readings can be compared.
 
 **The shuffled control** (``control_table``): for every arm X whose twin ``X:shuffled`` is in the
 comparison, Δ(X − X:shuffled) with the same seed-level statistics and the same δ, one contrast

@@ -1,5 +1,5 @@
 """``gcpo compare``: one config trained under several modulators (arms) and seeds, evaluated on
-one fixed held-out set, and compared with GRPO (``none``) in paired differences (issue 25).
+one fixed held-out set, and compared with GRPO (``none``) in paired differences.
 
 Layout of the comparison folder ``OUT``::
 

@@ -1,5 +1,5 @@
 """What a comparison's arms actually did to the updates, read back from a comparison folder's
-committed rollouts and logs (issue 35):
+committed rollouts and logs:
 
 * **ω per group** (``omega_groups``, ``omega_frame``): Ã = ω·A for a group-level modulator, so
   ω = Σ_i Ã_i A_i / Σ_i A_i² with A the plain GRPO advantages (groups whose rewards are all equal

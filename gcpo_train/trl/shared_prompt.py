@@ -326,7 +326,7 @@ class SharedPromptMixin:
         self._metrics[mode][metric].append(0.0 if reason else 1.0)
         if reason and (what, reason) not in self.gcpo_prompt_fallbacks:
             self.gcpo_prompt_fallbacks.add((what, reason))
-            # a fallback the user did not ask for is a warning (issue 27: never silent), share_prompt=False an info
+            # a fallback the user did not ask for is a warning (never silent), share_prompt=False an info
             say = logger.info if reason == "share_prompt=False" else logger.warning
             say("GCPOTrainer: each group's prompt runs G times (TRL's own %s), because of %s", what, reason)
 

@@ -86,16 +86,20 @@ def test_readme_links_point_at_files():
     assert [link for link in local if not (ROOT / link).exists()] == []
 
 
+# the tracker word, spelt in two parts so that this file itself cites no tracker number
+ISSUE = "iss" + "ue"
+
+
 @pytest.mark.parametrize(
     "text, shown",
     [
-        ("What V is made of (issue 26; our addition). V", "What V is made of (our addition). V"),
-        ("the learning gate (issue 25), and every setting", "the learning gate, and every setting"),
-        ("the registry (issue 28 item 4, issue 27 item 2): one", "the registry: one"),
-        ("(or `backend: trl`; issue 25, item 4): each", "(or `backend: trl`): each"),
-        ("(Dr. GRPO;\n   issue 25's pilots); 'dr'", "(Dr. GRPO;\n   the pilots); 'dr'"),
-        ("Issue 35's pilot finished", "The pilot finished"),
-        ('"where": "issue 35; torch.optim.AdamW"', '"where": "torch.optim.AdamW"'),
+        (f"What V is made of ({ISSUE} 26; our addition). V", "What V is made of (our addition). V"),
+        (f"the learning gate ({ISSUE} 25), and every setting", "the learning gate, and every setting"),
+        (f"the registry ({ISSUE} 28 item 4, {ISSUE} 27 item 2): one", "the registry: one"),
+        (f"(or `backend: trl`; {ISSUE} 25, item 4): each", "(or `backend: trl`): each"),
+        (f"(Dr. GRPO;\n   {ISSUE} 25's pilots); 'dr'", "(Dr. GRPO;\n   the pilots); 'dr'"),
+        (f"{ISSUE.title()} 35's pilot finished", "The pilot finished"),
+        (f'"where": "{ISSUE} 35; torch.optim.AdamW"', '"where": "torch.optim.AdamW"'),
         ("an issue with 3 seeds", "an issue with 3 seeds"),
     ],
 )

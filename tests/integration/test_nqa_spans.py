@@ -211,7 +211,7 @@ FP32 = ROOT / "figures" / "train_compare" / "nqa_fp32" / "confirmatory"
 
 
 def test_the_fp32_comparisons_gate_table_is_its_predictions(nqa_spans_fit_data):
-    """Issue 35's comparison in the coupled fp32 protocol (its first 4 seeds were the pilot): its
+    """The comparison in the coupled fp32 protocol (its first 4 seeds were the pilot): its
     gate table, with the no-passage control of gcpo compare control, is what span_gate
     computes from the committed predictions; the plan's control ran for every committed `none`
     and `bot_rd` policy, every no-passage evaluation scores the with-passage evaluation's 362

@@ -285,7 +285,7 @@ def test_a_seed_added_later_is_trained_alone_and_reported_with_the_others(tmp_pa
 
 @pytest.mark.slow
 def test_compare_runs_and_reports_the_shuffled_control_arm(tmp_path):
-    """'bot_rd:shuffled' end to end (since issue 38's identifier rule, compare refused it before
+    """'bot_rd:shuffled' end to end (since the identifier rule for names, compare refused it before
     any run): its runs, its row in the table with its treatment, and its folder in the comparison."""
     summary = _comparison(tmp_path, arms=("none", "bot_rd", "bot_rd:shuffled")).run(progress=False)
     out = tmp_path / "cmp"

@@ -1,4 +1,4 @@
-"""Hostile input, round five (issue 38), ``gcpo compare``: a comparison folder is its own truth.
+"""Hostile input, ``gcpo compare``: a comparison folder is its own truth.
 A refused argument writes nothing, a finished run is checked against the comparison by its own
 run.json, a run killed during its final evaluation resumes by evaluating, and every error names
 its source (the flag, or the config key and file). Each test failed on the code before its fix

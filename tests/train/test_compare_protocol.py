@@ -1,4 +1,4 @@
-"""gcpo compare's coupled fp32 protocol (issue 35): fp32 sampling kernels by default, bf16 only as
+"""gcpo compare's coupled fp32 protocol: fp32 sampling kernels by default, bf16 only as
 a recorded opt-in, never bf16 for evaluation, greedy evaluation independent of the batch size on
 the packaged model, and `gcpo compare --plan`."""
 
@@ -110,7 +110,7 @@ def test_plan_from_a_comparison_folder(tmp_path):
 def test_greedy_evaluation_is_the_same_at_batch_sizes_4_and_16(tmp_path, nqa_spans_data):
     """The packaged policy's greedy completions (8 new tokens) of 16 held-out NarrativeQA-spans
     prompts are the same decoded in batches of 4 and 16 on the fp32 fused kernels. Under bf16,
-    15 of 64 completions of 16 tokens changed between batch 16 and 64 (issue 35); this is the
+    15 of 64 completions of 16 tokens changed between batch 16 and 64; this is the
     fp32 guarantee on a smaller sample (the issue's size, 64 prompts at 8, 16 and 64, is the
     opt-in test below: 9 min of CI)."""
     pytest.importorskip("torch")
@@ -125,7 +125,7 @@ def test_greedy_evaluation_is_the_same_at_batch_sizes_4_and_16(tmp_path, nqa_spa
 @pytest.mark.slow
 @pytest.mark.full
 def test_greedy_evaluation_is_the_same_at_batch_sizes_8_16_and_64(tmp_path):
-    """Issue 35's size: 64 held-out prompts, 16 new tokens, batches of 8, 16 and 64, on the fused
+    """The protocol's size: 64 held-out prompts, 16 new tokens, batches of 8, 16 and 64, on the fused
     fp32 kernels (``bench/greedy_batch.py``, whose committed result is
     ``bench/results/greedy_batch.md``). About 5 minutes on one core: `pytest -m full`."""
     pytest.importorskip("torch")

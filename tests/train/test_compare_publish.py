@@ -241,7 +241,7 @@ def test_a_copy_of_another_comparison_with_the_same_config_is_refused(tmp_path, 
 
 
 def test_an_earlier_copy_of_a_grown_comparison_is_brought_up_to_date(tmp_path):
-    """More seeds and arms in the source, or a field recorded since issue 35 that the earlier copy
+    """More seeds and arms in the source, or a field recorded since the coupled fp32 protocol that the earlier copy
     lacks, are the same comparison."""
     dest = tmp_path / "dest"
     publish(_comparison(tmp_path / "a"), dest)

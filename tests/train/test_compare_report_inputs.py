@@ -1,4 +1,4 @@
-"""A comparison folder's files are read as untrusted (hostile probe of issue 35's surfaces): an
+"""A comparison folder's files are read as untrusted (a hostile probe of the comparison's readers): an
 evaluation file of another name, a query scored twice or not at all, a score that is not a
 number, a hand-edited compare.json, a log row without its reward, and a plan.md that exists are
 each refused with the file and the field named, instead of changing Δ silently. Each test failed

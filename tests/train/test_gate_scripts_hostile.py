@@ -1,4 +1,4 @@
-"""Issue 38 (items 6-7) for the gate scripts: choice_gate.py judges every option however many a
+"""Hostile input for the gate pilots: choice_gate.py judges every option however many a
 question has; both scripts refuse a null or ill-typed prediction naming its file and row; their
 --output (and choice_gate's figure) is written as one set, whole or not at all."""
 

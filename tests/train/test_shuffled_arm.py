@@ -1,4 +1,4 @@
-"""The shuffled control '<modulator>:shuffled' (issue 35): each step keeps the multiset of ω of
+"""The shuffled control '<modulator>:shuffled': each step keeps the multiset of ω of
 the modulator's groups and permutes it across them, on a tiny model; the permutation is the
 seeded one, and a name without a group weight is refused."""
 

@@ -1,4 +1,4 @@
-"""GCPOTrainer as a drop-in for TRL's GRPOTrainer (issue 39), on a tiny random llama (no network):
+"""GCPOTrainer as a drop-in for TRL's GRPOTrainer, on a tiny random llama (no network):
 beam search falls back from the shared prefill, named and recorded; ``args`` is optional with
 TRL's naming; a ``generate`` patched on the model instance gets every call and is restored; the
 reward range without stated bounds (declared, running, or refused when the trainer is built)."""
@@ -215,7 +215,7 @@ def test_a_range_modulator_without_bounds_is_refused_when_the_trainer_is_built(m
 
 
 def _length_reward(completions, **kwargs):
-    """Unbounded, negative at first: a reward model's or length reward's scale (issue 39, item 5)."""
+    """Unbounded, negative at first: a reward model's or length reward's scale."""
     return [float(len(c)) - 20.0 for c in completions]
 
 

@@ -1,7 +1,7 @@
 """``gcpo train --backend trl --modulator q_hawkeye --q_hawkeye_alpha 0.3`` weighs with 0.3.
 
 Before the fix, ``trl.modulation_settings`` set q_hawkeye_alpha = alpha_base, so the TRL path
-ran with 0.6 whatever the flag said (issue 19 item 3). The config is built as the command builds
+ran with 0.6 whatever the flag said. The config is built as the command builds
 it (the CLI's parser, ``config_from_args``, ``build_trl_trainer`` on a tiny random model), and
 the weights are checked against Q-Hawkeye's formula worked by hand.
 """
