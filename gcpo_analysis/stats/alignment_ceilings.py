@@ -105,14 +105,15 @@ def block(K: np.ndarray, idx: np.ndarray) -> np.ndarray:
 def inner_and_norm(W: np.ndarray, KB: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(w·c, ‖ĝ_w‖ = √(wᵀK_B w)) per batch; W (nb, k) or (nb, m, k) for m candidates a batch."""
     if W.ndim == 2:
-        return (W * c).sum(-1), np.sqrt(np.clip(np.einsum("bi,bij,bj->b", W, KB, W), 0.0, None))
-    return np.einsum("bmk,bk->bm", W, c), np.sqrt(np.clip(np.einsum("bmi,bij,bmj->bm", W, KB, W), 0.0, None))
+        return (W * c).sum(-1), np.sqrt(np.clip(((KB @ W[..., None])[..., 0] * W).sum(-1), 0.0, None))
+    return (W * c[:, None, :]).sum(-1), np.sqrt(np.clip(((W @ KB) * W).sum(-1), 0.0, None))
 
 
 def cosine(W: np.ndarray, KB: np.ndarray, c: np.ndarray, ref_norm2: np.ndarray | float) -> np.ndarray:
     """cos(ĝ_w, r) = w·c / (‖ĝ_w‖ ‖r‖) per batch (NaN where ĝ_w = 0 or ‖r‖ = 0)."""
     inner, norm = inner_and_norm(W, KB, c)
-    rn = np.sqrt(np.asarray(ref_norm2, float))
+    with np.errstate(invalid="ignore"):  # a negative ‖μ‖²_U: no scale (NaN)
+        rn = np.sqrt(np.asarray(ref_norm2, float))
     if W.ndim == 3 and np.ndim(rn) == 1:
         rn = rn[:, None]
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -147,17 +148,26 @@ def box_cosine_max(KB: np.ndarray, c: np.ndarray, lo: float, hi: float, n_iter: 
 
     best = f(W)
     step = np.full(nb, hi - lo)
+    active = np.arange(nb)  # batches still moving: a step above 1e-9 of the box
     for _ in range(n_iter):
-        KW = np.einsum("bij,bj->bi", KB, W)
-        norm = np.sqrt(np.clip((W * KW).sum(1), 1e-300, None))
-        grad = c / norm[:, None] - ((W * c).sum(1) / norm**3)[:, None] * KW
+        active = active[step[active] > 1e-9 * (hi - lo)]
+        if not active.size:
+            break
+        Wa, Ka, ca = W[active], KB[active], c[active]
+        KW = (Ka @ Wa[..., None])[..., 0]
+        norm = np.sqrt(np.clip((Wa * KW).sum(1), 1e-300, None))
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            grad = ca / norm[:, None] - ((Wa * ca).sum(1) / norm**3)[:, None] * KW
+        grad = np.nan_to_num(grad, nan=0.0, posinf=0.0, neginf=0.0)
         scale = np.abs(grad).max(1)
         direction = grad / np.where(scale > 0, scale, 1.0)[:, None]
-        cand = np.clip(W + step[:, None] * direction, lo, hi)
-        fc = f(cand)
-        up = fc > best
-        W[up], best[up] = cand[up], fc[up]
-        step = np.where(up, np.minimum(step * 1.5, hi - lo), step * 0.5)
+        with np.errstate(invalid="ignore"):  # a batch with no gradient: NaN, never taken
+            cand = np.clip(Wa + step[active, None] * direction, lo, hi)
+            inner, cn = inner_and_norm(cand, Ka, ca)
+            fc = np.where(cn > 0, inner / cn, -np.inf)
+        up = fc > best[active]
+        W[active[up]], best[active[up]] = cand[up], fc[up]
+        step[active] = np.where(up, np.minimum(step[active] * 1.5, hi - lo), step[active] * 0.5)
     return W
 
 
@@ -222,20 +232,19 @@ def ideal_terms(
     nb, k = idx.shape
     KB = block(K, idx)
     S = np.linalg.inv(KB + (ridge * np.maximum(np.trace(KB, axis1=1, axis2=2) / k, 1e-300))[:, None, None] * np.eye(k))
-    n_ids = int(ids.max()) + 1
-    member = np.zeros((nb, n_ids), bool)
+    member = np.zeros((nb, int(ids.max()) + 1), bool)
     member[np.arange(nb)[:, None], ids[idx]] = True
-    first = np.full(n_ids, -1)
-    first[ids[::-1]] = np.arange(n)[::-1]  # a position of each group present
-    count = np.bincount(ids, minlength=n_ids)[None, :] * ~member  # (nb, n_ids) outside copies
-    m = count.sum(1)
-    held = np.flatnonzero(first >= 0)
-    cols = K[idx][:, :, first[held]]  # (nb, k, groups held): c_p of each group
+    outside = ~member[:, ids]  # (nb, n) positions whose group is outside the batch
+    copies = np.bincount(ids)[ids]  # of each position's group in the pool
+    m = outside.sum(1)
+    rows = K[idx]  # (nb, k, n): c_p of every position p
     total = m[:, None] * np.nan_to_num(c)  # Σ_p c_p over outside positions
-    same = np.einsum("bip,bp,bjp->bij", cols, count[:, held] ** 2.0, cols)  # pairs of copies of one group
-    pairs = m**2 - (count**2).sum(1)
+    # Σ over pairs of copies of one group: a group of n copies adds n² c cᵀ, n c cᵀ from each copy
+    weight = outside * copies[None, :]
+    same = (rows * weight[:, None, :]) @ rows.transpose(0, 2, 1)
+    pairs = m**2 - weight.sum(1)
     with np.errstate(invalid="ignore", divide="ignore"):
-        Q = (np.einsum("bi,bij,bj->b", total, S, total) - np.einsum("bij,bji->b", S, same)) / pairs
+        Q = (((S @ total[..., None])[..., 0] * total).sum(1) - (S * same).sum((1, 2))) / pairs  # S, same symmetric
         return Q / mu2, cosine(np.ones(c.shape), KB, c, mu2)
 
 
