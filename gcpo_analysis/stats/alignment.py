@@ -23,12 +23,20 @@ metric, K_B⁻¹c_B maximises wᵀc_B / √(wᵀK_B w), the cosine, over all rea
 may be negative, so it bounds every per-group reweighting, measurable or not. Its SNR uses the
 same normalisation (mean |w| over live groups).
 
+The oracle is fitted to the reference that scores it, which is a noisy mean of the other groups:
+its in-sample Δcos overstates the room. ``alignment_ceilings`` adds the cross-fitted oracle
+(fitted on half the outside groups, scored on the other half), the noise-corrected scale
+(cos_μ: ‖μ‖ estimated by a U-statistic in place of the reference's norm) and the U-statistic
+estimate of the ideal room; ``alignment`` reports them beside the oracle (``CEILINGS``).
+
 Uncertainty: a group bootstrap. Each replicate resamples the P pool groups with replacement,
 redraws the batches from the resample, and recomputes every weighting's mean Δcos (paired by
-batch) and ΔSNR against ``none``; a copy of a batch member never serves as its reference. CIs are
-percentile intervals, p the two-sided bootstrap p with the add-one (``bootstrap_p``), Holm over
-the weightings of one (snapshot, batch size, statistic). Hand-written: no library computes a
-cosine from a Gram; tests check it against explicit gradients.
+batch), Δcos_μ and ΔSNR against ``none``; a copy of a batch member never serves as its
+reference, and the halves of a cross-fit keep a group's copies together. CIs are percentile
+intervals, p the two-sided bootstrap p with the add-one (``bootstrap_p``), Holm over the
+modulators of one (snapshot, batch size, statistic); the ceilings are maxima by construction and
+are described, never tested. Hand-written: no library computes a cosine from a Gram; tests check
+it against explicit gradients.
 """
 
 from __future__ import annotations

@@ -151,6 +151,14 @@ def pool_weights_of(groups: pd.DataFrame, pool: np.ndarray, card: dict) -> dict[
     from gcpo_analysis.measures.field_weights import frame_weights
 
     weights = {c[2:]: groups.loc[pool, c].to_numpy(float) for c in groups.columns if c.startswith("w_")}
+    missing = [c for c in ("reward_spread", "grad_norm2") if c not in groups.columns]
+    if missing:
+        if not all(name in weights for name in FIELD):
+            warnings.warn(
+                f"snapshot groups without {missing}: the field's weightings ({', '.join(FIELD)}) are left out",
+                stacklevel=2,
+            )
+        return weights
     train = card.get("train_config", {})
     field = frame_weights(
         groups.loc[pool, "reward_spread"].to_numpy(float),

@@ -50,6 +50,8 @@ def bound_rows(
     ones = np.ones(idx.shape)
     base, base_mu = cosine(ones, KB, c, n2), cosine(ones, KB, c, mu2)
     rows = []
+    if not live.any():  # no group has a gradient: no cosine, no ceiling (the summary says so)
+        return []
     boxes = {m: (float(w[live].min()), float(w[live].max())) for m, w in weights.items() if m != "none"}
     boxes[FIXED] = FIXED_BOX
     for m, (lo, hi) in boxes.items():

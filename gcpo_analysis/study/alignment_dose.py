@@ -55,10 +55,10 @@ def dose_weights(groups: pd.DataFrame, G: int, alpha_run: float) -> dict[str, np
     live = groups["live"].to_numpy(bool)
     out = {"none": np.ones(len(groups))}
     for alpha in ALPHAS:
-        rd = rd_weight(m["rd"], G, alpha)
+        rd = np.asarray(rd_weight(m["rd"], G, alpha), float)
         out[f"rd α={alpha:g}"] = rd
-        out[f"bot_rd α={alpha:g}"] = geometry_weight(np.sqrt(m["bot2"]), G, alpha) * rd
-        out[f"se α={alpha:g}"] = entropy_weight(m["se"], G, alpha)
+        out[f"bot_rd α={alpha:g}"] = np.asarray(geometry_weight(np.sqrt(m["bot2"]), G, alpha), float) * rd
+        out[f"se α={alpha:g}"] = np.asarray(entropy_weight(m["se"], G, alpha), float)
     for name in DOSE_MEASURES:
         out[f"{name} {RANK}"] = rank_weight(groups[f"w_{name}"].to_numpy(float), live)
     return out

@@ -124,7 +124,7 @@ def ceilings_markdown(bounds: pd.DataFrame) -> str:
         "noise-corrected scale. Point estimates, no CI.",
         "",
     ]
-    for snap, t in bounds.groupby("snapshot", sort=True):
+    for snap, t in bounds.groupby("snapshot", sort=True) if len(bounds) else ():
         out += [
             f"## {snap}",
             "",
@@ -161,7 +161,7 @@ def dose_markdown(dose: pd.DataFrame) -> str:
         "group bootstrap, unadjusted. Figure: dose.png.",
         "",
     ]
-    for snap, t in dose.groupby("snapshot", sort=True):
+    for snap, t in dose.groupby("snapshot", sort=True) if len(dose) else ():
         out += [f"## {snap}", "", "| measure | dose | spread | Δcos | 95% CI | Δcos_μ |", "|---|---|---|---|---|---|"]
         for r in t.to_dict("records"):
             out.append(
@@ -190,7 +190,9 @@ def _room(s: dict) -> str:
 def reading(summary: pd.DataFrame, bounds: pd.DataFrame, dose: pd.DataFrame) -> str:
     """The reading per snapshot at the protocol's batch size, whichever way the tables fall."""
     out = []
-    bnd = {str(r["snapshot"]) + "|" + str(r["weighting"]): r for r in bounds.to_dict("records")} if len(bounds) else {}
+    bnd: dict[str, dict[str, Any]] = {}
+    for r in bounds.to_dict("records") if len(bounds) else []:
+        bnd[f"{r['snapshot']}|{r['weighting']}"] = {str(k): v for k, v in r.items()}
     for snap, s in _protocol(summary).items():
         none = s["none"]
         text = f"**{snap}** (batch of 4, {none['n_pool']} pool groups, {none['n_live']} with a gradient): "
@@ -223,10 +225,11 @@ def reading(summary: pd.DataFrame, bounds: pd.DataFrame, dose: pd.DataFrame) -> 
                 f"({worst}). Gains of {MARGIN} or more are excluded for {_names(within)}; inconclusive at that "
                 f"margin: {_names(open_)}. "
             )
-            quarter, not_quarter = [], []
+            quarter: list[str] = []
+            not_quarter: list[str] = []
             for n in finite:
-                b = bnd.get(f"{snap}|{n}")
-                ceiling = b.get("bounded_crossfit_mu", np.nan) if b is not None else np.nan
+                own = bnd.get(f"{snap}|{n}")
+                ceiling = own.get("bounded_crossfit_mu", np.nan) if own is not None else np.nan
                 if np.isfinite(ceiling) and ceiling > 0 and np.isfinite(s[n]["dcos_mu_hi"]):
                     (quarter if s[n]["dcos_mu_hi"] < CEILING_SHARE * ceiling else not_quarter).append(n)
             text += (
@@ -234,12 +237,15 @@ def reading(summary: pd.DataFrame, bounds: pd.DataFrame, dose: pd.DataFrame) -> 
                 f"large is excluded for {_names(quarter)}; not excluded for {_names(not_quarter)}. "
             )
             best = max(finite, key=lambda n: s[n]["dcos"])
-            b = s[best]
-            text += f"The largest point estimate: {best}, {_f(b['dcos'])} {_ci(b['dcos_lo'], b['dcos_hi'])}."
+            top_mod = s[best]
+            text += (
+                f"The largest point estimate: {best}, {_f(top_mod['dcos'])} "
+                f"{_ci(top_mod['dcos_lo'], top_mod['dcos_hi'])}."
+            )
         out.append(text.rstrip())
         d = dose[dose["snapshot"] == snap] if len(dose) else dose
         if len(d):
-            top = d.loc[d["dcos"].idxmax()]
+            top = d.iloc[int(np.nanargmax(d["dcos"].to_numpy()))]
             above = d[d["dcos_lo"] > 0]
             below = d[d["dcos_hi"] < 0]
             out.append(

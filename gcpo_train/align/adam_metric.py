@@ -45,7 +45,7 @@ def adam_preconditioner(state: dict, sizes: list[int]) -> np.ndarray:
     per = state.get("state")
     if not groups or per is None:
         raise ValueError("not an optimizer state_dict (no 'param_groups' / 'state')")
-    out = []
+    out: list[np.ndarray] = []
     index = [i for g in groups for i in g["params"]]
     if len(index) != len(sizes):
         raise ValueError(f"the optimizer holds {len(index)} parameters, the model trains {len(sizes)}")
@@ -77,16 +77,9 @@ def load_preconditioner(checkpoint: str | Path, sizes: list[int]) -> np.ndarray:
 def metric_gram(path: Path, rows: list[int], precond: np.ndarray, block: int = 16) -> np.ndarray:
     """K^P = (X P)(X P)ᵀ of the rows ``rows`` of a study's gradient file (``align.rows``), in
     float64, ``block`` rows at a time (the preconditioner is applied to each row as it is read)."""
-    n = len(rows)
-    order = np.asarray(rows)
+    from gcpo_train.align.run import gram_of
+
     p = np.asarray(precond, float)
     if gradient_rows.shape(path)[1] != p.size:
         raise ValueError(f"{path}: rows of {gradient_rows.shape(path)[1]} numbers, a preconditioner of {p.size}")
-    K = np.zeros((n, n))
-    for i in range(0, n, block):
-        A = gradient_rows.read_rows(path, order[i : i + block]) * p
-        for j in range(i, n, block):
-            B = A if j == i else gradient_rows.read_rows(path, order[j : j + block]) * p
-            K[i : i + block, j : j + block] = A @ B.T
-            K[j : j + block, i : i + block] = K[i : i + block, j : j + block].T
-    return K
+    return gram_of(path, rows, block, scale=p)
