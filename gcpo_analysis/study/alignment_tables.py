@@ -187,9 +187,12 @@ def _room(s: dict) -> str:
     )
 
 
-def reading(summary: pd.DataFrame, bounds: pd.DataFrame, dose: pd.DataFrame) -> str:
-    """The reading per snapshot at the protocol's batch size, whichever way the tables fall."""
+def reading(summary: pd.DataFrame, bounds: pd.DataFrame, dose: pd.DataFrame, settings: dict) -> str:
+    """The reading per snapshot at the protocol's batch size, whichever way the tables fall. With
+    B replicates the smallest bootstrap p is 2/(B + 1); Holm over m modulators multiplies it by m,
+    and where that floor reaches 0.05 the reading says no detection was possible."""
     out = []
+    floor = 2.0 / (int(settings["n_boot"]) + 1)
     bnd: dict[str, dict[str, Any]] = {}
     for r in bounds.to_dict("records") if len(bounds) else []:
         bnd[f"{r['snapshot']}|{r['weighting']}"] = {str(k): v for k, v in r.items()}
@@ -215,6 +218,14 @@ def reading(summary: pd.DataFrame, bounds: pd.DataFrame, dose: pd.DataFrame) -> 
         text += f"After Holm over {n_family} modulators (shuffled ones included), "
         text += f"a gain is detected for {', '.join(up)}" if up else "no gain over equal weights is detected"
         text += f"; a loss for {', '.join(down)}. " if down else ". "
+        if floor * n_family >= 0.05:
+            text += (
+                f"(With {settings['n_boot']:,} replicates the smallest p is {floor:.4f}, {floor * n_family:.3f} after "
+                f"Holm over {n_family}: no detection was possible; the unadjusted CIs below are what the table reads.) "
+            )
+        pos = [n for n in mods if s[n]["dcos_lo"] > 0]
+        neg = [n for n in mods if s[n]["dcos_hi"] < 0]
+        text += f"95% CIs, unadjusted, above 0: {_names(pos)}; below 0: {_names(neg)}. "
         finite = [n for n in mods if np.isfinite(s[n]["dcos_hi"])]
         if finite:
             worst = max(finite, key=lambda n: s[n]["dcos_hi"])
@@ -227,14 +238,18 @@ def reading(summary: pd.DataFrame, bounds: pd.DataFrame, dose: pd.DataFrame) -> 
             )
             quarter: list[str] = []
             not_quarter: list[str] = []
+            no_room: list[str] = []
             for n in finite:
                 own = bnd.get(f"{snap}|{n}")
                 ceiling = own.get("bounded_crossfit_mu", np.nan) if own is not None else np.nan
                 if np.isfinite(ceiling) and ceiling > 0 and np.isfinite(s[n]["dcos_mu_hi"]):
                     (quarter if s[n]["dcos_mu_hi"] < CEILING_SHARE * ceiling else not_quarter).append(n)
+                else:
+                    no_room.append(n)
             text += (
                 f"Against {CEILING_SHARE:.0%} of its own cross-fitted bounded ceiling (against μ), a gain that "
-                f"large is excluded for {_names(quarter)}; not excluded for {_names(not_quarter)}. "
+                f"large is excluded for {_names(quarter)}; not excluded for {_names(not_quarter)}"
+                + (f"; no positive ceiling to compare with for {_names(no_room)}. " if no_room else ". ")
             )
             best = max(finite, key=lambda n: s[n]["dcos"])
             top_mod = s[best]

@@ -125,4 +125,7 @@ def test_the_ceilings_leave_the_holm_family_and_the_bounds_hold():
     own = bounds.dropna(subset=["own_dcos"])
     assert (own["bounded_in_sample"] >= own["own_dcos"] - 1e-9).all()
     assert (own["ordering_in_sample"] >= own["own_dcos"] - 1e-9).all()
-    assert (own["bounded_in_sample"] >= own["ordering_in_sample"] - 1e-9).all()  # an order is in the box
+    # (the ordering ceiling may exceed the bounded one: a group with no gradient can lend the batch a
+    # weight outside the live groups' range, e.g. q_hawkeye's ω = 1 of a group whose rewards tie)
+    fixed = bounds[bounds["weighting"] == "any weights in 0.4–1.3"]
+    assert len(fixed) == 5 and (fixed["bounded_in_sample"] >= fixed["bounded_crossfit"]).all()
