@@ -108,7 +108,7 @@ def dose_figure(table: pd.DataFrame, path_stem) -> None:
                     **style,
                 )
         ax.axhline(0, color="grey", lw=0.8)
-        ax.set_xscale("symlog", linthresh=0.01)
+        ax.set_xscale("log")  # every spread is > 0 (equal weights are not plotted)
         ax.set_title(snap, fontsize=9)
         ax.set_xlabel("within-batch CV of ω")
     axes[0][0].set_ylabel("Δcos vs equal weights (batch of 4)")
