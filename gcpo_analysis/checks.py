@@ -79,6 +79,7 @@ def toy_group(G: int, seed: int = 0, clusters=None, rewards=None) -> GroupFeatur
         n_tokens=rng.integers(1, 10, G).astype(float),
         ratio_var=rng.uniform(0, 0.3, G),
         answers=[f"a{i}" for i in range(G)],
+        grad_norm2=float(rng.uniform(0.1, 3)),
     )
 
 

@@ -114,10 +114,15 @@ def modulator_params(config: Any) -> dict:
 
 def needs_of(name: str) -> frozenset:
     """What the named modulator reads (``Modulator.needs``); refuses unknown names with choices."""
+    from gcpo_analysis.measures.field_weights import trainer_refusal
     from gcpo_analysis.measures.modulators import MODULATORS
     from gcpo_analysis.measures.shuffled import split_arm
 
-    return MODULATORS.lookup(split_arm(name)[0]).needs
+    modulator = MODULATORS.lookup(split_arm(name)[0])
+    refusal = trainer_refusal(modulator.name, modulator.needs)
+    if refusal:  # a feature the trainer does not compute: refused before any step
+        raise ValueError(f"{refusal}; choose another modulator")
+    return modulator.needs
 
 
 class GroupModulator:

@@ -57,6 +57,7 @@ class GroupFeatures:
     ratio_var: np.ndarray | None = None  # (G,) Var_t of the per-token policy ratio rho_{i,t}
     answers: list[str] | None = None
     n_tokens: np.ndarray | None = None  # (G,) completion lengths: SE weights use logprobs / n_tokens
+    grad_norm2: float | None = None  # ‖g_q‖² of the group's own gradient (the update-alignment study's)
 
     def require(self, field: str, modulator: str) -> np.ndarray:
         value = getattr(self, field)
@@ -422,3 +423,7 @@ def group_weight(
     (the same ``info`` as ``modulate``'s). eg_spo, r2vpo and empo have none: refused, saying why."""
     modulator = _checked(name, group, alpha_base, r_min, r_max, params)
     return modulator.group_weight(group, alpha=alpha_base, r_min=r_min, r_max=r_max, **params)
+
+
+# the field's group weights (GRPO's std scaling, Dr. GRPO, inverse gradient norm and variance)
+from . import field_weights as _field_weights  # noqa: E402,F401  (registers them)

@@ -98,6 +98,11 @@ def measurement_tools(needs, embedder=None, judge=None):
     return embedder, make_judge(judge, embedder=embedder) if judge_shares_embedder(judge) else make_judge(judge)
 
 
+def _per_rollout(kept: dict, k: int) -> dict[str, Any]:
+    """Group k's per-rollout arrays of ``kept`` (token_entropy, logprobs, ...), as float64."""
+    return {name: np.asarray(values[k], dtype=np.float64) for name, values in kept.items()}
+
+
 def prepare_groups(
     texts: Sequence[Sequence[str]],
     rewards: Sequence[ArrayLike],
@@ -172,7 +177,7 @@ def prepare_groups(
             embeddings=embeddings[k],
             clusters=clusters[k],
             answers=None if answers is None else list(answers[k]),
-            **{name: np.asarray(values[k], dtype=np.float64) for name, values in kept.items()},
+            **_per_rollout(kept, k),
         )
         for k in range(n)
     ]

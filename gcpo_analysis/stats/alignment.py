@@ -23,12 +23,20 @@ metric, K_B⁻¹c_B maximises wᵀc_B / √(wᵀK_B w), the cosine, over all rea
 may be negative, so it bounds every per-group reweighting, measurable or not. Its SNR uses the
 same normalisation (mean |w| over live groups).
 
+The oracle is fitted to the reference that scores it, which is a noisy mean of the other groups:
+its in-sample Δcos overstates the room. ``alignment_ceilings`` adds the cross-fitted oracle
+(fitted on half the outside groups, scored on the other half), the noise-corrected scale
+(cos_μ: ‖μ‖ estimated by a U-statistic in place of the reference's norm) and the U-statistic
+estimate of the ideal room; ``alignment`` reports them beside the oracle (``CEILINGS``).
+
 Uncertainty: a group bootstrap. Each replicate resamples the P pool groups with replacement,
 redraws the batches from the resample, and recomputes every weighting's mean Δcos (paired by
-batch) and ΔSNR against ``none``; a copy of a batch member never serves as its reference. CIs are
-percentile intervals, p the two-sided bootstrap p with the add-one (``bootstrap_p``), Holm over
-the weightings of one (snapshot, batch size, statistic). Hand-written: no library computes a
-cosine from a Gram; tests check it against explicit gradients.
+batch), Δcos_μ and ΔSNR against ``none``; a copy of a batch member never serves as its
+reference, and the halves of a cross-fit keep a group's copies together. CIs are percentile
+intervals, p the two-sided bootstrap p with the add-one (``bootstrap_p``), Holm over the
+modulators of one (snapshot, batch size, statistic); the ceilings are maxima by construction and
+are described, never tested. Hand-written: no library computes a cosine from a Gram; tests check
+it against explicit gradients.
 """
 
 from __future__ import annotations
@@ -37,6 +45,9 @@ import numpy as np
 import pandas as pd
 
 ORACLE = "oracle"
+ORACLE_CF = "oracle, cross-fitted"  # fitted on half the outside groups, scored on the other half
+IDEAL_ROOM = "ideal room"  # the U-statistic estimate of max cos with μ − equal weights' (against μ)
+CEILINGS = (ORACLE, ORACLE_CF, IDEAL_ROOM)  # described with CIs, never in the Holm family
 SHUFFLED = " (shuffled)"
 RIDGE = 1e-6
 
@@ -115,7 +126,7 @@ def batch_statistics(
     nb, k = idx.shape
     if KB is None:
         KB = K[idx[:, :, None], idx[:, None, :]]
-    norm2 = np.clip(np.einsum("bi,bij,bj->b", Wn, KB, Wn) / k**2, 0.0, None)
+    norm2 = np.clip(((KB @ Wn[..., None])[..., 0] * Wn).sum(1) / k**2, 0.0, None)
     inner = (Wn * c).sum(1) / k
     with np.errstate(invalid="ignore", divide="ignore"):
         cos = np.where((norm2 > 0) & (rnorm2 > 0), inner / np.sqrt(norm2 * rnorm2), np.nan)
@@ -126,13 +137,16 @@ def batch_statistics(
     return {"inner": inner, "norm2": norm2, "cos": cos}, snr
 
 
-def weight_matrix(weights: dict[str, np.ndarray], idx: np.ndarray, rng: np.random.Generator) -> dict[str, np.ndarray]:
+def weight_matrix(
+    weights: dict[str, np.ndarray], idx: np.ndarray, rng: np.random.Generator, shuffled: bool = True
+) -> dict[str, np.ndarray]:
     """Per weighting its (n_batches, k) raw weights: every modulator's ω at the batch's groups, and
-    each one shuffled within the batch (``SHUFFLED`` suffix; ``none`` has no shuffle, it is constant)."""
+    (``shuffled``) each one shuffled within the batch (``SHUFFLED`` suffix; ``none`` has no
+    shuffle, it is constant)."""
     out = {}
     for name, w in weights.items():
         out[name] = np.asarray(w, float)[idx]
-    for name in weights:
+    for name in weights if shuffled else ():
         if name != "none":
             out[name + SHUFFLED] = shuffle_weights(out[name], rng)
     return out
@@ -148,33 +162,64 @@ def alignment(
     b: np.ndarray | None = None,
     ref_norm2: float | None = None,
     ridge: float = RIDGE,
+    shuffled: bool = True,
+    ceilings: bool = True,
 ) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, float], np.ndarray]:
     """Every weighting's per-batch statistics and SNR on ``n_batches`` random batches of
     ``batch_size``; weights: name → (P,) ω per pool position (``none`` required). Returns
-    (per weighting {inner, norm2, cos}, per weighting SNR, the batches (n_batches, k))."""
+    (per weighting {inner, norm2, cos, cos_mu}, per weighting SNR, the batches (n_batches, k)).
+    cos_mu: the cosine on the noise-corrected scale, ‖μ‖_U for the reference's norm
+    (``alignment_ceilings``; NaN with a fixed reference). ``ceilings``: the in-sample oracle, and
+    with the leave-batch-out reference the cross-fitted oracle ({dcos, dcos_mu} per batch) and the
+    ideal room's terms ({q, cos_none_mu}); ``shuffled``: each weighting shuffled within the batch."""
+    from .alignment_ceilings import block, crossfit, half_references, ideal_terms, mean_norm2, oracle_fitter
+
     if "none" not in weights:
         raise ValueError("weights must include 'none' (equal weights), the baseline")
     idx = draw_batches(K.shape[0], batch_size, n_batches, rng)
     c, rnorm2 = reference_terms(K, idx, ids, b, ref_norm2)
     live = np.diag(K)[idx] > 0
-    KB = K[idx[:, :, None], idx[:, None, :]]
-    raw = weight_matrix(weights, idx, rng)
-    raw[ORACLE] = oracle_weights(K, idx, c, ridge)
+    KB = block(K, idx)
+    mu2 = mean_norm2(K, ids) if b is None else float("nan")
+    raw = weight_matrix(weights, idx, rng, shuffled)
+    if ceilings:
+        raw[ORACLE] = oracle_weights(K, idx, c, ridge)
     per_batch, snr = {}, {}
     for name, W in raw.items():
         per_batch[name], snr[name] = batch_statistics(K, idx, normalise_weights(W, live), c, rnorm2, KB)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            per_batch[name]["cos_mu"] = per_batch[name]["cos"] * np.sqrt(rnorm2 / mu2) if mu2 > 0 else np.nan * c[:, 0]
+    if ceilings and b is None:
+        halves = half_references(K, idx, rng, ids)
+        per_batch[ORACLE_CF] = crossfit(oracle_fitter(KB, ridge), KB, halves, mu2)
+        q, cos_none_mu = ideal_terms(K, idx, c, mu2, ids, ridge)
+        per_batch[IDEAL_ROOM] = {"q": q, "cos_none_mu": cos_none_mu}
+        snr[ORACLE_CF] = snr[IDEAL_ROOM] = float("nan")
     return per_batch, snr, idx
 
 
-def deltas(per_batch: dict, snr: dict) -> tuple[dict[str, float], dict[str, float]]:
-    """Mean Δcos against ``none`` over the batches where both cosines exist (paired), and ΔSNR."""
-    base = per_batch["none"]["cos"]
-    dcos, dsnr = {}, {}
+def deltas(per_batch: dict, snr: dict) -> dict[str, dict[str, float]]:
+    """Per statistic (``dcos``, ``dcos_mu``, ``dsnr``) and weighting: the mean Δcos against
+    ``none`` over the batches where both cosines exist (paired), the same on the noise-corrected
+    scale, and ΔSNR. A cross-fitted ceiling carries its own per-batch Δ (against equal weights on
+    its half references); the ideal room is ``ideal_room`` of its terms."""
+    from .alignment_ceilings import ideal_room
+
+    def mean(d):
+        return float(np.nanmean(d)) if np.isfinite(d).any() else float("nan")
+
+    out: dict[str, dict[str, float]] = {"dcos": {}, "dcos_mu": {}, "dsnr": {}}
     for name, stats in per_batch.items():
-        d = stats["cos"] - base
-        dcos[name] = float(np.nanmean(d)) if np.isfinite(d).any() else float("nan")
-        dsnr[name] = snr[name] - snr["none"]
-    return dcos, dsnr
+        if "q" in stats:
+            room = ideal_room(stats["q"], stats["cos_none_mu"])
+            out["dcos"][name], out["dcos_mu"][name] = float("nan"), room
+        elif "dcos" in stats:
+            out["dcos"][name], out["dcos_mu"][name] = mean(stats["dcos"]), mean(stats["dcos_mu"])
+        else:
+            out["dcos"][name] = mean(stats["cos"] - per_batch["none"]["cos"])
+            out["dcos_mu"][name] = mean(stats["cos_mu"] - per_batch["none"]["cos_mu"])
+        out["dsnr"][name] = snr[name] - snr["none"]
+    return out
 
 
 def bootstrap_p(samples: np.ndarray) -> float:
@@ -200,29 +245,33 @@ def group_bootstrap(
     b: np.ndarray | None = None,
     ref_norm2: float | None = None,
     ridge: float = RIDGE,
-) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """Replicates of every weighting's mean Δcos and ΔSNR: pool groups resampled with replacement,
-    batches redrawn from the resample (module docstring). Returns ({name: (n_boot,)}, same for SNR)."""
+    shuffled: bool = True,
+    ceilings: bool = True,
+) -> dict[str, dict[str, np.ndarray]]:
+    """Replicates of every weighting's ``deltas``: pool groups resampled with replacement, batches
+    redrawn from the resample (module docstring). Returns {statistic: {name: (n_boot,)}}."""
     P = K.shape[0]
-    dcos: dict[str, list] = {}
-    dsnr: dict[str, list] = {}
+    reps: dict[str, dict[str, list]] = {}
     for _ in range(n_boot):
         ids = np.asarray(rng.integers(P, size=P))
         Kr = K[np.ix_(ids, ids)]
         wr = {name: np.asarray(w, float)[ids] for name, w in weights.items()}
         br = None if b is None else np.asarray(b, float)[ids]
         per_batch, snr, _ = alignment(
-            Kr, wr, batch_size, n_batches, rng, ids=ids, b=br, ref_norm2=ref_norm2, ridge=ridge
+            Kr, wr, batch_size, n_batches, rng, ids, br, ref_norm2, ridge, shuffled=shuffled, ceilings=ceilings
         )
-        dc, ds = deltas(per_batch, snr)
-        for name in dc:
-            dcos.setdefault(name, []).append(dc[name])
-            dsnr.setdefault(name, []).append(ds[name])
-    return {k: np.array(v) for k, v in dcos.items()}, {k: np.array(v) for k, v in dsnr.items()}
+        for stat, values in deltas(per_batch, snr).items():
+            for name, v in values.items():
+                reps.setdefault(stat, {}).setdefault(name, []).append(v)
+    return {stat: {k: np.array(v) for k, v in d.items()} for stat, d in reps.items()}
 
 
-def batch_frame(per_batch: dict, idx: np.ndarray, batch_size: int) -> pd.DataFrame:
-    """The per-batch frame: one row per (batch, weighting) with cos, ĝ·r_B, ‖ĝ‖² and the groups."""
+def batch_frame(per_batch: dict, idx: np.ndarray, batch_size: int, n_rows: int | None = None) -> pd.DataFrame:
+    """The per-batch frame: one row per (batch, weighting) with cos, ĝ·r_B, ‖ĝ‖² and the groups,
+    for the first ``n_rows`` batches (all by default) and the weightings with a per-batch cosine."""
+    n_rows = len(idx) if n_rows is None else min(n_rows, len(idx))
+    idx = idx[:n_rows]
+    per_batch = {name: {k: v[:n_rows] for k, v in s.items()} for name, s in per_batch.items() if "cos" in s}
     groups = [" ".join(map(str, row)) for row in idx]
     frames = [
         pd.DataFrame(

@@ -9,11 +9,20 @@ weighting's statistics (``gcpo_analysis.stats.alignment``) and writes:
 * ``batches.parquet``: one row per (snapshot, batch size, batch, weighting): cos, ĝ·r_B, ‖ĝ‖²;
 * ``groups.parquet``: the snapshots' group frames together;
 * ``summary.parquet`` and ``alignment.md``: per (snapshot, batch size, weighting) the mean cos,
-  Δcos and ΔSNR against ``none`` with group-bootstrap CIs, p and Holm;
+  Δcos (and on the noise-corrected scale, against μ) and ΔSNR against ``none`` with
+  group-bootstrap CIs; p and Holm over the modulators (the paper's, shuffled, and the field's
+  weightings, ``FIELD``); the ceilings (in-sample and cross-fitted oracle, ideal room) with CIs
+  and no test;
+* ``bounds.parquet`` and ``ceilings.md``: the bounded and ordering ceilings of every modulator
+  at the protocol's batch size (``alignment_bounds``);
+* ``dose.parquet``, ``dose.md`` and ``dose.png``/``.svg``: the dose-response (``alignment_dose``);
 * ``headline.md``: Δcos at the protocol's batch size (4) per weighting and snapshot, beside the
-  oracle ceiling (the README table), and ``reading.md``, the reading generated from it.
+  ceilings, and ``reading.md``, the reading generated from the tables against the margins of
+  ``plan.md`` (``alignment_tables``).
 
-Everything is seeded from the snapshot's name and the batch size, so a rerun writes the same bytes.
+Point estimates use ``n_batches`` batches per (snapshot, batch size); each of the ``n_boot``
+bootstrap replicates redraws ``n_boot_batches``. Everything is seeded from the snapshot's name and
+the batch size, so a rerun writes the same bytes.
 """
 
 from __future__ import annotations
@@ -29,16 +38,20 @@ import pandas as pd
 
 from gcpo_analysis.frames import FrameError, check_columns, write_frame, write_text
 from gcpo_analysis.outputs import is_temporary, staged_outputs
-from gcpo_analysis.stats.alignment import ORACLE, SHUFFLED, alignment, batch_frame, bootstrap_p, deltas, group_bootstrap
+from gcpo_analysis.stats.alignment import CEILINGS, alignment, batch_frame, bootstrap_p, deltas, group_bootstrap
 from gcpo_analysis.stats.rank import _percentile_ci
 from gcpo_analysis.stats.size_control import holm
 
 BATCH_SIZES = (4, 8, 16)
 PROTOCOL_BATCH = 4  # queries_per_step of the NarrativeQA-spans protocol
-N_BATCHES = 200
-N_BOOT = 1000  # the p floor 2/(B + 1) = 0.002 passes Holm over the 19 weightings of a block at 0.05
+N_BATCHES = 20_000  # per point estimate (plan.md)
+N_BOOT = 1000  # p floor 2/(B + 1) = 0.002: times 26 modulators (Holm) it is 0.052, the reading says so
+N_BOOT_BATCHES = 2_000  # batches redrawn in each bootstrap replicate at the protocol's batch size
+N_BOOT_BATCHES_OTHER = 500  # ... and at the other batch sizes (plan.md's amendment: compute)
+N_FRAME_BATCHES = 200  # batches.parquet keeps the first 200 batches of each block
 LEVEL = 0.95
 HEADLINE = ("se", "kle", "care", "rd", "cd_rd", "bot_rd", "q_hawkeye")
+FIELD = ("reward_std", "inv_reward_std", "inv_grad_norm", "inv_variance")  # measures.field_weights
 GROUP_COLUMNS = ("position", "role", "w_none")  # what the statistics read of a groups frame (and w_*)
 STUDY_ENTRIES = ("work", "snapshots")  # a folder holding one of them is an update-alignment study
 
@@ -135,194 +148,211 @@ def _seed(name: str, k: int) -> np.random.Generator:
     return np.random.default_rng([zlib.crc32(name.encode()), k, 36])
 
 
+def pool_weights_of(groups: pd.DataFrame, pool: np.ndarray, card: dict) -> dict[str, np.ndarray]:
+    """Every weighting of the pool: the frame's ``w_<modulator>`` columns, and the field's
+    weightings computed from its ``reward_spread`` and ``grad_norm2`` (``field_weights``) where
+    the frame has no column for them (frames written before they were registered)."""
+    from gcpo_analysis.measures.field_weights import frame_weights
+
+    weights = {c[2:]: groups.loc[pool, c].to_numpy(float) for c in groups.columns if c.startswith("w_")}
+    missing = [c for c in ("reward_spread", "grad_norm2") if c not in groups.columns]
+    if missing:
+        if not all(name in weights for name in FIELD):
+            warnings.warn(
+                f"snapshot groups without {missing}: the field's weightings ({', '.join(FIELD)}) are left out",
+                stacklevel=2,
+            )
+        return weights
+    train = card.get("train_config", {})
+    field = frame_weights(
+        groups.loc[pool, "reward_spread"].to_numpy(float),
+        groups.loc[pool, "grad_norm2"].to_numpy(float),
+        float(train.get("r_min", 0.0)),
+        float(train.get("r_max", 2.0)),
+    )
+    return {**weights, **{k: v for k, v in field.items() if k not in weights}}
+
+
+def _kind(name: str) -> str:
+    return "baseline" if name == "none" else "ceiling" if name in CEILINGS else "modulator"
+
+
+def summary_rows(name, k, per_batch, snr, boot, n_pool, n_live) -> list[dict]:
+    """One summary row per weighting of a (snapshot, batch size) block."""
+    est = deltas(per_batch, snr)
+    base = per_batch["none"]["cos"]
+    rows = []
+    for wname, stats in per_batch.items():
+        cos = stats.get("cos")
+        ok = np.isfinite(cos) & np.isfinite(base) if cos is not None else np.zeros(len(base), bool)
+        row = dict(snapshot=name, batch_size=k, weighting=wname, kind=_kind(wname), n_pool=n_pool, n_live=n_live)
+        row.update(
+            n_batches=int(ok.sum()) if cos is not None else int(np.isfinite(stats.get("dcos", stats.get("q"))).sum()),
+            cos=float(np.nanmean(cos)) if cos is not None and np.isfinite(cos).any() else float("nan"),
+            frac_better=float((cos[ok] > base[ok]).mean()) if ok.any() else float("nan"),
+            snr=snr[wname],
+        )
+        for stat in ("dcos", "dcos_mu", "dsnr"):
+            lo, hi = _percentile_ci(boot[stat][wname], LEVEL)
+            tested = row["kind"] == "modulator"
+            row.update(
+                {
+                    stat: est[stat][wname],
+                    f"{stat}_lo": lo,
+                    f"{stat}_hi": hi,
+                    f"{stat}_p": bootstrap_p(boot[stat][wname]) if tested and stat != "dcos_mu" else float("nan"),
+                }
+            )
+        rows.append(row)
+    return rows
+
+
 def snapshot_tables(
-    name: str, groups: pd.DataFrame, K: np.ndarray, n_batches: int = N_BATCHES, n_boot: int = N_BOOT
-) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(batches, summary) frames of one snapshot over ``BATCH_SIZES``."""
+    name: str,
+    groups: pd.DataFrame,
+    K: np.ndarray,
+    n_batches: int = N_BATCHES,
+    n_boot: int = N_BOOT,
+    n_boot_batches: int = N_BOOT_BATCHES,
+    card: dict | None = None,
+    n_boot_batches_other: int = N_BOOT_BATCHES_OTHER,
+) -> dict[str, pd.DataFrame]:
+    """{batches, summary, bounds, dose} frames of one snapshot over ``BATCH_SIZES``: bootstrap
+    replicates of ``n_boot_batches`` batches at the protocol's batch size, of
+    ``n_boot_batches_other`` at the others."""
+    from gcpo_analysis.study.alignment_bounds import bound_rows
+    from gcpo_analysis.study.alignment_dose import dose_weights, split_name, within_batch_spread
+
+    card = card or {}
     pool = (groups["role"] == "pool").to_numpy()
     ref = (groups["role"] == "reference").to_numpy()
     Kp = K[np.ix_(pool, pool)]
     b = K[np.ix_(pool, ref)].mean(1) if ref.any() else None
     ref_norm2 = float(K[np.ix_(ref, ref)].mean()) if ref.any() else None
-    weights = {c[2:]: groups.loc[pool, c].to_numpy(float) for c in groups.columns if c.startswith("w_")}
-    batches, rows = [], []
+    weights = pool_weights_of(groups, pool, card)
+    n_pool, n_live = int(Kp.shape[0]), int((np.diag(Kp) > 0).sum())
+    batches, rows, bounds, dose = [], [], [], []
     for k in BATCH_SIZES:
         if k >= Kp.shape[0]:
             continue
         rng = _seed(name, k)
         per_batch, snr, idx = alignment(Kp, weights, k, n_batches, rng, b=b, ref_norm2=ref_norm2)
-        frame = batch_frame(per_batch, idx, k)
+        frame = batch_frame(per_batch, idx, k, N_FRAME_BATCHES)
         frame.insert(0, "snapshot", name)
         batches.append(frame)
-        dcos, dsnr = deltas(per_batch, snr)
-        boot_cos, boot_snr = group_bootstrap(Kp, weights, k, n_batches, n_boot, rng, b=b, ref_norm2=ref_norm2)
-        base = per_batch["none"]["cos"]
-        if not np.isfinite(base).any():
+        n_rep = n_boot_batches if k == PROTOCOL_BATCH else n_boot_batches_other
+        boot = group_bootstrap(Kp, weights, k, n_rep, n_boot, rng, b=b, ref_norm2=ref_norm2)
+        if not np.isfinite(per_batch["none"]["cos"]).any():
             warnings.warn(
-                f"snapshot {name}, batch size {k}: no batch has a defined cosine ({int((np.diag(Kp) > 0).sum())} "
-                f"of {Kp.shape[0]} pool groups have a gradient; a group whose rewards are all equal has none): "
-                f"its cos, Δcos and SNR are undefined (–)",
+                f"snapshot {name}, batch size {k}: no batch has a defined cosine ({n_live} of {n_pool} pool groups "
+                f"have a gradient; a group whose rewards are all equal has none): its cos, Δcos and SNR are "
+                f"undefined (–)",
                 stacklevel=2,
             )
-        for wname, stats in per_batch.items():
-            ok = np.isfinite(stats["cos"]) & np.isfinite(base)
-            lo_c, hi_c = _percentile_ci(boot_cos[wname], LEVEL)
-            lo_s, hi_s = _percentile_ci(boot_snr[wname], LEVEL)
-            rows.append(
-                dict(
-                    snapshot=name,
-                    batch_size=k,
-                    weighting=wname,
-                    n_pool=int(Kp.shape[0]),
-                    n_live=int((np.diag(Kp) > 0).sum()),
-                    n_batches=int(ok.sum()),
-                    cos=float(np.nanmean(stats["cos"])) if np.isfinite(stats["cos"]).any() else float("nan"),
-                    dcos=dcos[wname],
-                    dcos_lo=lo_c,
-                    dcos_hi=hi_c,
-                    dcos_p=bootstrap_p(boot_cos[wname]) if wname != "none" else float("nan"),
-                    frac_better=float((stats["cos"][ok] > base[ok]).mean()) if ok.any() else float("nan"),
-                    snr=snr[wname],
-                    dsnr=dsnr[wname],
-                    dsnr_lo=lo_s,
-                    dsnr_hi=hi_s,
-                    dsnr_p=bootstrap_p(boot_snr[wname]) if wname != "none" else float("nan"),
-                )
-            )
+        rows += summary_rows(name, k, per_batch, snr, boot, n_pool, n_live)
+        if k != PROTOCOL_BATCH or b is not None:
+            continue
+        bounds += bound_rows(name, Kp, {m: weights[m] for m in weights}, k, n_batches, _seed(name, 1000 + k))
+        G = int(card.get("train_config", {}).get("group_size", 0))
+        if G > 1 and {"w_rd", "w_bot", "w_se", "w_bot_rd", "live"} <= set(groups.columns):
+            dw = dose_weights(groups.loc[pool].reset_index(drop=True), G, float(card["train_config"]["alpha_base"]))
+            rng = _seed(name, k)  # the main table's batches: α at the run's value is its bot_rd row
+            per_batch, snr, idx = alignment(Kp, dw, k, n_batches, rng, shuffled=False, ceilings=False)
+            dboot = group_bootstrap(Kp, dw, k, n_boot_batches, n_boot, rng, shuffled=False, ceilings=False)
+            live = np.diag(Kp)[idx] > 0
+            for row in summary_rows(name, k, per_batch, snr, dboot, n_pool, n_live):
+                if row["weighting"] == "none":
+                    continue
+                measure, level = split_name(row["weighting"])
+                spread = within_batch_spread(dw[row["weighting"]][idx], live)
+                dose.append(dict(measure=measure, dose=level, spread=spread, **row))
     summary = pd.DataFrame(rows)
-    for stat in ("dcos", "dsnr"):  # Holm over the weightings of one batch size (the oracle included)
-        summary[f"{stat}_p_holm"] = summary.groupby("batch_size")[f"{stat}_p"].transform(lambda p: holm(p.to_numpy()))
-    return pd.concat(batches, ignore_index=True), summary
-
-
-def _f(x: float, digits: int = 3) -> str:
-    return "–" if not np.isfinite(x) else f"{x:+.{digits}f}"
-
-
-def _ci(lo: float, hi: float, digits: int = 3) -> str:
-    return "–" if not (np.isfinite(lo) and np.isfinite(hi)) else f"[{lo:+.{digits}f}, {hi:+.{digits}f}]"
-
-
-def _p(p: float) -> str:
-    return "–" if not np.isfinite(p) else (f"{p:.3f}" if p < 0.01 else f"{p:.2f}")
-
-
-def _records(summary: pd.DataFrame) -> dict[tuple[str, int], dict[str, dict[str, Any]]]:
-    """(snapshot, batch size) -> weighting -> its summary row, as plain Python values."""
-    out: dict[tuple[str, int], dict[str, dict[str, Any]]] = {}
-    for row in summary.to_dict("records"):
-        out.setdefault((str(row["snapshot"]), int(row["batch_size"])), {})[str(row["weighting"])] = {
-            str(k): v for k, v in row.items()
-        }
-    return dict(sorted(out.items()))
-
-
-def alignment_markdown(summary: pd.DataFrame) -> str:
-    """Every (snapshot, batch size) block: cos, Δcos and ΔSNR with CI, p and Holm."""
-    out = [
-        "# The update-alignment study: every weighting against equal weights",
-        "",
-        "Generated by `gcpo align --restat` from this folder's frames (docs/results/update_alignment.md). cos: "
-        "mean cosine of the weighted batch gradient with the leave-batch-out reference; Δcos: paired by batch, "
-        "against `none`; better: the share of batches where the weighting's cosine is higher; SNR: "
-        f"‖E ĝ‖² / E‖ĝ − E ĝ‖², weights normalised to mean 1 per batch. {int(LEVEL * 100)}% CIs and p from "
-        f"{N_BOOT} group-bootstrap replicates; Holm over the weightings of one block.",
-        "",
-    ]
-    for (snap, k), block in _records(summary).items():
-        first = next(iter(block.values()))
-        out += [
-            f"## {snap}, batch size {k}",
-            "",
-            f"{first['n_pool']} pool groups ({first['n_live']} with a gradient), {N_BATCHES} batches "
-            f"({first['n_batches']} with a defined cosine).",
-            "",
-            "| weighting | cos | Δcos | 95% CI | p (Holm) | better | SNR | ΔSNR | 95% CI | p (Holm) |",
-            "|---|---|---|---|---|---|---|---|---|---|",
-        ]
-        for name, r in block.items():
-            out.append(
-                f"| {name} | {r['cos']:.3f} | {_f(r['dcos'])} | {_ci(r['dcos_lo'], r['dcos_hi'])} | "
-                f"{_p(r['dcos_p_holm'])} | {r['frac_better']:.2f} | {r['snr']:.3f} | {_f(r['dsnr'])} | "
-                f"{_ci(r['dsnr_lo'], r['dsnr_hi'])} | {_p(r['dsnr_p_holm'])} |"
-            )
-        out.append("")
-    return "\n".join(out)
-
-
-def headline_markdown(summary: pd.DataFrame) -> str:
-    """Δcos at the protocol's batch size: one row per headline weighting and the oracle, one
-    column per snapshot ("Δcos [CI]")."""
-    blocks = {snap: b for (snap, k), b in _records(summary).items() if k == PROTOCOL_BATCH}
-    names = [n for n in (*HEADLINE, ORACLE) if all(n in b for b in blocks.values())]
-    lines = ["| Δcos vs none, batch of 4 | " + " | ".join(blocks) + " |", "|---" * (len(blocks) + 1) + "|"]
-    for n in names:
-        cells = [f"{_f(b[n]['dcos'])} {_ci(b[n]['dcos_lo'], b[n]['dcos_hi'])}" for b in blocks.values()]
-        lines.append(f"| {'**oracle ceiling**' if n == ORACLE else n} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
-
-
-def reading(summary: pd.DataFrame) -> str:
-    """The reading, generated from the summary (whichever way it falls)."""
-    out = []
-    for (snap, k), s in _records(summary).items():
-        if k != PROTOCOL_BATCH:
-            continue
-        mods = [n for n in s if n not in ("none", ORACLE) and not n.endswith(SHUFFLED)]
-        up = [n for n in mods if s[n]["dcos_p_holm"] < 0.05 and s[n]["dcos"] > 0]
-        down = [n for n in mods if s[n]["dcos_p_holm"] < 0.05 and s[n]["dcos"] < 0]
-        best = max(mods, key=lambda n: float(s[n]["dcos"]) if np.isfinite(s[n]["dcos"]) else -np.inf)
-        o, none = s[ORACLE], s["none"]
-        text = f"**{snap}** (batch size {k}, {none['n_pool']} pool groups, {none['n_live']} with a gradient): "
-        if none["n_batches"] == 0:
-            out.append(text + "no batch has a defined cosine (a group whose rewards are all equal has no gradient).")
-            continue
-        text += (
-            f"equal weights reach cos {none['cos']:.3f} with the reference; the oracle ceiling adds "
-            f"{_f(o['dcos'])} {_ci(o['dcos_lo'], o['dcos_hi'])}"
+    tested = summary["kind"] == "modulator"
+    for stat in ("dcos", "dsnr"):  # Holm over the modulators of one batch size (no ceiling, no baseline)
+        summary[f"{stat}_p_holm"] = np.nan
+        summary.loc[tested, f"{stat}_p_holm"] = (
+            summary[tested].groupby("batch_size")[f"{stat}_p"].transform(lambda p: holm(p.to_numpy()))
         )
-        text += f" ({o['dcos'] / none['cos']:+.0%} of it). " if none["cos"] > 0 else ". "
-        if up:
-            text += f"After Holm, {', '.join(up)} point the update closer than equal weights. "
-        else:
-            text += "After Holm, no modulator points the update closer than equal weights. "
-        if down:
-            text += f"{', '.join(down)} point it further away. "
-        b = s[best]
-        share = b["dcos"] / o["dcos"] if o["dcos"] > 0 else float("nan")
-        text += f"The best modulator, {best}, gains {_f(b['dcos'])} {_ci(b['dcos_lo'], b['dcos_hi'])}"
-        text += f", {share:.0%} of the ceiling." if np.isfinite(share) else "."
-        out.append(text)
-    return "\n\n".join(out) + "\n"
+    return dict(
+        batches=pd.concat(batches, ignore_index=True),
+        summary=summary,
+        bounds=pd.DataFrame(bounds),
+        dose=pd.DataFrame(dose),
+    )
 
 
-def restat(out: Path, n_batches: int = N_BATCHES, n_boot: int = N_BOOT) -> None:
-    """Rewrite ``out``'s batch frame, summary and tables from its snapshot frames."""
+def _snapshot_job(args: tuple) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]:
+    out, name, sizes, card = args
+    g, K = load_snapshot(out, name)
+    return g, snapshot_tables(name, g, K, sizes[0], sizes[1], sizes[2], card, sizes[3])
+
+
+def restat(
+    out: Path,
+    n_batches: int = N_BATCHES,
+    n_boot: int = N_BOOT,
+    n_boot_batches: int = N_BOOT_BATCHES,
+    n_boot_batches_other: int = N_BOOT_BATCHES_OTHER,
+    jobs: int = 1,
+) -> None:
+    """Rewrite ``out``'s batch frame, summary and tables from its snapshot frames (``jobs``
+    snapshots at a time, in processes; each snapshot is seeded by its name, so the bytes are the
+    same for any ``jobs``)."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    from gcpo_analysis.study.alignment_dose import dose_figure
+    from gcpo_analysis.study.alignment_tables import (
+        alignment_markdown,
+        ceilings_markdown,
+        dose_markdown,
+        headline_markdown,
+        reading,
+    )
+
     out = Path(out)
     names = snapshots(out)
     if not names:
         raise FileNotFoundError(f"{out}/snapshots holds no finished snapshot (*.groups.parquet)")
-    batches, summaries, groups = [], [], []
-    for name in names:
-        g, K = load_snapshot(out, name)
-        b, s = snapshot_tables(name, g, K, n_batches, n_boot)
-        batches.append(b)
-        summaries.append(s)
-        groups.append(g)
+    if jobs < 1:
+        raise ValueError(f"--jobs must be >= 1, got {jobs}")
     cards = {n: _read(snapshot_paths(out, n)["card"], lambda p: json.loads(p.read_text())) for n in names}
-    summary = pd.concat(summaries, ignore_index=True)
-    settings: dict[str, Any] = dict(batch_sizes=list(BATCH_SIZES), n_batches=n_batches, n_boot=n_boot, level=LEVEL)
+    sizes = (n_batches, n_boot, n_boot_batches, n_boot_batches_other)
+    work = [(out, n, sizes, cards[n]) for n in names]
+    if jobs == 1:
+        results = [_snapshot_job(w) for w in work]
+    else:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            results = list(pool.map(_snapshot_job, work))
+    parts: dict[str, list] = {"batches": [], "summary": [], "bounds": [], "dose": [], "groups": []}
+    for g, frames in results:
+        for key, frame in frames.items():
+            parts[key].append(frame)
+        parts["groups"].append(g)
+    tables = {key: pd.concat(frames, ignore_index=True) for key, frames in parts.items()}
+    summary = tables["summary"]
+    settings: dict[str, Any] = dict(
+        batch_sizes=list(BATCH_SIZES),
+        n_batches=n_batches,
+        n_boot=n_boot,
+        n_boot_batches=n_boot_batches,
+        n_boot_batches_other=n_boot_batches_other,
+        n_frame_batches=N_FRAME_BATCHES,
+        level=LEVEL,
+    )
     undefined = summary[(summary["weighting"] == "none") & (summary["n_batches"] == 0)]
     if len(undefined):  # (snapshot, batch size) blocks whose statistics are all undefined (warned)
         settings["no_defined_cosine"] = [
             [str(n), int(k)] for n, k in zip(undefined["snapshot"], undefined["batch_size"])
         ]
     with staged_outputs():  # every table replaced together, or none
-        write_frame(pd.concat(batches, ignore_index=True), out / "batches.parquet")
-        write_frame(pd.concat(groups, ignore_index=True), out / "groups.parquet")
-        write_frame(summary, out / "summary.parquet")
-        write_text(out / "alignment.md", alignment_markdown(summary))
+        for key in ("batches", "groups", "summary", "bounds", "dose"):
+            write_frame(tables[key], out / f"{key}.parquet")
+        write_text(out / "alignment.md", alignment_markdown(summary, settings))
         write_text(out / "headline.md", headline_markdown(summary))
-        write_text(out / "reading.md", reading(summary))
+        write_text(out / "ceilings.md", ceilings_markdown(tables["bounds"]))
+        write_text(out / "dose.md", dose_markdown(tables["dose"]))
+        write_text(out / "reading.md", reading(summary, tables["bounds"], tables["dose"], settings))
         card = {"restat": settings, "snapshots": cards}
         write_text(out / "card.json", json.dumps(card, indent=1, sort_keys=True) + "\n")
+    if len(tables["dose"]):
+        dose_figure(tables["dose"], out / "dose")

@@ -265,16 +265,22 @@ def run_snapshot(cfg: AlignConfig) -> Path:
     return work
 
 
-def gram_of(path: Path, rows: list[int], block: int = 16) -> np.ndarray:
+def gram_of(path: Path, rows: list[int], block: int = 16, scale: np.ndarray | None = None) -> np.ndarray:
     """K = X Xᵀ of the rows ``rows`` of the (·, D) float32 ``.npy`` at ``path``, in float64,
-    ``block`` rows at a time (peak memory about 2 · block · D · 8 bytes)."""
+    ``block`` rows at a time (peak memory about 2 · block · D · 8 bytes); with ``scale`` (D,),
+    the Gram of the rows times it, (X S)(X S)ᵀ (``adam_metric``: Adam's preconditioner)."""
     n = len(rows)
     order = np.asarray(rows)
+
+    def read(i):
+        A = gradient_rows.read_rows(path, order[i : i + block])
+        return A if scale is None else A * scale
+
     K = np.zeros((n, n))
     for i in range(0, n, block):
-        A = gradient_rows.read_rows(path, order[i : i + block])
+        A = read(i)
         for j in range(i, n, block):
-            B = A if j == i else gradient_rows.read_rows(path, order[j : j + block])
+            B = A if j == i else read(j)
             K[i : i + block, j : j + block] = A @ B.T
             K[j : j + block, i : i + block] = K[i : i + block, j : j + block].T
     return K
@@ -384,6 +390,14 @@ def add_parser(subparsers):
         allow_abbrev=False,
     )
     p.add_argument("--restat", default=None, metavar="DIR", help="rewrite DIR's batch frame and tables from its frames")
+    for flag, what in (  # defaults: gcpo_analysis.study.alignment's N_* (read when --restat runs)
+        ("--n-batches", "batches per point estimate"),
+        ("--n-boot", "group-bootstrap replicates"),
+        ("--n-boot-batches", "batches per bootstrap replicate at the protocol's batch size"),
+        ("--n-boot-batches-other", "batches per bootstrap replicate at the other batch sizes"),
+        ("--jobs", "snapshots computed at a time, in processes (the output is the same; default 1)"),
+    ):
+        p.add_argument(flag, type=int, default=None, help=f"with --restat: {what}")
     p.add_argument("--config", default=None, help=AlignConfig.__dataclass_fields__["config"].metadata["help"])
     for name in FLAGS:
         field = AlignConfig.__dataclass_fields__[name]
@@ -407,9 +421,22 @@ def add_parser(subparsers):
 
 def run_align(args) -> None:
     if args.restat is not None:
+        from gcpo_analysis.study import alignment as study
         from gcpo_analysis.study.alignment import restat
 
-        restat(Path(args.restat))
+        sizes = dict(
+            n_batches=study.N_BATCHES,
+            n_boot=study.N_BOOT,
+            n_boot_batches=study.N_BOOT_BATCHES,
+            n_boot_batches_other=study.N_BOOT_BATCHES_OTHER,
+            jobs=1,
+        )
+        for flag in sizes:
+            value = getattr(args, flag, None)
+            if value is not None and value < 1:
+                raise ValueError(f"--{flag.replace('_', '-')} must be >= 1, got {value}")
+            sizes[flag] = sizes[flag] if value is None else value
+        restat(Path(args.restat), **sizes)
         return
     from gcpo_analysis.knob import check_given_values
 

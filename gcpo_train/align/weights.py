@@ -48,6 +48,7 @@ def pool_weights(parts: list[dict], train) -> pd.DataFrame:
     params = modulator_params(settings)
     rows = []
     for p, group in zip(parts, groups):
+        group.grad_norm2 = float(p["grad_norm2"])  # the study has each group's gradient (inv_grad_norm)
         r = np.asarray(p["rewards"], dtype=float)
         row = {
             "position": int(p["position"]),

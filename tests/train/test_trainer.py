@@ -47,7 +47,13 @@ def _direct(name, frame, params):
     return np.concatenate(out)
 
 
-@pytest.mark.parametrize("name", sorted(MODULATORS))
+def _trainable(name):
+    from gcpo_analysis.measures.field_weights import trainer_refusal
+
+    return trainer_refusal(name, MODULATORS[name].needs) is None
+
+
+@pytest.mark.parametrize("name", sorted(n for n in MODULATORS if _trainable(n)))
 def test_trainer_advantages_equal_direct_modulate(tmp_path, name):
     from gcpo_train.modulation import modulator_params
 
@@ -57,6 +63,13 @@ def test_trainer_advantages_equal_direct_modulate(tmp_path, name):
         frame["advantage"].to_numpy(), _direct(name, frame, modulator_params(tr.config)), rtol=1e-6, atol=1e-7
     )
     assert row["kl"] == 0.0  # LoRA starts at the reference: KL is 0 before the first update
+
+
+@pytest.mark.parametrize("name", ["inv_grad_norm", "inv_variance"])
+def test_a_modulator_needing_each_groups_gradient_is_refused_naming_it(tmp_path, name):
+    # the trainer does not compute ‖g_q‖ per group: refused before a step, with the cost said
+    with pytest.raises(ValueError, match=rf"{name}.*grad_norm2.*backward pass per group"):
+        make(tmp_path, modulator=name, steps=1).train_step(1)
 
 
 def test_gcpo_weight_is_the_measures_weight(tmp_path):

@@ -66,6 +66,7 @@ def _group(G=6, seed=0):
         token_entropy=rng.uniform(0.1, 2.0, G),
         logprobs=-rng.uniform(1, 10, G),
         ratio_var=rng.uniform(0, 0.5, G),
+        grad_norm2=0.8,  # the update-alignment study's ‖g_q‖² (inv_grad_norm, inv_variance)
     )
 
 

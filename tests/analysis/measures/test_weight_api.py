@@ -14,6 +14,7 @@ from gcpo_analysis.measures.advantages import grpo_advantages
 from gcpo_analysis.measures.modulators import MODULATORS, GroupFeatures, group_weight, modulate
 
 GROUP_LEVEL = ["none", "se", "kle", "care", "cd", "bot", "rd", "cd_rd", "bot_rd", "q_hawkeye"]
+GROUP_LEVEL += ["reward_std", "inv_reward_std", "inv_grad_norm", "inv_variance"]  # the field's (field_weights)
 PER_ROLLOUT = ["empo", "eg_spo", "r2vpo"]
 A = 0.6  # alpha_base
 
@@ -32,6 +33,7 @@ def _group(rewards, clusters, embeddings=None, **kw):
         clusters=np.asarray(clusters),
         token_entropy=np.linspace(0.5, 1.5, G),
         ratio_var=np.linspace(0.0, 0.2, G),
+        grad_norm2=kw.pop("grad_norm2", 0.7),  # the update-alignment study's ‖g_q‖² (inv_grad_norm)
         **kw,
     )
 

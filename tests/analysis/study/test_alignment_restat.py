@@ -12,8 +12,9 @@ from gcpo_analysis.study.alignment import load_snapshot, restat, snapshot_paths,
 
 ROOT = Path(__file__).resolve().parents[3]
 FOLDER = ROOT / "figures" / "update_alignment"
-TABLES = ("alignment.md", "headline.md", "reading.md", "card.json")
-FRAMES = ("batches.parquet", "groups.parquet", "summary.parquet")
+TABLES = ("alignment.md", "headline.md", "reading.md", "ceilings.md", "dose.md", "card.json")
+FRAMES = ("batches.parquet", "groups.parquet", "summary.parquet", "bounds.parquet", "dose.parquet")
+SMALL = dict(n_batches=400, n_boot=3, n_boot_batches=100, n_boot_batches_other=50)
 
 
 @pytest.mark.slow
@@ -34,14 +35,17 @@ def test_the_results_page_includes_the_headline_table():
 
 
 def test_committed_snapshots_hold_every_group_level_modulator():
+    # the paper's as w_ columns; the field's weightings (registered later) computed from the frame
     from gcpo_analysis.measures.modulators import MODULATORS
+    from gcpo_analysis.study.alignment import FIELD
 
     names = snapshots(FOLDER)
     assert names
     for name in names:
         groups, K = load_snapshot(FOLDER, name)
-        expected = {f"w_{m}" for m, spec in MODULATORS.items() if spec.weight is not None}
+        expected = {f"w_{m}" for m, spec in MODULATORS.items() if spec.weight is not None and m not in FIELD}
         assert expected <= set(groups.columns), name
+        assert {m for m, spec in MODULATORS.items() if spec.weight is not None and f"w_{m}" not in groups} <= set(FIELD)
         # a group whose rewards tie has no gradient; one whose rewards differ has one
         np.testing.assert_array_equal(np.diag(K) > 0, groups["live"].to_numpy())
 
@@ -64,3 +68,67 @@ def test_the_oracle_is_at_least_every_weighting_in_every_committed_batch():
     gap = wide.sub(oracle, axis=0)  # other − oracle: never above 0 where both are defined
     assert ((gap <= 1e-9) | gap.isna()).all().all()
     assert gap.notna().any().any()
+
+
+def _one_snapshot(tmp_path, name="nqa_step40"):
+    (tmp_path / "snapshots").mkdir(parents=True)
+    for path in snapshot_paths(FOLDER, name).values():
+        shutil.copy(path, tmp_path / "snapshots" / path.name)
+    return tmp_path
+
+
+def test_restat_writes_the_same_bytes_twice(tmp_path):
+    # every table is seeded by the snapshot's name and batch size (small sizes, for speed)
+    folder = _one_snapshot(tmp_path / "a")
+    restat(folder, **SMALL)
+    first = {name: (folder / name).read_bytes() for name in (*TABLES, *FRAMES)}
+    restat(folder, **SMALL)
+    for name, data in first.items():
+        assert (folder / name).read_bytes() == data, name
+    card = (folder / "card.json").read_text()
+    assert '"n_batches": 400' in card and '"n_boot_batches_other": 50' in card
+
+
+def test_dose_at_the_runs_alpha_is_the_committed_weighting(tmp_path):
+    import json
+
+    from gcpo_analysis.study.alignment import snapshot_tables
+    from gcpo_analysis.study.alignment_dose import dose_weights
+
+    for name in snapshots(FOLDER):
+        groups, _ = load_snapshot(FOLDER, name)
+        card = json.loads(snapshot_paths(FOLDER, name)["card"].read_text())
+        w = dose_weights(groups, card["train_config"]["group_size"], card["train_config"]["alpha_base"])
+        for measure in ("bot_rd", "rd", "se"):
+            np.testing.assert_allclose(w[f"{measure} α=0.6"], groups[f"w_{measure}"], rtol=0, atol=1e-12)
+        live = groups["live"].to_numpy()
+        ranked = w["rd rank ±50%"][live]  # ranks with ties averaged: within ±50%, mean 1
+        assert ranked.min() >= 0.5 and ranked.max() <= 1.5 and ranked.mean() == pytest.approx(1.0)
+        assert (np.argsort(np.argsort(ranked)) == np.argsort(np.argsort(groups["w_rd"][live]))).mean() > 0.9
+    # and on the same batches its Δcos is the main table's bot_rd row
+    groups, K = load_snapshot(FOLDER, "nqa_step40")
+    card = json.loads(snapshot_paths(FOLDER, "nqa_step40")["card"].read_text())
+    t = snapshot_tables("nqa_step40", groups, K, 300, 2, 50, card, 20)
+    main = t["summary"].set_index(["batch_size", "weighting"]).loc[(4, "bot_rd"), "dcos"]
+    dose = t["dose"].set_index(["measure", "dose"]).loc[("bot_rd", "α=0.6"), "dcos"]
+    assert dose == pytest.approx(main, abs=1e-12)
+    # a stronger dose spreads ω more within a batch
+    spread = t["dose"][t["dose"]["measure"] == "rd"].set_index("dose")["spread"]
+    assert spread["α=0.6"] < spread["α=2"] < spread["α=10"]
+
+
+def test_the_ceilings_leave_the_holm_family_and_the_bounds_hold():
+    summary = pd.read_parquet(FOLDER / "summary.parquet")
+    ceilings = summary[summary["kind"] == "ceiling"]
+    assert len(ceilings) and ceilings["dcos_p_holm"].isna().all()
+    mods = summary[summary["kind"] == "modulator"]
+    assert mods["dcos_p_holm"].notna().all()
+    bounds = pd.read_parquet(FOLDER / "bounds.parquet")
+    # the in-sample bounded ceiling is at least the modulator's own Δcos (same batches, same reference)
+    own = bounds.dropna(subset=["own_dcos"])
+    assert (own["bounded_in_sample"] >= own["own_dcos"] - 1e-9).all()
+    assert (own["ordering_in_sample"] >= own["own_dcos"] - 1e-9).all()
+    # (the ordering ceiling may exceed the bounded one: a group with no gradient can lend the batch a
+    # weight outside the live groups' range, e.g. q_hawkeye's ω = 1 of a group whose rewards tie)
+    fixed = bounds[bounds["weighting"] == "any weights in 0.4–1.3"]
+    assert len(fixed) == 5 and (fixed["bounded_in_sample"] >= fixed["bounded_crossfit"]).all()
