@@ -1,4 +1,4 @@
-"""The update-alignment statistics (issue 36): does a group weighting point a batch's gradient
+"""The update-alignment statistics: does a group weighting point a batch's gradient
 closer to the expected gradient? Pure numpy on a Gram; the model half is ``gcpo_train.align``.
 
 Pool groups q = 1..P with GRPO gradients g_q enter only through their Gram K_pq = g_p·g_q. A batch

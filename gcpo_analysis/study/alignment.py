@@ -1,4 +1,4 @@
-"""The update-alignment study's tables from its frames alone (issue 36; ``gcpo align --restat``).
+"""The update-alignment study's tables from its frames alone (``gcpo align --restat``).
 
 A study folder holds, per snapshot, ``snapshots/<name>.groups.parquet`` (one row per group: role,
 reward mean and spread, ‖g_q‖², ``w_<modulator>``), ``snapshots/<name>.gram.npy`` (the Gram of

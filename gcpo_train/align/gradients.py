@@ -1,4 +1,4 @@
-"""One group's GRPO gradient at a fixed policy: the model half of the update-alignment study (issue 36).
+"""One group's GRPO gradient at a fixed policy: the model half of the update-alignment study.
 
 For a query q, G rollouts are sampled with the run's decoding (``sampling.generate.generate_groups``,
 the run's kernels, temperature and caps), scored with the task reward, and the group's gradient is

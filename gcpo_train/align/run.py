@@ -1,4 +1,4 @@
-"""``gcpo align``: the update-alignment study at one snapshot of a policy (issue 36), resumable.
+"""``gcpo align``: the update-alignment study at one snapshot of a policy, resumable.
 
     gcpo align --config configs/align_nqa_spans.yaml --snapshot nqa_step20 \\
         --checkpoint runs/align_nqa_train/checkpoints/step_000020 --output runs/update_alignment
@@ -46,7 +46,7 @@ MIN_POOL = 5
 
 @dataclass
 class AlignConfig:
-    """One snapshot of the update-alignment study (issue 36)."""
+    """One snapshot of the update-alignment study."""
 
     config: str = knob("", "Training config YAML (gcpo train's fields): the run's protocol, decoding and loss.")
     snapshot: str = knob("", "Name of this snapshot (a file name: letters, digits, '_', '-').")

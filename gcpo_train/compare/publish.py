@@ -64,13 +64,13 @@ def _differences(source: dict, dest: dict) -> list[str]:
     that differs (one recorded by later versions may be absent from an earlier copy), or an arm or
     seed of the destination that the source lacks. The config alone was compared: a comparison of
     other steps or eval_n with an equal config was copied over, leaving a mix of the two."""
-    from gcpo_train.compare.run import RECORDED_SINCE_ISSUE_35
+    from gcpo_train.compare.run import RECORDED_SINCE_FP32_PROTOCOL
 
     old, new = dest.get("config", {}), source.get("config", {})
     keys = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
     diffs = [f"config ({', '.join(keys)})"] if keys else []
     for field in sorted((set(source) | set(dest)) - {"config", *NOT_IDENTITY}):
-        if (field in RECORDED_SINCE_ISSUE_35 or field == "data") and field not in dest:
+        if (field in RECORDED_SINCE_FP32_PROTOCOL or field == "data") and field not in dest:
             continue
         if source.get(field) != dest.get(field):
             diffs.append(f"{field}: {dest.get(field)!r} in the copy vs {source.get(field)!r}")

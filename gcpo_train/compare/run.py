@@ -47,7 +47,8 @@ from gcpo_train.compare.settings import check_count
 from gcpo_train.config import TrainConfig
 
 REFERENCE_ARM = "none"
-RECORDED_SINCE_ISSUE_35 = ("bf16_sampling", "evaluation", "equivalence_margin")
+# compare.json fields recorded since the coupled fp32 protocol: a folder made before lacks them
+RECORDED_SINCE_FP32_PROTOCOL = ("bf16_sampling", "evaluation", "equivalence_margin")
 
 
 def run_config(base: TrainConfig, arm: str, seed: int, out: Path, eval_every: int, eval_n: int | None, split_seed: int):
@@ -185,7 +186,7 @@ class Comparison:
                 k
                 for k in new
                 if k not in ("modulators", "seeds", "config", "backend", "common_random_numbers", "data")
-                and (k in old or k not in RECORDED_SINCE_ISSUE_35)  # older folders lack these records
+                and (k in old or k not in RECORDED_SINCE_FP32_PROTOCOL)  # older folders lack these records
                 and old.get(k) != new[k]
             )  # the backend is in the config's identity
             if changed:

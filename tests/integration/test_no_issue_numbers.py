@@ -73,7 +73,6 @@ def test_the_scan_finds_citations_where_shipped_and_only_there(tmp_path):
     assert "pkg/mod.py:2: # see" in "\n".join(found)
 
 
-@pytest.mark.xfail(strict=False, reason="other folders are rewritten in parallel")
 def test_no_shipped_file_cites_a_tracker_number():
     found = citations(ROOT)
     assert not found, "say what the thing is instead of citing a tracker number:\n" + "\n".join(found)

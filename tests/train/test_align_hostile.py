@@ -1,4 +1,4 @@
-"""Hostile input, `gcpo align` (issue 36): a refused command leaves nothing behind (a card left by
+"""Hostile input, `gcpo align`: a refused command leaves nothing behind (a card left by
 a refused snapshot refused every corrected rerun as "other settings"), the refusal names its flag
 or config key, and a rerun of a finished snapshot leaves it as it is. Each test failed before its
 fix: a bad --checkpoint read "missing/config.json is unreadable", --n_pool 7 of 6 queries left a

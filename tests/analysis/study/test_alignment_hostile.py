@@ -1,4 +1,4 @@
-"""Hostile input, `gcpo align --restat` (issue 36): a snapshot's frames are checked before any
+"""Hostile input, `gcpo align --restat`: a snapshot's frames are checked before any
 table is replaced, and every refusal names the file, column and position. Each test failed before
 its fix: a NaN weight or an all-dead pool gave "cos nan" tables silently, a NaN Gram read "not
 symmetric", a negative ‖g‖² "Singular matrix", a pool of 4 or an empty frame KeyError 'batch_size',
