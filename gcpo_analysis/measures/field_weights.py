@@ -36,7 +36,6 @@ from numpy.typing import ArrayLike
 
 from ..vocab import EPS
 from .dispersion import R_MAX, R_MIN, as_rewards, check_finite_rewards, reward_array
-from .modulators import GroupFeatures, Info, register_modulator
 
 GRAD_NORM2 = "grad_norm2"
 # features the trainer cannot supply, with what they would cost (``trainer_refusal``)
@@ -85,7 +84,7 @@ def frame_weights(spread: ArrayLike, grad_norm2: ArrayLike, r_min: float, r_max:
     }
 
 
-def _grad_norm2(g: GroupFeatures, name: str) -> float:
+def _grad_norm2(g: Any, name: str) -> float:
     """‖g_q‖² of the group; 0 where its rewards are all equal (A = 0: no gradient, ω = 1)."""
     if np.ptp(check_finite_rewards(reward_array(g.rewards))) == 0:
         return 0.0
@@ -104,33 +103,38 @@ def trainer_refusal(name: str, needs: frozenset[str]) -> str | None:
     return f"modulator {name!r} needs {', '.join(missing)}: " + "; ".join(TRAINER_MISSING[m] for m in missing)
 
 
-@register_modulator("reward_std", source="Dr. GRPO (Liu et al. 2025)")
-def dr_grpo_weight(g: GroupFeatures, *, r_min: float = R_MIN, r_max: float = R_MAX, **_: Any) -> tuple[float, Info]:
+def dr_grpo_weight(g: Any, *, r_min: float = R_MIN, r_max: float = R_MAX, **_: Any) -> tuple[float, dict]:
     """Dr. GRPO's advantages r_i − r̄ (over σ_max) from gcpo's GRPO ones: ω = (σ_r + eps)/σ_max."""
     r = as_rewards(g.rewards, r_min, r_max, batch=False)
     w = float(reward_std_weight(r.std(), EPS, r_min, r_max))
     return w, {"reward_std": float(r.std()), "w_reward_std": w}
 
 
-@register_modulator("inv_reward_std", source="GRPO's std scaling (Shao et al. 2024) as a weight")
-def inv_reward_std(g: GroupFeatures, *, r_min: float = R_MIN, r_max: float = R_MAX, **_: Any) -> tuple[float, Info]:
+def inv_reward_std(g: Any, *, r_min: float = R_MIN, r_max: float = R_MAX, **_: Any) -> tuple[float, dict]:
     """GRPO's 1/σ scaling as a group weight, on top of gcpo's GRPO advantages: ω = σ_max/(σ_r + eps)."""
     r = as_rewards(g.rewards, r_min, r_max, batch=False)
     w = float(inv_reward_std_weight(r.std(), EPS, r_min, r_max))
     return w, {"reward_std": float(r.std()), "w_inv_reward_std": w}
 
 
-@register_modulator("inv_grad_norm", needs={GRAD_NORM2}, source="per-group gradient normalisation")
-def inv_grad_norm(g: GroupFeatures, **_: Any) -> tuple[float, Info]:
+def inv_grad_norm(g: Any, **_: Any) -> tuple[float, dict]:
     """Each group's gradient normalised: ω = 1/‖g_q‖ (1 for a group with no gradient)."""
     v = _grad_norm2(g, "inv_grad_norm")
     w = float(inv_variance_weight(v, 0.5))
     return w, {GRAD_NORM2: v, "w_inv_grad_norm": w}
 
 
-@register_modulator("inv_variance", needs={GRAD_NORM2}, source="inverse-variance weighting")
-def inv_variance(g: GroupFeatures, **_: Any) -> tuple[float, Info]:
+def inv_variance(g: Any, **_: Any) -> tuple[float, dict]:
     """Inverse-variance weighting ω = 1/V(q), V(q) = ‖g_q‖² (module docstring; 1 with no gradient)."""
     v = _grad_norm2(g, "inv_variance")
     w = float(inv_variance_weight(v, 1.0))
     return w, {GRAD_NORM2: v, "w_inv_variance": w}
+
+
+def register(register_modulator: Any) -> None:
+    """Register the field's weightings with ``modulators.register_modulator`` (called there, so
+    that this module does not import the registry that imports it)."""
+    register_modulator("reward_std", source="Dr. GRPO (Liu et al. 2025)")(dr_grpo_weight)
+    register_modulator("inv_reward_std", source="GRPO's std scaling (Shao et al. 2024) as a weight")(inv_reward_std)
+    register_modulator("inv_grad_norm", needs={GRAD_NORM2}, source="per-group gradient normalisation")(inv_grad_norm)
+    register_modulator("inv_variance", needs={GRAD_NORM2}, source="inverse-variance weighting")(inv_variance)

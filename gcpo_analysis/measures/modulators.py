@@ -426,4 +426,6 @@ def group_weight(
 
 
 # the field's group weights (GRPO's std scaling, Dr. GRPO, inverse gradient norm and variance)
-from . import field_weights as _field_weights  # noqa: E402,F401  (registers them)
+from .field_weights import register as _register_field_weights  # noqa: E402
+
+_register_field_weights(register_modulator)

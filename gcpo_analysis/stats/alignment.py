@@ -49,7 +49,7 @@ ORACLE_CF = "oracle, cross-fitted"  # fitted on half the outside groups, scored 
 IDEAL_ROOM = "ideal room"  # the U-statistic estimate of max cos with μ − equal weights' (against μ)
 CEILINGS = (ORACLE, ORACLE_CF, IDEAL_ROOM)  # described with CIs, never in the Holm family
 SHUFFLED = " (shuffled)"
-RIDGE = 1e-6
+from .alignment_ceilings import RIDGE  # noqa: E402  (one λ for the in-sample and cross-fitted oracles)
 
 
 def draw_batches(n: int, k: int, n_batches: int, rng: np.random.Generator) -> np.ndarray:

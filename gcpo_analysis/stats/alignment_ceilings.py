@@ -42,7 +42,7 @@ from itertools import permutations
 
 import numpy as np
 
-from .alignment import RIDGE
+RIDGE = 1e-6  # λ of the oracle weights (K_B + λI)⁻¹ c_B (stats.alignment uses it too)
 
 Fitter = Callable[[np.ndarray], np.ndarray]
 MAX_ORDER_K = 6  # 720 orders a batch

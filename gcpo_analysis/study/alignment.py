@@ -43,15 +43,13 @@ from gcpo_analysis.stats.rank import _percentile_ci
 from gcpo_analysis.stats.size_control import holm
 
 BATCH_SIZES = (4, 8, 16)
-PROTOCOL_BATCH = 4  # queries_per_step of the NarrativeQA-spans protocol
 N_BATCHES = 20_000  # per point estimate (plan.md)
 N_BOOT = 1000  # p floor 2/(B + 1) = 0.002: times 26 modulators (Holm) it is 0.052, the reading says so
 N_BOOT_BATCHES = 2_000  # batches redrawn in each bootstrap replicate at the protocol's batch size
 N_BOOT_BATCHES_OTHER = 500  # ... and at the other batch sizes (plan.md's amendment: compute)
 N_FRAME_BATCHES = 200  # batches.parquet keeps the first 200 batches of each block
-LEVEL = 0.95
-HEADLINE = ("se", "kle", "care", "rd", "cd_rd", "bot_rd", "q_hawkeye")
-FIELD = ("reward_std", "inv_reward_std", "inv_grad_norm", "inv_variance")  # measures.field_weights
+from gcpo_analysis.study.alignment_settings import FIELD, HEADLINE, LEVEL, PROTOCOL_BATCH  # noqa: E402,F401
+
 GROUP_COLUMNS = ("position", "role", "w_none")  # what the statistics read of a groups frame (and w_*)
 STUDY_ENTRIES = ("work", "snapshots")  # a folder holding one of them is an update-alignment study
 
@@ -289,15 +287,20 @@ def _snapshot_job(args: tuple) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]:
 
 def restat(
     out: Path,
-    n_batches: int = N_BATCHES,
-    n_boot: int = N_BOOT,
-    n_boot_batches: int = N_BOOT_BATCHES,
-    n_boot_batches_other: int = N_BOOT_BATCHES_OTHER,
+    n_batches: int | None = None,
+    n_boot: int | None = None,
+    n_boot_batches: int | None = None,
+    n_boot_batches_other: int | None = None,
     jobs: int = 1,
 ) -> None:
     """Rewrite ``out``'s batch frame, summary and tables from its snapshot frames (``jobs``
     snapshots at a time, in processes; each snapshot is seeded by its name, so the bytes are the
-    same for any ``jobs``)."""
+    same for any ``jobs``). A size left None is the module's (``N_BATCHES``, ``N_BOOT``, ...),
+    read when called."""
+    n_batches = N_BATCHES if n_batches is None else n_batches
+    n_boot = N_BOOT if n_boot is None else n_boot
+    n_boot_batches = N_BOOT_BATCHES if n_boot_batches is None else n_boot_batches
+    n_boot_batches_other = N_BOOT_BATCHES_OTHER if n_boot_batches_other is None else n_boot_batches_other
     from concurrent.futures import ProcessPoolExecutor
 
     from gcpo_analysis.study.alignment_dose import dose_figure

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import rankdata
 
+from gcpo_analysis.frames import write_figure
 from gcpo_analysis.measures.dispersion import alpha_g, geometry_weight, rd_weight
 from gcpo_analysis.measures.entropy import entropy_weight
 
@@ -115,5 +116,5 @@ def dose_figure(table: pd.DataFrame, path_stem) -> None:
     axes[0][-1].legend(fontsize=6, loc="best")
     fig.tight_layout()
     for ext in ("png", "svg"):
-        fig.savefig(f"{path_stem}.{ext}", dpi=150, metadata={"Date": None} if ext == "svg" else {})
+        write_figure(fig, f"{path_stem}.{ext}", dpi=150)
     plt.close(fig)

@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 
 from gcpo_analysis.stats.alignment import IDEAL_ROOM, ORACLE, ORACLE_CF, SHUFFLED
-from gcpo_analysis.study.alignment import FIELD, HEADLINE, LEVEL, PROTOCOL_BATCH
 from gcpo_analysis.study.alignment_bounds import FIXED
+from gcpo_analysis.study.alignment_settings import FIELD, HEADLINE, LEVEL, PROTOCOL_BATCH
 
 MARGIN = 0.01  # the primary equivalence margin in Δcos (plan.md)
 CEILING_SHARE = 0.25  # the secondary margin: this share of the modulator's own bounded ceiling

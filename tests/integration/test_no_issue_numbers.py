@@ -8,8 +8,6 @@ import os
 import re
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[2]
 SUFFIXES = (".py", ".md", ".yaml", ".yml", ".toml")
 SKIPPED_DIRS = {".git", "figures", "runs", "site", "__pycache__", "node_modules"}

@@ -11,6 +11,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("peft")
 
+from helpers.alignment_sizes import small_alignment_sizes  # noqa: E402
 from helpers.loop_setup import loop_config, queries, word_reward  # noqa: E402
 
 from gcpo_analysis.measures.advantages import grpo_advantages  # noqa: E402
@@ -21,6 +22,11 @@ from gcpo_analysis.stats.alignment import (  # noqa: E402
     reference_terms,
 )
 from gcpo_train.config import TrainConfig  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _small_sizes(monkeypatch):
+    small_alignment_sizes(monkeypatch)
 
 
 @pytest.mark.parametrize("aggregation", ["dapo", "sequence"])

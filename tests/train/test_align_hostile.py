@@ -11,7 +11,13 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("peft")
 
+from helpers.alignment_sizes import small_alignment_sizes  # noqa: E402
 from helpers.loop_setup import loop_config, word_reward  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _small_sizes(monkeypatch):
+    small_alignment_sizes(monkeypatch)
 
 
 def _cli(argv, capsys) -> tuple[int, str]:

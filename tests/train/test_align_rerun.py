@@ -11,9 +11,15 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("peft")
 
+from helpers.alignment_sizes import small_alignment_sizes  # noqa: E402
 from helpers.loop_setup import loop_config, word_reward  # noqa: E402
 
 pytestmark = pytest.mark.slow  # samples a tiny model's groups
+
+
+@pytest.fixture(autouse=True)
+def _small_sizes(monkeypatch):
+    small_alignment_sizes(monkeypatch)
 
 
 @pytest.fixture()

@@ -45,7 +45,7 @@ def test_yaml_then_overrides(tmp_path):
     "text,match",
     [
         ("learning_rat: 1.0\n", r"unknown config key 'learning_rat'.*did you mean learning_rate"),
-        ("modulator: entropy\n", r"modulator must be one of .*bot_rd:shuffled.*bot_rd:deranged, got 'entropy'"),
+        ("modulator: entropy\n", r"modulator must be one of .*bot_rd:shuffled.*bot_rd:deranged.*, got 'entropy'"),
         ("dataset: squad\n", r"dataset must be one of narrativeqa.*got 'squad'"),
         ("group_size: 1\n", r"group_size must be >= 2"),
         ("loss_aggregation: mean\n", r"loss_aggregation must be one of"),
