@@ -110,8 +110,8 @@ def add_parser(subparsers):
 
 
 def add_steps(p) -> None:
-    """``gcpo compare publish|table|control``: the steps on a comparison folder, besides training it."""
-    from gcpo_train.compare import control, publish, table
+    """``gcpo compare publish|table|control|reading``: the steps on a comparison folder, besides training it."""
+    from gcpo_train.compare import control, publish, stages, table
 
     steps = p.add_subparsers(dest="step", metavar="STEP", required=False)
     helps = {
@@ -119,9 +119,15 @@ def add_steps(p) -> None:
         "table": "print a comparison's headline table (as the README quotes it) from its summary.csv",
         "control": "the no-passage control: the base and every finished arm-seed's final policy evaluated "
         "without passages",
+        "reading": "a planned reading of one contrast at a margin fixed in score units, in one or two looks",
     }
-    modules = {"publish": (publish, run_publish), "table": (table, run_table), "control": (control, run_control)}
-    pub, tab, ctl = (_step(steps, name, *modules[name], helps[name]) for name in ("publish", "table", "control"))
+    modules = {
+        "publish": (publish, run_publish),
+        "table": (table, run_table),
+        "control": (control, run_control),
+        "reading": (stages, run_reading),
+    }
+    pub, tab, ctl, rdg = (_step(steps, name, *modules[name], helps[name]) for name in modules)
     pub.add_argument("source", help="the gcpo compare folder (its --output)")
     pub.add_argument("dest", help="the folder to copy into (new, or an earlier copy of the same comparison)")
     tab.add_argument("folder", help="a comparison folder (its summary.csv)")
@@ -131,6 +137,15 @@ def add_steps(p) -> None:
     ctl.add_argument("data", help="the --no_passage folder of scripts/narrativeqa_spans.py (the same other options)")
     ctl.add_argument("--arms", default=None, help="comma-separated arms (default: every finished one)")
     ctl.add_argument("--no_progress", "--no-progress", action="store_true", help="no progress bar")
+    rdg.add_argument("folder", help="a comparison folder (its results.parquet)")
+    rdg.add_argument("--arm", required=True, help="the treated arm, e.g. bot_rd or bot_rd:alpha10")
+    rdg.add_argument("--margin", required=True, type=float, help="δ in score units, fixed by the plan (e.g. 3.26)")
+    rdg.add_argument("--reference", default="none", help="the reference arm (default: none)")
+    rdg.add_argument(
+        "--first_look", "--first-look", type=int, default=None, help="seeds in the first stage (two looks)"
+    )
+    rdg.add_argument("--planned", type=int, default=None, help="seeds planned in all (default: the seeds there)")
+    rdg.add_argument("--output", default=None, help="write the reading as Markdown here, and a strip plot beside it")
 
 
 def _step(steps, name: str, module, run, help: str):
@@ -185,6 +200,31 @@ def run_control(args) -> int:
     arms = comma_items(args.arms, "--arms") if args.arms else None
     paths = _one_line(lambda: evaluate_blank(Path(args.folder), args.data, arms, progress=not args.no_progress))
     print(f"{len(paths)} no-passage evaluations in {Path(args.folder) / 'nopassage'}")
+    return 0
+
+
+def run_reading(args) -> int:
+    from pathlib import Path
+
+    import pandas as pd
+
+    from gcpo_analysis.frames import write_text
+    from gcpo_train.compare.stages import plot_deltas, reading, reading_markdown
+
+    source = Path(args.folder) / "results.parquet"
+    if not source.exists():
+        raise FileNotFoundError(f"{args.folder} holds no results.parquet: run gcpo compare (or --report_only) first")
+    result = reading(pd.read_parquet(source), args.arm, args.margin, args.reference, args.first_look, args.planned)
+    text = reading_markdown(result)
+    if args.output is not None:
+        out = Path(args.output)
+        if out.resolve().parent == Path(args.folder).resolve() or out.suffix != ".md":
+            raise ValueError(f"--output {out}: a .md file outside the comparison folder, which the comparison writes")
+        if out.exists():
+            raise FileExistsError(f"--output {out} exists; a reading is not written over a file")
+        write_text(out, text)
+        plot_deltas(result, out.with_name(out.stem + "_deltas"))
+    print(text)
     return 0
 
 

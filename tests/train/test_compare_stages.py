@@ -101,3 +101,24 @@ def test_the_control_table_pairs_each_permuted_twin():
     assert table.loc["bot_rd:shuffled", "delta"] == pytest.approx(-1.0)
     assert "Permuted controls" in _control_markdown(table.reset_index())
     assert "Shuffled control" in _control_markdown(table.reset_index().iloc[:1])
+
+
+def test_the_reading_command(tmp_path, capsys):
+    """``gcpo compare reading`` prints the reading, writes it (and its strip plot) only to a new
+    .md file outside the comparison folder, and names a folder without results."""
+    from gcpo_analysis.cli import main
+
+    folder = tmp_path / "cmp"
+    folder.mkdir()
+    _results(n_seeds=10).to_parquet(folder / "results.parquet")
+    out = tmp_path / "reading.md"
+    args = ["compare", "reading", str(folder), "--arm", "bot_rd", "--margin", "3.26", "--first_look", "6"]
+    assert main([*args, "--planned", "10", "--output", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "Two looks" in printed and out.read_text(encoding="utf-8") in printed
+    assert (tmp_path / "reading_deltas.png").exists()
+    assert main([*args, "--output", str(out)]) == 2  # an existing file is not written over
+    assert "exists" in capsys.readouterr().err
+    assert main([*args, "--output", str(folder / "r.md")]) == 2
+    assert main(["compare", "reading", str(tmp_path), "--arm", "bot_rd", "--margin", "3.26"]) == 2
+    assert "no results.parquet" in capsys.readouterr().err
