@@ -32,6 +32,7 @@ IGNORED_KEYS = {
     "version": "package version",
     "gcpo_version": "package version",
     "environment": "gcpo version and commit, processor, threads",
+    "policy_load": "where the packaged policy was read from (its cache or the GGUF: the same weights)",
     "restat": "the record of a later re-scoring (its tables are compared)",
 }
 # paths of inputs and outputs: ignored when both values are strings or null (a number under the
