@@ -271,12 +271,17 @@ def clipped_share_of(norms: list[float], max_grad_norm: float) -> float:
 
 def clipped_share(out, arm: str, max_grad_norm: float) -> float:
     """``clipped_share_of`` the logs of the finished runs of ``arm`` in folder ``out``."""
+    return clipped_share_of(_logged_norms(out, arm), max_grad_norm)
+
+
+def _logged_norms(out, arm: str) -> list[float]:
+    """The gradient norms of every finished run of ``arm`` in folder ``out`` with a log, in seed order."""
     norms: list[float] = []
     for seed in finished_seeds(out, arm):
         log = arm_seed_folder(out, arm, seed) / "log.jsonl"
         if log.exists():
             norms += grad_norms(log)
-    return clipped_share_of(norms, max_grad_norm)
+    return norms
 
 
 def treatment_of(omega: pd.DataFrame, norms: list[float], max_grad_norm: float) -> dict:
@@ -293,12 +298,7 @@ def treatment_of(omega: pd.DataFrame, norms: list[float], max_grad_norm: float) 
 
 def effective_treatment(out, arm: str, omega: pd.DataFrame, max_grad_norm: float) -> dict:
     """``treatment_of`` one arm of folder ``out``, its gradient norms read from the runs' logs."""
-    norms: list[float] = []
-    for seed in finished_seeds(out, arm):
-        log = arm_seed_folder(out, arm, seed) / "log.jsonl"
-        if log.exists():
-            norms += grad_norms(log)
-    return treatment_of(omega, norms, max_grad_norm)
+    return treatment_of(omega, _logged_norms(out, arm), max_grad_norm)
 
 
 def identical_share(a: pd.DataFrame, b: pd.DataFrame) -> pd.Series:
