@@ -85,6 +85,31 @@ def processor_model(cpuinfo: str | Path = "/proc/cpuinfo") -> str | None:
     return platform.processor() or None
 
 
+def cpu_signature(cpuinfo: str | Path = "/proc/cpuinfo") -> str | None:
+    """The first processor's ``cpu family``/``model``/``stepping`` and a hash of its ``flags``
+    (``family 6 model 143 stepping 8 flags 1a2b3c4d``), None off Linux. Two machines whose model
+    names read the same (a virtual "Intel(R) Xeon(R) Processor") can still round fp32 differently
+    (other vector units, other kernels): a rerun that differs in the last bits says which it ran on."""
+    import hashlib
+
+    fields: dict[str, str] = {}
+    try:
+        for line in Path(cpuinfo).read_text(errors="replace").splitlines():
+            if not line.strip():
+                break  # the first processor's block only
+            key, _, value = line.partition(":")
+            fields[key.strip()] = value.strip()
+    except OSError:
+        return None
+    if "flags" not in fields:
+        return None
+    flags = hashlib.sha256(" ".join(sorted(fields["flags"].split())).encode()).hexdigest()[:8]
+    return (
+        " ".join(f"{k.split()[-1]} {fields.get(k, '?')}" for k in ("cpu family", "model", "stepping"))
+        + f" flags {flags}"
+    )
+
+
 def torch_threads() -> int | None:
     """``torch.get_num_threads()`` when this process imported torch (a command that never loads
     it computed nothing with it), else None."""
@@ -101,6 +126,7 @@ def environment() -> dict:
         "git_commit": commit,
         "git_dirty": dirty,
         "processor": processor_model(),
+        "cpu_signature": cpu_signature(),
         "machine": platform.machine() or None,
         "cpu_count": os.cpu_count(),
         "torch_threads": torch_threads(),

@@ -94,7 +94,10 @@ def dose_figure(table: pd.DataFrame, path_stem) -> None:
     fig, axes = plt.subplots(1, len(snaps), figsize=(3.2 * len(snaps), 3.2), sharey=True, squeeze=False)
     colours = dict(zip(DOSE_MEASURES, ("C0", "C1", "C2")))
     for ax, snap in zip(axes[0], snaps):
-        t = table[table["snapshot"] == snap]
+        # a snapshot with too few live groups has no defined cosine and no spread: an empty panel
+        t = table[(table["snapshot"] == snap) & (table["spread"] > 0)]
+        if t.empty:
+            ax.text(0.5, 0.5, "no defined cosine", ha="center", va="center", transform=ax.transAxes, fontsize=8)
         for measure in DOSE_MEASURES:
             rows = t[t["measure"] == measure]
             for is_rank, style in ((False, dict(marker="o", ls="-")), (True, dict(marker="s", ls="none", mfc="none"))):
@@ -109,7 +112,8 @@ def dose_figure(table: pd.DataFrame, path_stem) -> None:
                     **style,
                 )
         ax.axhline(0, color="grey", lw=0.8)
-        ax.set_xscale("log")  # every spread is > 0 (equal weights are not plotted)
+        if not t.empty:
+            ax.set_xscale("log")  # every spread plotted is > 0 (equal weights are not plotted)
         ax.set_title(snap, fontsize=9)
         ax.set_xlabel("within-batch CV of ω")
     axes[0][0].set_ylabel("Δcos vs equal weights (batch of 4)")

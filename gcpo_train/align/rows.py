@@ -66,3 +66,24 @@ def read_rows(path: Path, rows) -> np.ndarray:
             f.seek(offset + int(k) * dim * DTYPE.itemsize)
             out[i] = np.fromfile(f, dtype=DTYPE, count=dim)
     return out
+
+
+def gram_of(path: Path, rows: list[int], block: int = 16, scale: np.ndarray | None = None) -> np.ndarray:
+    """K = X Xᵀ of the rows ``rows`` of the (·, D) float32 ``.npy`` at ``path``, in float64,
+    ``block`` rows at a time (peak memory about 2 · block · D · 8 bytes); with ``scale`` (D,),
+    the Gram of the rows times it, (X S)(X S)ᵀ (``adam_metric``: Adam's preconditioner)."""
+    n = len(rows)
+    order = np.asarray(rows)
+
+    def read(i):
+        A = read_rows(path, order[i : i + block])
+        return A if scale is None else A * scale
+
+    K = np.zeros((n, n))
+    for i in range(0, n, block):
+        A = read(i)
+        for j in range(i, n, block):
+            B = A if j == i else read(j)
+            K[i : i + block, j : j + block] = A @ B.T
+            K[j : j + block, i : i + block] = K[i : i + block, j : j + block].T
+    return K

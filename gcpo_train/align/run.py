@@ -36,6 +36,7 @@ from gcpo_analysis.frames import write_frame, write_text
 from gcpo_analysis.knobs import check_knobs, knob, shared
 from gcpo_analysis.provenance import environment
 from gcpo_train.align import rows as gradient_rows
+from gcpo_train.align.rows import gram_of
 
 log = logging.getLogger(__name__)
 
@@ -265,27 +266,6 @@ def run_snapshot(cfg: AlignConfig) -> Path:
     return work
 
 
-def gram_of(path: Path, rows: list[int], block: int = 16, scale: np.ndarray | None = None) -> np.ndarray:
-    """K = X Xᵀ of the rows ``rows`` of the (·, D) float32 ``.npy`` at ``path``, in float64,
-    ``block`` rows at a time (peak memory about 2 · block · D · 8 bytes); with ``scale`` (D,),
-    the Gram of the rows times it, (X S)(X S)ᵀ (``adam_metric``: Adam's preconditioner)."""
-    n = len(rows)
-    order = np.asarray(rows)
-
-    def read(i):
-        A = gradient_rows.read_rows(path, order[i : i + block])
-        return A if scale is None else A * scale
-
-    K = np.zeros((n, n))
-    for i in range(0, n, block):
-        A = read(i)
-        for j in range(i, n, block):
-            B = A if j == i else read(j)
-            K[i : i + block, j : j + block] = A @ B.T
-            K[j : j + block, i : i + block] = K[i : i + block, j : j + block].T
-    return K
-
-
 def statistics_current(out: Path) -> bool:
     """Whether the study's tables (summary.parquet, written last of them together by ``restat``)
     hold every finished snapshot and are newer than each one's frames and card: False after a
@@ -398,6 +378,13 @@ def add_parser(subparsers):
         ("--jobs", "snapshots computed at a time, in processes (the output is the same; default 1)"),
     ):
         p.add_argument(flag, type=int, default=None, help=f"with --restat: {what}")
+    p.add_argument(
+        "--adam-metric",
+        default=None,
+        metavar="SNAPSHOT",
+        help="file the finished SNAPSHOT of --output (kept with --keep-gradients, of a checkpoint) again in "
+        "Adam's metric, as SNAPSHOT_adam (gcpo_train.align.adam_metric); then --restat the folder",
+    )
     p.add_argument("--config", default=None, help=AlignConfig.__dataclass_fields__["config"].metadata["help"])
     for name in FLAGS:
         field = AlignConfig.__dataclass_fields__[name]
@@ -437,6 +424,12 @@ def run_align(args) -> None:
                 raise ValueError(f"--{flag.replace('_', '-')} must be >= 1, got {value}")
             sizes[flag] = sizes[flag] if value is None else value
         restat(Path(args.restat), **sizes)
+        return
+    if args.adam_metric is not None:
+        from gcpo_train.align.adam_metric import write_adam_snapshot
+
+        name = write_adam_snapshot(args.output, args.adam_metric)
+        print(f"snapshot {name} written to {args.output}/snapshots; its tables: gcpo align --restat {args.output}")
         return
     from gcpo_analysis.knob import check_given_values
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gcpo_analysis import __version__, provenance
-from gcpo_analysis.provenance import environment, git_state, processor_model, torch_threads
+from gcpo_analysis.provenance import cpu_signature, environment, git_state, processor_model, torch_threads
 
 ROOT = Path(__file__).resolve().parents[2]
 needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
@@ -90,6 +90,7 @@ def test_environment_has_every_field(monkeypatch):
         "git_commit",
         "git_dirty",
         "processor",
+        "cpu_signature",
         "machine",
         "cpu_count",
         "torch_threads",
@@ -98,3 +99,20 @@ def test_environment_has_every_field(monkeypatch):
     assert env["gcpo"] == __version__ and env["omp_num_threads"] == "3"
     monkeypatch.delenv("OMP_NUM_THREADS")
     assert environment()["omp_num_threads"] is None
+
+
+def test_cpu_signature_reads_the_first_processor_and_tells_flag_sets_apart(tmp_path):
+    block = "processor\t: {n}\ncpu family\t: 6\nmodel\t\t: 143\nmodel name\t: Xeon\nstepping\t: 8\nflags\t\t: {flags}\n"
+    one = tmp_path / "one"
+    one.write_text(block.format(n=0, flags="sse avx2 avx512f") + "\n" + block.format(n=1, flags="sse"))
+    other = tmp_path / "other"
+    other.write_text(block.format(n=0, flags="sse avx2"))
+    same_set = tmp_path / "same"
+    same_set.write_text(block.format(n=0, flags="avx512f sse avx2"))
+    sig = cpu_signature(one)
+    assert sig is not None and sig.startswith("family 6 model 143 stepping 8 flags ")
+    assert cpu_signature(other) != sig  # another vector unit
+    assert cpu_signature(same_set) == sig  # the same flags in another order
+    assert cpu_signature(tmp_path / "missing") is None
+    (tmp_path / "noflags").write_text("processor\t: 0\nmodel name\t: x\n")
+    assert cpu_signature(tmp_path / "noflags") is None

@@ -77,3 +77,103 @@ def test_bad_optimizer_states_are_refused(tmp_path):
     (tmp_path / "x" / "optimizer.pt").write_bytes(pickle.dumps({"a": object()}))
     with pytest.raises(Exception, match="refusing checkpoint file"):
         load_preconditioner(tmp_path / "x", sizes)
+
+
+def study_with_snapshot(tmp_path):
+    """A study folder holding one finished snapshot of the tiny model's six groups, its gradient
+    file kept, and its checkpoint (trainable.pt in parameter order, optimizer.pt)."""
+    import json
+
+    import pandas as pd
+
+    from gcpo_analysis.study.alignment import snapshot_paths
+
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    model, params, opt, G = tiny(ckpt)
+    torch.save({n: p.detach().clone() for n, p in model.named_parameters()}, ckpt / "trainable.pt")
+    G[1] = 0.0  # a group whose rewards are all equal: no gradient
+    out = tmp_path / "study"
+    work = out / "work" / "s"
+    work.mkdir(parents=True)
+    gradient_rows.create(work / "gradients.npy", len(G), G.shape[1])
+    for k, g in enumerate(G):
+        gradient_rows.write_row(work / "gradients.npy", k, g)
+    X = G.astype(np.float32).astype(float)
+    K = X @ X.T
+    rng = np.random.default_rng(0)
+    spread = np.where(np.arange(6) == 1, 0.0, rng.uniform(0.1, 0.9, 6))
+    frame = pd.DataFrame(
+        {
+            "snapshot": "s",
+            "position": np.arange(6),
+            "role": "pool",
+            "query_id": [f"q{k}" for k in range(6)],
+            "reward_mean": 0.5,
+            "reward_spread": spread,
+            "live": spread > 0,
+            "grad_norm2": np.diag(K),
+            "w_none": 1.0,
+            "w_rd": 1.0 + spread,
+        }
+    )
+    paths = snapshot_paths(out, "s")
+    paths["gram"].parent.mkdir(parents=True)
+    np.save(paths["gram"], K)
+    frame.to_parquet(paths["groups"])
+    card = {"snapshot": "s", "checkpoint": str(ckpt), "train_config": {"r_min": 0.0, "r_max": 1.0}}
+    paths["card"].write_text(json.dumps(card))
+    P = load_preconditioner(ckpt, [p.numel() for p in params])
+    return out, X, P, frame
+
+
+def test_a_snapshot_filed_in_adams_metric_keeps_its_weights_and_takes_the_metrics_gram(tmp_path):
+    import json
+
+    import pandas as pd
+
+    from gcpo_analysis.measures.field_weights import frame_weights
+    from gcpo_analysis.study.alignment import snapshot_paths, snapshots
+    from gcpo_train.align.adam_metric import write_adam_snapshot
+
+    out, X, P, frame = study_with_snapshot(tmp_path)
+    assert write_adam_snapshot(out, "s", block=4) == "s_adam"
+    assert snapshots(out) == ["s", "s_adam"]
+    paths = snapshot_paths(out, "s_adam")
+    K = np.load(paths["gram"])
+    XP = X * P
+    np.testing.assert_allclose(K, XP @ XP.T, rtol=1e-6, atol=1e-9 * np.abs(XP @ XP.T).max())
+    groups = pd.read_parquet(paths["groups"])
+    assert (groups["snapshot"] == "s_adam").all()
+    np.testing.assert_array_equal(groups["w_rd"], frame["w_rd"])  # ω is the trainer's, not the metric's
+    np.testing.assert_allclose(groups["grad_norm2"], np.diag(K))
+    np.testing.assert_allclose(groups["grad_norm2_raw"], frame["grad_norm2"])
+    raw = frame_weights(frame["reward_spread"], frame["grad_norm2"], 0.0, 1.0)
+    np.testing.assert_allclose(groups["w_inv_grad_norm"], raw["inv_grad_norm"])  # from the raw norm
+    assert groups["w_inv_grad_norm"].iloc[1] == 1.0  # the group with no gradient
+    card = json.loads(paths["card"].read_text())
+    assert card["metric"] == "adam" and card["euclidean_snapshot"] == "s"
+    assert card["preconditioner"]["adam_step"] == [7.0]
+    assert 0.5 < card["frozen_v_check"]["cos_median"] <= 1.0 + 1e-12
+
+
+def test_adams_metric_refuses_what_it_cannot_file(tmp_path):
+    import json
+
+    from gcpo_analysis.study.alignment import snapshot_paths
+    from gcpo_train.align.adam_metric import write_adam_snapshot
+
+    out, X, _, _ = study_with_snapshot(tmp_path)
+    with pytest.raises(ValueError, match="no finished snapshot of that name"):
+        write_adam_snapshot(out, "t")
+    gradients = out / "work" / "s" / "gradients.npy"
+    gradient_rows.write_row(gradients, 0, 2 * X[0])  # another run's gradients
+    with pytest.raises(ValueError, match="is not snapshot s's"):
+        write_adam_snapshot(out, "s")
+    gradients.unlink()
+    with pytest.raises(ValueError, match="--keep-gradients"):
+        write_adam_snapshot(out, "s")
+    card = snapshot_paths(out, "s")["card"]
+    card.write_text(json.dumps({"snapshot": "s", "checkpoint": None}))
+    with pytest.raises(ValueError, match="Adam's state is empty at step 0"):
+        write_adam_snapshot(out, "s")

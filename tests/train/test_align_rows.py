@@ -22,7 +22,7 @@ def test_rows_round_trip_through_numpys_own_reader(tmp_path):
 
 
 def test_gram_of_is_x_xt_in_any_block_size(tmp_path):
-    from gcpo_train.align.run import gram_of
+    from gcpo_train.align.rows import gram_of
 
     path = tmp_path / "g.npy"
     X = np.random.default_rng(1).normal(size=(9, 11)).astype(np.float32)

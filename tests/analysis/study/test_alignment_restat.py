@@ -154,3 +154,24 @@ def test_the_ceilings_leave_the_holm_family_and_the_bounds_hold():
     # weight outside the live groups' range, e.g. q_hawkeye's ω = 1 of a group whose rewards tie)
     fixed = bounds[bounds["weighting"] == "any weights in 0.4–1.3"]
     assert len(fixed) == 5 and (fixed["bounded_in_sample"] >= fixed["bounded_crossfit"]).all()
+
+
+def test_a_snapshot_with_one_live_group_gets_an_empty_dose_panel_not_an_error(tmp_path):
+    # its cosines are undefined (no batch holds two groups with a gradient), so its dose rows have
+    # no spread: the figure draws the other snapshots and says so on that panel
+    folder = _one_snapshot(tmp_path)
+    groups, K = load_snapshot(folder, "nqa_step40")
+    keep = np.zeros(len(groups), bool)
+    keep[0] = True
+    K = np.where(np.outer(keep, keep), K, 0.0)
+    groups = groups.assign(snapshot="dead", grad_norm2=np.diag(K))
+    paths = snapshot_paths(folder, "dead")
+    np.save(paths["gram"], K)
+    groups.to_parquet(paths["groups"])
+    shutil.copy(snapshot_paths(folder, "nqa_step40")["card"], paths["card"])
+    with pytest.warns(UserWarning, match="no batch has a defined cosine"):
+        restat(folder, **SMALL)
+    dose = pd.read_parquet(folder / "dose.parquet")
+    assert dose.loc[dose["snapshot"] == "dead", "spread"].isna().all()
+    assert (dose.loc[dose["snapshot"] == "nqa_step40", "spread"] > 0).all()
+    assert (folder / "dose.png").stat().st_size > 0 and b"no defined cosine" in (folder / "dose.svg").read_bytes()
