@@ -304,6 +304,7 @@ def restat(
     from concurrent.futures import ProcessPoolExecutor
 
     from gcpo_analysis.study.alignment_dose import dose_figure
+    from gcpo_analysis.study.alignment_metric import adam_pairs, metric_markdown, metric_table
     from gcpo_analysis.study.alignment_tables import (
         alignment_markdown,
         ceilings_markdown,
@@ -355,6 +356,10 @@ def restat(
         write_text(out / "ceilings.md", ceilings_markdown(tables["bounds"]))
         write_text(out / "dose.md", dose_markdown(tables["dose"]))
         write_text(out / "reading.md", reading(summary, tables["bounds"], tables["dose"], settings))
+        if adam_pairs(names):  # snapshots filed in Adam's metric: each beside its Euclidean twin
+            metric = metric_table(summary, tables["bounds"])
+            write_frame(metric, out / "metric.parquet")
+            write_text(out / "metric.md", metric_markdown(metric))
         card = {"restat": settings, "snapshots": cards}
         write_text(out / "card.json", json.dumps(card, indent=1, sort_keys=True) + "\n")
     if len(tables["dose"]):
