@@ -35,7 +35,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from ..vocab import EPS
-from .dispersion import R_MAX, R_MIN, as_rewards, check_finite_rewards, reward_array
+from .dispersion import R_MAX, R_MIN, as_rewards
 
 GRAD_NORM2 = "grad_norm2"
 # features the trainer cannot supply, with what they would cost (``trainer_refusal``)
@@ -48,12 +48,24 @@ TRAINER_MISSING = {
 
 def sigma_max(r_min: float = R_MIN, r_max: float = R_MAX) -> float:
     """The largest population std of rewards on [r_min, r_max]: (r_max − r_min)/2."""
-    return (float(r_max) - float(r_min)) / 2.0
+    lo, hi = float(r_min), float(r_max)
+    if not (np.isfinite(lo) and np.isfinite(hi) and hi > lo):  # else ω came out inf or negative
+        raise ValueError(f"reward range must have finite r_max > r_min, got [{r_min}, {r_max}]")
+    return (hi - lo) / 2.0
+
+
+def _spreads(spread: ArrayLike) -> np.ndarray:
+    """σ_r as floats, each finite and >= 0 (a NaN or a negative std was weighted 1 as if its rewards were equal)."""
+    s = np.asarray(spread, float)
+    bad = ~np.isfinite(s) | (s < 0)
+    if bad.any():
+        raise ValueError(f"reward_spread must be finite and >= 0 (a std), got {s[bad]}")
+    return s
 
 
 def reward_std_weight(spread: ArrayLike, eps: float = EPS, r_min: float = R_MIN, r_max: float = R_MAX) -> np.ndarray:
     """ω = (σ_r + eps)/σ_max (Dr. GRPO's unscaled advantages on gcpo's GRPO ones); 1 where σ_r = 0."""
-    s = np.asarray(spread, float)
+    s = _spreads(spread)
     return np.where(s > 0, (s + eps) / sigma_max(r_min, r_max), 1.0)
 
 
@@ -61,7 +73,7 @@ def inv_reward_std_weight(
     spread: ArrayLike, eps: float = EPS, r_min: float = R_MIN, r_max: float = R_MAX
 ) -> np.ndarray:
     """ω = σ_max/(σ_r + eps) (GRPO's std scaling as a weight); 1 where σ_r = 0."""
-    s = np.asarray(spread, float)
+    s = _spreads(spread)
     return np.where(s > 0, sigma_max(r_min, r_max) / (s + eps), 1.0)
 
 
@@ -70,12 +82,22 @@ def inv_variance_weight(grad_norm2: ArrayLike, gamma: float = 1.0) -> np.ndarray
     v = np.asarray(grad_norm2, float)
     if (v < 0).any() or not np.isfinite(v).all():
         raise ValueError(f"{GRAD_NORM2} must be finite and >= 0 (a squared norm), got {v[(v < 0) | ~np.isfinite(v)]}")
-    return np.where(v > 0, np.power(np.where(v > 0, v, 1.0), -float(gamma)), 1.0)
+    if isinstance(gamma, (bool, str)) or not (np.isfinite(gamma) and gamma >= 0):
+        raise ValueError(f"gamma must be a finite number >= 0, got {gamma!r}")
+    with np.errstate(over="ignore"):
+        w = np.where(v > 0, np.power(np.where(v > 0, v, 1.0), -float(gamma)), 1.0)
+    if not np.isfinite(w).all():  # a subnormal V (1e-320) overflowed to ω = inf
+        raise ValueError(f"ω = {GRAD_NORM2}^-{gamma:g} overflows for {GRAD_NORM2} = {v[~np.isfinite(w)]}")
+    return w
 
 
 def frame_weights(spread: ArrayLike, grad_norm2: ArrayLike, r_min: float, r_max: float) -> dict[str, np.ndarray]:
     """Every field weighting of a frame's groups (the study's adapter: ``reward_spread`` and
-    ``grad_norm2`` columns), named as the modulators."""
+    ``grad_norm2`` columns), named as the modulators; the two of one length."""
+    if np.shape(spread) != np.shape(grad_norm2):  # else the weightings described different groups
+        raise ValueError(
+            f"reward_spread and {GRAD_NORM2} must have one shape, got {np.shape(spread)} and {np.shape(grad_norm2)}"
+        )
     return {
         "reward_std": reward_std_weight(spread, EPS, r_min, r_max),
         "inv_reward_std": inv_reward_std_weight(spread, EPS, r_min, r_max),
@@ -84,13 +106,17 @@ def frame_weights(spread: ArrayLike, grad_norm2: ArrayLike, r_min: float, r_max:
     }
 
 
-def _grad_norm2(g: Any, name: str) -> float:
-    """‖g_q‖² of the group; 0 where its rewards are all equal (A = 0: no gradient, ω = 1)."""
-    if np.ptp(check_finite_rewards(reward_array(g.rewards))) == 0:
+def _grad_norm2(g: Any, name: str, r_min: float, r_max: float) -> float:
+    """‖g_q‖² of the group; 0 where its rewards are all equal (A = 0: no gradient, ω = 1). The
+    rewards are checked as the other modulators check them (``as_rewards``: none, a NaN or one
+    outside [r_min, r_max] is refused); ‖g_q‖² must be a number, never a bool or a text."""
+    if np.ptp(as_rewards(g.rewards, r_min, r_max, batch=False)) == 0:
         return 0.0
     value = getattr(g, GRAD_NORM2, None)
     if value is None:
         raise ValueError(f"modulator {name!r} needs {GRAD_NORM2!r}: {TRAINER_MISSING[GRAD_NORM2]}")
+    if isinstance(value, (bool, np.bool_, str, bytes)):  # float() made True a 1 and "4" a 4
+        raise ValueError(f"modulator {name!r}: {GRAD_NORM2} must be a number, got {value!r}")
     return float(value)
 
 
@@ -117,16 +143,16 @@ def inv_reward_std(g: Any, *, r_min: float = R_MIN, r_max: float = R_MAX, **_: A
     return w, {"reward_std": float(r.std()), "w_inv_reward_std": w}
 
 
-def inv_grad_norm(g: Any, **_: Any) -> tuple[float, dict]:
+def inv_grad_norm(g: Any, *, r_min: float = R_MIN, r_max: float = R_MAX, **_: Any) -> tuple[float, dict]:
     """Each group's gradient normalised: ω = 1/‖g_q‖ (1 for a group with no gradient)."""
-    v = _grad_norm2(g, "inv_grad_norm")
+    v = _grad_norm2(g, "inv_grad_norm", r_min, r_max)
     w = float(inv_variance_weight(v, 0.5))
     return w, {GRAD_NORM2: v, "w_inv_grad_norm": w}
 
 
-def inv_variance(g: Any, **_: Any) -> tuple[float, dict]:
+def inv_variance(g: Any, *, r_min: float = R_MIN, r_max: float = R_MAX, **_: Any) -> tuple[float, dict]:
     """Inverse-variance weighting ω = 1/V(q), V(q) = ‖g_q‖² (module docstring; 1 with no gradient)."""
-    v = _grad_norm2(g, "inv_variance")
+    v = _grad_norm2(g, "inv_variance", r_min, r_max)
     w = float(inv_variance_weight(v, 1.0))
     return w, {GRAD_NORM2: v, "w_inv_variance": w}
 

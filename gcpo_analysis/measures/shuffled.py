@@ -53,12 +53,23 @@ def parse_arm(name: str) -> tuple[str, float | None]:
     """(the modulator name a run of the arm trains with, its dose alpha_base or None) of an arm
     name: 'bot_rd:alpha5' -> ('bot_rd', 5.0), 'bot_rd:shuffled' -> ('bot_rd:shuffled', None).
     A dose is written as ``format(x, 'g')`` writes it (``alpha5``, ``alpha2.5``), so that one dose
-    has one name and one folder; ``alpha05`` or ``alpha5.0`` are refused, naming the spelling."""
+    has one name and one folder; ``alpha05`` or ``alpha5.0`` are refused, naming the spelling. A
+    dose that ``format(x, 'g')`` writes with an exponent (below 1e-4, or 1e6 and above) has no
+    spelling here and is refused, as is any other ``:alpha`` that is not a last plain decimal."""
+    if not isinstance(name, str):
+        raise TypeError(f"an arm name is a text such as 'bot_rd:alpha5', got {name!r}")
     match = _DOSE.search(name)
     if match is None:
+        if ":alpha" in name:  # else refused as "not an identifier", which says nothing of the dose
+            raise ValueError(
+                f"arm {name!r}: a dose is written last, as :alpha<x> with x a plain decimal (bot_rd:alpha5, "
+                "bot_rd:shuffled:alpha2.5)"
+            )
         return name, None
     text = match.group(1)
     alpha = float(text)
+    if not np.isfinite(alpha) or "e" in format(alpha, "g"):  # alpha1e+06 would be the spelling, which no arm parses
+        raise ValueError(f"arm {name!r}: a dose is written in plain decimals, from 0.0001 to below 1e6; got {alpha:g}")
     if format(alpha, "g") != text:
         raise ValueError(f"arm {name!r}: write its dose as alpha{format(alpha, 'g')}, one spelling per dose")
     modulator = name[: match.start()]
@@ -69,13 +80,16 @@ def parse_arm(name: str) -> tuple[str, float | None]:
 
 def check_arm_name(name: Any) -> str:
     """``name`` if it is a modulator name (an identifier, ``registry.check_name``), optionally with
-    a ``:shuffled`` or ``:deranged`` suffix and then an ``:alpha<x>`` dose, else the ValueError
-    naming it; whether the modulator exists is the config's check. An arm names a folder, so a path
-    is refused as a path."""
+    a ``:shuffled`` or ``:deranged`` suffix (not of ``none``, whose ω is 1 in every group) and then
+    an ``:alpha<x>`` dose, else the ValueError naming it; whether the modulator exists is the
+    config's check. An arm names a folder, so a path is refused as a path."""
     from gcpo_analysis.registry import check_name
 
     if isinstance(name, str):
-        check_name("modulator", split_arm(parse_arm(name)[0])[0])
+        modulator, permuted = split_arm(parse_arm(name)[0])
+        check_name("modulator", modulator)
+        if permuted and modulator == "none":  # as none:alpha5: an arm that trains plain GRPO under another name
+            raise ValueError(f"arm {name!r}: plain GRPO ('none') weighs every group 1, so a permuted control is GRPO")
         return name
     return check_name("modulator", name)
 
@@ -107,6 +121,8 @@ def derangement(n: int, rng: np.random.Generator) -> np.ndarray:
     """A uniformly drawn permutation of range(n) with no fixed point (n >= 2): uniform permutations
     drawn until one has none, which is uniform over the derangements. n < 2 has none to draw:
     the identity is returned (a single group has no other group to take a weight from)."""
+    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or n < 0:
+        raise ValueError(f"a derangement's size is an integer >= 0, got {n!r}")
     if n < 2:
         return np.arange(n)
     while True:
@@ -121,7 +137,10 @@ def shuffle_weights(weights: Any, eligible: Any, seed: int, derange: bool = Fals
     w = np.asarray(weights, dtype=np.float64).copy()
     if w.ndim != 1 or len(eligible) != w.size:
         raise ValueError(f"weights and eligible must be 1-d of one length, got {w.shape} and {len(eligible)}")
-    idx = np.flatnonzero(np.asarray(eligible, dtype=bool))
+    mask = np.asarray(eligible)
+    if mask.dtype != bool:  # indices [0, 2] read as a mask would permute other groups than meant
+        raise ValueError(f"eligible must be one True/False per group, got {mask.dtype} values {mask.tolist()[:5]}")
+    idx = np.flatnonzero(mask)
     rng = np.random.default_rng(seed)
     w[idx] = w[idx[derangement(idx.size, rng)]] if derange else w[rng.permutation(idx)]
     return w

@@ -48,12 +48,31 @@ Fitter = Callable[[np.ndarray], np.ndarray]
 MAX_ORDER_K = 6  # 720 orders a batch
 
 
+def pool_ids(K: np.ndarray, ids: np.ndarray | None = None) -> np.ndarray:
+    """The original group of each pool position (``ids``, default each its own), checked with the
+    pool's Gram ``K``: K square and finite (a NaN entry turned into a NaN ‖μ‖² or, through
+    nan_to_num, into a fitted weight without a word), ids one integer >= 0 per position (a
+    negative one indexed from the end)."""
+    K = np.asarray(K)
+    if K.ndim != 2 or K.shape[0] != K.shape[1]:
+        raise ValueError(f"the pool's Gram K must be a square matrix, got shape {K.shape}")
+    if not np.isfinite(K).all():
+        i, j = np.argwhere(~np.isfinite(K))[0]
+        raise ValueError(f"the pool's Gram K must be finite, K[{i}, {j}] is {K[i, j]}")
+    n = K.shape[0]
+    if ids is None:
+        return np.arange(n)
+    ids = np.asarray(ids)
+    if ids.shape != (n,) or ids.dtype.kind not in "iu" or (ids < 0).any():
+        raise ValueError(f"ids must give one original group (an integer >= 0) per pool position ({n}), got {ids}")
+    return ids
+
+
 def mean_norm2(K: np.ndarray, ids: np.ndarray | None = None) -> float:
     """‖μ‖²_U: the mean of K_pp' over pairs of positions holding distinct original groups (``ids``;
     in a bootstrap resample two copies of a group are no independent pair). Unbiased for ‖μ‖²
     when the groups are independent draws; may be ≤ 0 when the signal is small."""
-    n = K.shape[0]
-    ids = np.arange(n) if ids is None else np.asarray(ids)
+    ids = pool_ids(K, ids)
     distinct = ids[:, None] != ids[None, :]
     if not distinct.any():
         return float("nan")
@@ -84,8 +103,7 @@ def half_references(
     """(c, ‖r‖²) of the two halves (``split_outside``) of each batch's outside groups: c
     (2, n_batches, k) the members' inner products with each half's mean, ‖r‖² (2, n_batches);
     NaN for a half with no group."""
-    n = K.shape[0]
-    ids = np.arange(n) if ids is None else np.asarray(ids)
+    ids = pool_ids(K, ids)
     cs, n2s = [], []
     for half in split_outside(idx, int(ids.max()) + 1, ids, rng):
         pos = half.astype(float)
@@ -122,6 +140,8 @@ def cosine(W: np.ndarray, KB: np.ndarray, c: np.ndarray, ref_norm2: np.ndarray |
 
 def oracle_fitter(KB: np.ndarray, ridge: float = RIDGE) -> Fitter:
     """c ↦ (K_B + λI)⁻¹ c, λ = ridge · tr(K_B)/k: the cosine's maximiser over all real weights."""
+    if not (np.isfinite(ridge) and ridge >= 0):  # NaN gave NaN weights; a negative λ, a singular solve
+        raise ValueError(f"ridge must be a finite number >= 0, got {ridge!r}")
     k = KB.shape[1]
     lam = ridge * np.maximum(np.trace(KB, axis1=1, axis2=2) / k, 1e-300)
     A = KB + lam[:, None, None] * np.eye(k)
@@ -133,8 +153,8 @@ def box_cosine_max(KB: np.ndarray, c: np.ndarray, lo: float, hi: float, n_iter: 
     gradient ascent from equal weights, a step per batch that grows by 1.5 on success and halves
     on failure; a step is kept only if it raises the cosine, so the result is never below equal
     weights. ∇f = c/‖ĝ‖ − (w·c) K_B w / ‖ĝ‖³ for f = w·c/‖ĝ‖ (‖r‖ is a constant factor)."""
-    if not 0 <= lo <= hi:
-        raise ValueError(f"a box of weights needs 0 <= lo <= hi, got [{lo}, {hi}]")
+    if not 0 <= lo <= hi < np.inf:  # hi = inf: the weights went to inf
+        raise ValueError(f"a box of weights needs finite 0 <= lo <= hi, got [{lo}, {hi}]")
     c = np.nan_to_num(np.asarray(c, float))
     nb, k = c.shape
     W = np.full((nb, k), (lo + hi) / 2 if hi > 0 else 1.0)
@@ -177,6 +197,8 @@ def box_fitter(KB: np.ndarray, lo: float, hi: float, n_iter: int = 300) -> Fitte
 
 def orders(k: int) -> np.ndarray:
     """Every permutation of range(k): (k!, k)."""
+    if k < 1:
+        raise ValueError(f"the ordering ceiling orders a batch of k >= 1 groups, got k = {k}")
     if k > MAX_ORDER_K:
         raise ValueError(f"the ordering ceiling tries all k! orders; k = {k} > {MAX_ORDER_K} is too many")
     return np.array(list(permutations(range(k))))
@@ -227,8 +249,7 @@ def ideal_terms(
     distinct outside groups, Q = Σ_{p≠p'} c_pᵀ S c_p' / #pairs with c_p = K_{B,p} and
     S = (K_B + λI)⁻¹ (the split-half product averaged over every split), and equal weights'
     cosine with μ on the full reference c. The room estimate is ``ideal_room`` of the two."""
-    n = K.shape[0]
-    ids = np.arange(n) if ids is None else np.asarray(ids)
+    ids = pool_ids(K, ids)
     nb, k = idx.shape
     KB = block(K, idx)
     S = np.linalg.inv(KB + (ridge * np.maximum(np.trace(KB, axis1=1, axis2=2) / k, 1e-300))[:, None, None] * np.eye(k))
@@ -245,6 +266,8 @@ def ideal_terms(
     pairs = m**2 - weight.sum(1)
     with np.errstate(invalid="ignore", divide="ignore"):
         Q = (((S @ total[..., None])[..., 0] * total).sum(1) - (S * same).sum((1, 2))) / pairs  # S, same symmetric
+    Q = np.where(pairs > 0, Q, np.nan)  # outside groups of one original group: no pair, no estimate (was ±inf)
+    with np.errstate(invalid="ignore", divide="ignore"):
         return Q / mu2, cosine(np.ones(c.shape), KB, c, mu2)
 
 

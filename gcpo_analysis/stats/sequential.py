@@ -8,7 +8,7 @@ joint distribution; Jennison & Turnbull 2000, §3.1). With information fractions
 a spending function α(t) (α(0) = 0, α(1) = α) sets the boundary c_k of look k so that the chance
 of first crossing at look k under H0 is α(t_k) − α(t_{k−1}):
 
-* ``obrien_fleming_spending``: α(t) = 2 − 2Φ(z_{1−α/2} / √t), which spends little early
+* ``obrien_fleming_spending``: α(t) = 2 − 2Φ(z_{1−α/2} / √t) = 2 Φ̄(z_{1−α/2} / √t), which spends little early
   (Lan & DeMets' approximation of O'Brien & Fleming's boundaries);
 * ``pocock_spending``: α(t) = α · ln(1 + (e − 1) t).
 
@@ -31,11 +31,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from numbers import Integral
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 SPENDING = ("obrien_fleming", "pocock")
+HIGHEST = 40.0  # the largest boundary searched: P(Z > 40) is 0 in float, an early look of 1 seed in 100 needs 14
 GRID = 401  # odd: Simpson's rule on the score's density (boundaries within 1e-6 of a 4001-point grid)
 
 
@@ -44,7 +46,9 @@ def obrien_fleming_spending(t: ArrayLike, alpha: float = 0.05) -> np.ndarray:
     from scipy.stats import norm
 
     t = _fractions(t)
-    return 2.0 - 2.0 * norm.cdf(norm.ppf(1.0 - _alpha(alpha) / 2.0) / np.sqrt(t))
+    # as 2 Φ̄(·): 2 − 2Φ(·) rounds to 0 once Φ(·) rounds to 1 (t below about 0.056 at α = 0.05),
+    # which gave the first look an infinite boundary and the solver a NaN
+    return 2.0 * norm.sf(norm.isf(_alpha(alpha) / 2.0) / np.sqrt(t))
 
 
 def pocock_spending(t: ArrayLike, alpha: float = 0.05) -> np.ndarray:
@@ -67,9 +71,17 @@ def _fractions(t: ArrayLike) -> np.ndarray:
 
 def _looks(fractions: ArrayLike) -> np.ndarray:
     t = _fractions(np.atleast_1d(np.asarray(fractions, dtype=np.float64)))
+    if t.size == 0:
+        raise ValueError("give at least one look's information fraction, got none")
     if t.ndim != 1 or np.any(np.diff(t) <= 0):
         raise ValueError(f"the looks' information fractions must increase strictly, got {t.tolist()}")
     return t
+
+
+def _sides(sides: int) -> int:
+    if sides not in (1, 2) or isinstance(sides, bool):
+        raise ValueError(f"sides must be 1 or 2, got {sides!r}")
+    return int(sides)
 
 
 def _tail(c: float, sides: int) -> float:
@@ -84,11 +96,9 @@ def crossing_probabilities(fractions: ArrayLike, bounds: ArrayLike, sides: int =
     fractions ``fractions``: two-sided |Z_k| > c_k, or one-sided Z_k > c_k (``sides`` 1)."""
     from scipy.stats import norm
 
-    t, c = _looks(fractions), np.asarray(bounds, dtype=np.float64)
-    if c.shape != t.shape or not np.all(c > 0):
-        raise ValueError(f"give one positive boundary per look, got {c.tolist()} for {t.size} looks")
-    if sides not in (1, 2):
-        raise ValueError(f"sides must be 1 or 2, got {sides!r}")
+    t, c, sides = _looks(fractions), np.asarray(bounds, dtype=np.float64), _sides(sides)
+    if c.shape != t.shape or not np.all(c > 0) or not np.all(np.isfinite(c)):
+        raise ValueError(f"give one positive, finite boundary per look, got {c.tolist()} for {t.size} looks")
     out = np.empty(t.size)
     # the continuation region of the score S_k = Z_k √t_k: |S| <= c√t (two-sided) or S <= c√t
     lo_z = 8.0 + float(c.max())  # the one-sided region's lower end: below it the density is < 1e-14
@@ -110,6 +120,11 @@ def crossing_probabilities(fractions: ArrayLike, bounds: ArrayLike, sides: int =
         else:
             sd = math.sqrt(t[k] - t[k - 1])
             assert s is not None and w is not None and dens is not None
+            if sd < 3.0 * (s[1] - s[0]):  # a kernel narrower than the grid: a wrong boundary (2.69 for 1.98), no error
+                raise ValueError(
+                    f"looks {k} and {k + 1} are too close (information fractions {t[k - 1]:.10g} and {t[k]:.10g}): the "
+                    f"score's increment sd {sd:.3g} is below 3 steps of the integration grid ({s[1] - s[0]:.3g})"
+                )
             mass = w * dens  # the mass of each grid point of the previous continuation region
             upper = norm.sf((hi - s) / sd)
             lower = norm.cdf((-hi - s) / sd) if sides == 2 else 0.0
@@ -125,23 +140,37 @@ def boundaries(
     fractions: Sequence[float], alpha: float = 0.05, spending: str = "obrien_fleming", sides: int = 2
 ) -> np.ndarray:
     """The Z boundaries c_k whose first-crossing probabilities under H0 are the spending
-    function's increments α(t_k) − α(t_{k−1}) (``spending``: 'obrien_fleming' or 'pocock')."""
+    function's increments α(t_k) − α(t_{k−1}) (``spending``: 'obrien_fleming' or 'pocock'). A look
+    that spends nothing in floating point (an information fraction or α too small), or whose
+    boundary lies outside [0.5, 40] (α near 1), is refused naming the look."""
     from scipy.optimize import brentq
     from scipy.stats import norm
 
-    t = _looks(fractions)
+    t, sides = _looks(fractions), _sides(sides)
     spend = _spending(spending)(t, alpha)
     increments = np.diff(np.concatenate([[0.0], spend]))
     bounds: list[float] = []
     for k in range(t.size):
+        if not increments[k] > 0:  # its boundary would be infinite, which the integration cannot carry
+            raise ValueError(
+                f"look {k + 1} (information fraction {t[k]:g}) spends {increments[k]:.3g} of α = {alpha:g} under "
+                f"{spending} spending, too little for a finite boundary; drop the look or move it later"
+            )
         if k == 0:
             bounds.append(float(norm.isf(increments[0] / sides)))
+            if not bounds[0] > 0:
+                raise ValueError(f"a one-sided α of {alpha:g} puts the first look's boundary at {bounds[0]:.3g} <= 0")
             continue
 
         def excess(c: float, k: int = k) -> float:
             return float(crossing_probabilities(t[: k + 1], [*bounds, c], sides)[k] - increments[k])
 
-        bounds.append(float(brentq(excess, 0.5, 12.0, xtol=1e-10)))
+        if not excess(0.5) > 0 > excess(HIGHEST):  # brentq would say only that the signs agree
+            raise ValueError(
+                f"look {k + 1}'s boundary lies outside [0.5, {HIGHEST:g}] at α = {alpha:g} ({spending} spending, "
+                f"{sides}-sided)"
+            )
+        bounds.append(float(brentq(excess, 0.5, HIGHEST, xtol=1e-10)))
     return np.array(bounds)
 
 
@@ -183,16 +212,22 @@ def sequential_seed_level(
     if d.ndim != 1 or not np.all(np.isfinite(d)):
         raise ValueError("deltas must be a 1-d array of finite per-seed deltas")
     for name, value in (("first_look", first_look), ("planned", planned)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 2:
+        if isinstance(value, bool) or not isinstance(value, Integral) or value < 2:
             raise ValueError(f"{name} must be an integer >= 2, got {value!r}")
     if not first_look < d.size <= planned:
         raise ValueError(
             f"a second look needs more than the first look's {first_look} seeds and at most the planned "
             f"{planned}, got {d.size}"
         )
+    first_look, planned = int(first_look), int(planned)
     fractions = [first_look / planned, d.size / planned]
     two = nominal_levels(fractions, alpha, spending, sides=2)
     one = nominal_levels(fractions, alpha, spending, sides=1)
+    if not 1.0 - two[0] < 1.0:  # the t interval at confidence 1 − p rounds to 1: refused as a confidence of 1
+        raise ValueError(
+            f"the first look's nominal level {two[0]:.3g} ({first_look} of {planned} seeds, {spending} spending) is "
+            "below float resolution: its t interval has no finite end; plan a later first look"
+        )
     looks = []
     for k, n in enumerate((first_look, d.size)):
         t = paired_t(d[:n], 1.0 - two[k])

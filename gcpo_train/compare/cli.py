@@ -212,16 +212,23 @@ def run_reading(args) -> int:
     from gcpo_train.compare.stages import plot_deltas, reading, reading_markdown
 
     source = Path(args.folder) / "results.parquet"
-    if not source.exists():
+    if not source.is_file():
         raise FileNotFoundError(f"{args.folder} holds no results.parquet: run gcpo compare (or --report_only) first")
+    out = None if args.output is None else Path(args.output)
+    if out is not None:  # before the reading: every file it would write, checked first
+        folder = Path(args.folder).resolve()
+        if out.suffix != ".md" or out.resolve().is_relative_to(folder):  # any depth: the comparison owns it
+            raise ValueError(f"--output {out}: a .md file outside the comparison folder, which the comparison writes")
+        plots = [out.with_name(out.stem + "_deltas" + suffix) for suffix in (".png", ".svg")]
+        for path in (out, *plots):
+            if path.exists() or path.is_symlink():
+                raise FileExistsError(f"--output {out}: {path} exists; a reading is not written over a file")
+        above = next((p for p in out.parents if p.exists()), None)
+        if above is not None and not above.is_dir():
+            raise NotADirectoryError(f"--output {out}: {above} is a file, not a folder")
     result = reading(pd.read_parquet(source), args.arm, args.margin, args.reference, args.first_look, args.planned)
     text = reading_markdown(result)
-    if args.output is not None:
-        out = Path(args.output)
-        if out.resolve().parent == Path(args.folder).resolve() or out.suffix != ".md":
-            raise ValueError(f"--output {out}: a .md file outside the comparison folder, which the comparison writes")
-        if out.exists():
-            raise FileExistsError(f"--output {out} exists; a reading is not written over a file")
+    if out is not None:
         write_text(out, text)
         plot_deltas(result, out.with_name(out.stem + "_deltas"))
     print(text)

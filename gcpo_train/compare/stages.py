@@ -30,14 +30,27 @@ SPENDING_NAMES = {"obrien_fleming": "O'Brien–Fleming", "pocock": "Pocock"}
 
 def contrast_deltas(results: pd.DataFrame, arm: str, reference: str = "none") -> pd.DataFrame:
     """d[s, q] = score_arm(s, q) − score_reference(s, q) at each arm-seed's last step, over the
-    seeds both arms finished: a (seeds x queries) frame indexed by seed number, in seed order."""
+    seeds both arms finished: a (seeds x queries) frame indexed by seed number, in seed order. A
+    seed only one arm finished is left out with a warning naming it; an arm against itself is refused."""
     final = final_scores(check_results(results, "comparison results"))
     for name in (arm, reference):
         if name not in set(final["arm"]):
             raise ValueError(
                 f"the comparison has no finished run of arm {name!r}; its arms: {sorted(set(final['arm']))}"
             )
+    if arm == reference:  # Δ = 0 on every seed: the statistics failed on a spread of 0, naming no flag
+        raise ValueError(f"--arm and --reference name the same arm {arm!r}; a contrast needs two")
     a, b = final[final["arm"] == arm], final[final["arm"] == reference]
+    unpaired = sorted(set(a["seed"]) ^ set(b["seed"]))
+    if unpaired:  # left out of the pairing, said aloud: a stage then holds the next paired seed instead
+        import warnings
+
+        named = ", ".join(f"{int(s)} ({arm if s in set(a['seed']) else reference} only)" for s in unpaired)
+        warnings.warn(
+            f"{arm!r} vs {reference!r}: seed(s) finished by one arm only are left out of the pairing: {named}; "
+            "the stages of a two-look reading are the first paired seeds in seed order",
+            stacklevel=2,
+        )
     d = paired_deltas(a, b)  # checks that every paired seed scores the same queries
     if d is None:
         raise ValueError(
@@ -100,10 +113,19 @@ def reading(
 
     if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not np.isfinite(margin) or margin <= 0:
         raise ValueError(f"--margin must be a positive number in score units, got {margin!r}")
+    check_looks(first_look, planned)
     d = contrast_deltas(results, arm, reference)
     per_seed = d.mean(axis=1)
     out: dict = {"arm": arm, "reference": reference, "margin": float(margin), "per_seed": per_seed}
     out["shape"] = shape_of_deltas(per_seed)
+    if first_look is not None and per_seed.size < first_look:  # before the plan's first look: said, not silent
+        import warnings
+
+        out["note"] = (
+            f"Only {per_seed.size} paired seeds of the first look's {first_look}: read as one look at the plain "
+            "level, before the plan's first look."
+        )
+        warnings.warn(f"{arm!r} vs {reference!r}: {out['note']}", stacklevel=2)
     two_looks = first_look is not None and per_seed.size > first_look
     if two_looks:
         assert first_look is not None
@@ -117,10 +139,29 @@ def reading(
     return out
 
 
+def check_looks(first_look: int | None, planned: int | None) -> None:
+    """``--first_look`` and ``--planned`` as a plan can have them, or a ValueError naming the flag:
+    each an integer >= 2, the first look below the planned seeds, and ``--planned`` only with
+    ``--first_look`` (alone it was ignored without a word)."""
+    from numbers import Integral
+
+    if first_look is None:
+        if planned is not None:
+            raise ValueError(f"--planned {planned} needs --first_look: the planned seeds matter only to two looks")
+        return
+    for flag, value in (("--first_look", first_look), ("--planned", planned)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, Integral) or value < 2):
+            raise ValueError(f"{flag} must be an integer >= 2, got {value!r}")
+    if planned is not None and not first_look < planned:
+        raise ValueError(f"--first_look {first_look} must be below --planned {planned}: a second look needs more seeds")
+
+
 def reading_markdown(r: dict) -> str:
     """The reading as Markdown: the verdict first, then the statistics and the shape."""
     arm, ref, margin = r["arm"], r["reference"], r["margin"]
     lines = [f"## Δ({arm} − {ref}) at ±{margin:g}\n"]
+    if "note" in r:
+        lines.append(f"{r['note']}\n")
     if "sequential" in r:
         seq = r["sequential"]
         lines += [
