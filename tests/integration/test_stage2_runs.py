@@ -1,0 +1,46 @@
+"""The second stage's landed arm-seeds (figures/train_compare/nqa_fp32/stage2/) against its plan:
+only seeds 13–21 of none and bot_rd, each trained under the confirmatory protocol (its config the
+first stage's but for the seed), finished, evaluated on the same 362 questions, and with its
+no-passage control; the card is the first stage's with the seeds extended to 21."""
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+FOLDER = Path(__file__).resolve().parents[2] / "figures" / "train_compare" / "nqa_fp32"
+STAGE2 = FOLDER / "stage2"
+FIRST = FOLDER / "confirmatory"
+RUNS = sorted(STAGE2.glob("runs/*/seed_*"))
+
+
+def test_the_card_is_the_first_stages_with_the_second_stages_seeds():
+    card, first = json.loads((STAGE2 / "compare.json").read_text()), json.loads((FIRST / "compare.json").read_text())
+    assert card["seeds"] == list(range(22))
+    assert card["config"] == first["config"] and card["steps"] == first["steps"] == 60
+    assert set(card["data"]) == {"train", "test"} and all(len(d["sha256"]) == 64 for d in card["data"].values())
+
+
+def test_only_planned_arm_seeds_landed():
+    assert RUNS, "no stage-2 run landed"
+    for run in RUNS:
+        arm, seed = run.parent.name, int(run.name.removeprefix("seed_"))
+        assert arm in ("none", "bot_rd") and 13 <= seed <= 21, run
+
+
+@pytest.mark.parametrize("run", RUNS, ids=lambda p: f"{p.parent.name}-{p.name}")
+def test_each_run_is_the_first_stages_protocol_finished_and_controlled(run):
+    arm, seed = run.parent.name, int(run.name.removeprefix("seed_"))
+    config = json.loads((run / "run.json").read_text())["config"]
+    first = json.loads((FIRST / "runs" / arm / "seed_0" / "run.json").read_text())["config"]
+    differ = {k for k in set(config) | set(first) if config.get(k) != first.get(k)}
+    assert differ == {"seed", "output_dir"} and config["seed"] == seed
+    assert (run / "done.json").is_file() and len(list((run / "rollouts").glob("step_*.parquet"))) == 60
+    held_out = pd.read_parquet(run / "eval" / "step_000060.predictions.parquet")
+    first_out = pd.read_parquet(FIRST / "runs" / arm / "seed_0" / "eval" / "step_000060.predictions.parquet")
+    assert held_out["query_id"].tolist() == first_out["query_id"].tolist() and len(held_out) == 362
+    control = STAGE2 / "nopassage" / f"{arm}_seed_{seed}_step_60.predictions.parquet"
+    blank = pd.read_parquet(control)
+    assert blank["query_id"].tolist() == held_out["query_id"].tolist()
+    assert json.loads(control.with_name(control.name.replace(".predictions.parquet", ".json")).read_text())["n"] == 362
