@@ -357,7 +357,8 @@ def restat(
         write_text(out / "dose.md", dose_markdown(tables["dose"]))
         write_text(out / "reading.md", reading(summary, tables["bounds"], tables["dose"], settings))
         if adam_pairs(names):  # snapshots filed in Adam's metric: each beside its Euclidean twin
-            metric = metric_table(summary, tables["bounds"])
+            losses = {n: cards[n].get("train_config", {}).get("loss_aggregation", "") for n in names}
+            metric = metric_table(summary, tables["bounds"], family=losses)
             write_frame(metric, out / "metric.parquet")
             write_text(out / "metric.md", metric_markdown(metric))
         card = {"restat": settings, "snapshots": cards}

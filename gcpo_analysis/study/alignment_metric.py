@@ -46,11 +46,15 @@ def normal_p(dcos, lo, hi, level: float = LEVEL) -> np.ndarray:
     return np.where(np.isfinite(s) & (s > 0) & np.isfinite(d), p, np.nan)
 
 
-def metric_table(summary: pd.DataFrame, bounds: pd.DataFrame, batch_size: int = PROTOCOL_BATCH) -> pd.DataFrame:
+def metric_table(
+    summary: pd.DataFrame, bounds: pd.DataFrame, batch_size: int = PROTOCOL_BATCH, family: dict | None = None
+) -> pd.DataFrame:
     """One row per (snapshot, weighting) of the snapshots with an Adam twin, at ``batch_size``:
     Δcos with its CI in each metric (``raw_*``, ``adam_*``), the Adam row's normal-approximation p
-    and its Holm-adjusted p over the family, the noise-corrected upper end against a quarter of
-    its bounded ceiling, and the reading."""
+    and its Holm-adjusted p over its family, the noise-corrected upper end against a quarter of
+    its bounded ceiling, and the reading. ``family`` maps a snapshot to its Holm family (restat:
+    the run's loss aggregation, so that a snapshot of another loss is not tested with the
+    protocol's); by default every snapshot is one family."""
     pairs = adam_pairs(summary["snapshot"].unique())
     if not pairs:
         return pd.DataFrame()
@@ -87,8 +91,11 @@ def metric_table(summary: pd.DataFrame, bounds: pd.DataFrame, batch_size: int = 
     table = pd.DataFrame(rows)
     tested = (table["kind"] == "modulator").to_numpy()
     table["adam_p_normal"] = np.where(tested, normal_p(table["adam_dcos"], table["adam_lo"], table["adam_hi"]), np.nan)
+    table["family"] = [str((family or {}).get(snap, "")) for snap in table["snapshot"]]
     table["adam_p_holm"] = np.nan
-    table.loc[tested, "adam_p_holm"] = holm(table.loc[tested, "adam_p_normal"].to_numpy())
+    table.loc[tested, "adam_p_holm"] = (
+        table[tested].groupby("family")["adam_p_normal"].transform(lambda p: holm(p.to_numpy())).to_numpy()
+    )
     ceiling = bounds[bounds["batch_size"] == batch_size].set_index(["snapshot", "weighting"])["bounded_crossfit_mu"]
     table["adam_bounded_crossfit_mu"] = [
         ceiling.get((snap + ADAM_SUFFIX, w), np.nan) for snap, w in zip(table["snapshot"], table["weighting"])
@@ -117,13 +124,14 @@ def metric_markdown(table: pd.DataFrame, batch_size: int = PROTOCOL_BATCH) -> st
     Adam's metric, the Adam row's p and Holm, and the reading."""
     if table.empty:
         return "No snapshot has a twin in Adam's metric.\n"
-    n_family = int((table["kind"] == "modulator").sum())
+    sizes = table[table["kind"] == "modulator"].groupby("family").size()
+    n_family = " and ".join(f"{n}{f' ({f})' if f else ''}" for f, n in sizes.items())
     lines = [
         f"# Δcos against equal weights, raw and in Adam's metric (batch of {batch_size})",
         "",
         f"{LEVEL:.0%} group-bootstrap CIs. p: the normal approximation from the Adam row's interval; Holm "
-        f"over the {n_family} modulator rows of every Adam snapshot together (plan.md). Ceilings are "
-        "described, not tested.",
+        f"over the {n_family} modulator rows of the Adam snapshots of one loss aggregation together "
+        "(plan.md). Ceilings are described, not tested.",
         "",
     ]
     for snap, t in table.groupby("snapshot", sort=True):

@@ -79,3 +79,55 @@ def test_the_dose_response_extremes():
         assert f"{where}: {_m(cells[3])} [{_m(low)}, {_m(high)}]" in PAGE, key
     worst = min(rows.values(), key=lambda c: float(c[3]))
     assert worst == rows["nqa_step0", "se", "α=10"]
+
+
+def test_the_adam_metric_section():
+    """Each number of the page's Adam's-metric bullets, read back from figures/update_alignment/adam."""
+    import json
+
+    import pandas as pd
+
+    adam = FIG / "adam"
+    m = pd.read_parquet(adam / "metric.parquet")
+    summary = pd.read_parquet(adam / "summary.parquet")
+    dose = pd.read_parquet(adam / "dose.parquet")
+    cards = {p.name[: -len(".card.json")]: json.loads(p.read_text()) for p in (adam / "snapshots").glob("*.card.json")}
+    steps = ("fp32_step20", "fp32_step40", "fp32_step60")
+
+    def tri(d, lo, hi, digits=3):
+        return _m(f"{d:+.{digits}f} [{lo:+.{digits}f}, {hi:+.{digits}f}]")
+
+    frozen = [cards[s + "_adam"]["frozen_v_check"]["cos_median"] for s in steps]
+    assert "median of {:.3f}, {:.3f} and {:.3f} at steps 20, 40 and 60".format(*frozen) in PAGE
+    dapo = m[(m["kind"] == "modulator") & (m["family"] == "dapo")]
+    assert len(dapo) == 78 and "Holm over the 78 weightings of the three snapshots" in PAGE
+    assert not (m["reading"] == "clears 0 after Holm").any()
+    paper = dapo[dapo["weighting"].isin(["se", "kle", "care", "rd", "cd", "bot", "cd_rd", "bot_rd"])]
+    top = paper.loc[paper["adam_hi"].idxmax()]
+    assert top["weighting"] == "se" and top["snapshot"] == "fp32_step60"
+    assert f"the largest CI upper end is {_m(f'{top.adam_hi:+.3f}')}, SE at step 60" in PAGE
+    row = dapo.set_index(["snapshot", "weighting"])
+    bot = [tri(*row.loc[(s, "bot_rd"), ["adam_dcos", "adam_lo", "adam_hi"]], digits=4) for s in steps]
+    assert f"bot_rd: {bot[0]}, {bot[1]} and {bot[2]} at steps 20, 40 and 60" in PAGE
+    inv = [tri(*row.loc[(s, "inv_reward_std"), ["adam_dcos", "adam_lo", "adam_hi"]]) for s in steps[:2]]
+    assert f"at steps 20 and 40 ({inv[0]} and {inv[1]}, unadjusted)" in PAGE
+    cf = summary[(summary["batch_size"] == 4) & (summary["weighting"] == "oracle, cross-fitted")].set_index("snapshot")
+    a = [_m(f"{cf.loc[s + '_adam', 'dcos']:+.3f}") for s in steps]
+    r = [_m(f"{cf.loc[s, 'dcos']:+.3f}") for s in steps]
+    assert f"gains {a[0]}, {a[1]} and {a[2]} in Adam's metric ({r[0]}, {r[1]} and {r[2]} raw)" in PAGE
+    assert ((cf["dcos_lo"] < 0) & (cf["dcos_hi"] > 0)).loc[[s + "_adam" for s in steps]].all()
+    in_adam = dose[dose["snapshot"].isin([s + "_adam" for s in steps])]
+    assert (in_adam["dcos_lo"] <= 0).all()
+    best = in_adam.loc[in_adam["dcos"].idxmax()]
+    assert (best["snapshot"], best["weighting"]) == ("fp32_step20_adam", "bot_rd rank ±50%")
+    assert f"at step 20, {tri(best.dcos, best.dcos_lo, best.dcos_hi)})" in PAGE
+    seq = m[(m["snapshot"] == "fp32_step60_seq") & (m["weighting"] == "bot_rd")].iloc[0]
+    assert f"bot_rd {tri(seq.adam_dcos, seq.adam_lo, seq.adam_hi, 4)} in Adam's metric" in PAGE
+    minutes = [
+        (cards[s]["wall_seconds"]["generate"] + cards[s]["wall_seconds"]["gradient"]) / 60
+        for s in (*steps, "fp32_step60_seq")
+    ]
+    assert "took {:.1f}, {:.1f} and {:.1f} CPU-minutes".format(*minutes[:3]) in PAGE
+    assert f"{minutes[3]:.1f} for the per-sequence one" in PAGE
+    gram = [cards[s]["wall_seconds"]["gram_and_weights"] for s in (*steps, "fp32_step60_seq")]
+    assert f"the Gram {min(gram):.0f}–{max(gram):.0f} s" in PAGE

@@ -122,6 +122,29 @@ def _update_alignment() -> list[str]:
     )
 
 
+def _adam_metric() -> list[str]:
+    """figures/update_alignment/adam/metric.parquet: bot_rd at the last DAPO snapshot in Adam's
+    metric, the Holm family's size and its snapshots, nothing clearing 0, and every paper
+    measure's CI excluding the margin."""
+    import pandas as pd
+
+    m = pd.read_parquet(FIG / "update_alignment" / "adam" / "metric.parquet")
+    dapo = m[(m["kind"] == "modulator") & (m["family"] == "dapo")]
+    steps = sorted(int(re.search(r"step(\d+)", s).group(1)) for s in dapo["snapshot"].unique())
+    last = dapo[(dapo["snapshot"] == f"fp32_step{steps[-1]}") & (dapo["weighting"] == "bot_rd")].iloc[0]
+    assert not (m["reading"] == "clears 0 after Holm").any()
+    paper = dapo[dapo["weighting"].isin(["se", "kle", "care", "rd", "cd", "bot", "cd_rd", "bot_rd"])]
+    assert (paper["adam_hi"] < 0.01).all()
+    return [
+        str(steps[-1]),
+        *(f"{last[c]:+.4f}" for c in ("adam_dcos", "adam_lo", "adam_hi")),
+        str(len(dapo)),
+        *map(str, steps),
+        "0",
+        "0.01",
+    ]
+
+
 def _bot_bound() -> list[str]:
     claims = json.loads((FIG / "proofs.json").read_text())["claims"]
     c = next(c for c in claims if c["claim"].startswith("BoT bound"))
@@ -137,6 +160,7 @@ CHECKS = {
     "On a training run": _train_gradvar,
     "GCPO against GRPO, trained": _training_comparison,
     "No weighting is seen to point the update": _update_alignment,
+    "In Adam's metric too": _adam_metric,
     "The App. C BoT bound": _bot_bound,
 }
 

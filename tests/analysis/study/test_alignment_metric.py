@@ -67,6 +67,13 @@ def test_holm_runs_over_every_adam_snapshots_modulators_together():
     assert table["adam_p_holm"][table["kind"] == "ceiling"].isna().all()
     md = metric_markdown(table)
     assert "rd at s20 (+0.0200) clear 0." in md and "Holm over the 4 modulator rows" in md
+    # a snapshot of another loss is its own family: each Holm runs over its own two rows
+    split = metric_table(summary, bounds, family={"s20": "dapo", "s40": "sequence"})
+    for fam, snap in (("dapo", "s20"), ("sequence", "s40")):
+        rows = split[(split["kind"] == "modulator") & (split["snapshot"] == snap)]
+        assert (rows["family"] == fam).all()
+        np.testing.assert_allclose(rows["adam_p_holm"], multipletests(rows["adam_p_normal"], method="holm")[1])
+    assert "2 (dapo) and 2 (sequence)" in metric_markdown(split)
 
 
 def test_a_wide_interval_reads_beyond_the_margin_and_nothing_clears():

@@ -36,17 +36,55 @@ def test_one_committed_snapshot_regenerates_exactly():
         pd.testing.assert_frame_equal(frame.reset_index(drop=True)[mine.columns], mine, check_dtype=False)
 
 
+@pytest.mark.slow
+def test_one_snapshot_in_adams_metric_regenerates_exactly():
+    """The same for the Adam-metric pass (figures/update_alignment/adam): its smallest snapshot in
+    Adam's metric, whose tables were first computed snapshot by snapshot as the snapshots landed."""
+    import json
+
+    from gcpo_analysis.study.alignment import _snapshot_job
+
+    folder, name = FOLDER / "adam", "fp32_step60_seq_adam"
+    sizes = json.loads((folder / "card.json").read_text())["restat"]
+    card = json.loads((folder / "snapshots" / f"{name}.card.json").read_text())
+    args = (sizes["n_batches"], sizes["n_boot"], sizes["n_boot_batches"], sizes["n_boot_batches_other"])
+    _, frames = _snapshot_job((folder, name, args, card))
+    for key, frame in frames.items():
+        committed = pd.read_parquet(folder / f"{key}.parquet")
+        mine = committed[committed["snapshot"] == name].reset_index(drop=True)
+        assert len(mine), key
+        pd.testing.assert_frame_equal(frame.reset_index(drop=True)[mine.columns], mine, check_dtype=False)
+
+
+def test_the_metric_table_regenerates_from_the_committed_tables():
+    import json
+
+    from gcpo_analysis.study.alignment_metric import metric_markdown, metric_table
+
+    folder = FOLDER / "adam"
+    cards = json.loads((folder / "card.json").read_text())["snapshots"]
+    family = {n: c["train_config"]["loss_aggregation"] for n, c in cards.items()}
+    table = metric_table(
+        pd.read_parquet(folder / "summary.parquet"), pd.read_parquet(folder / "bounds.parquet"), family=family
+    )
+    pd.testing.assert_frame_equal(table, pd.read_parquet(folder / "metric.parquet"))
+    assert metric_markdown(table) == (folder / "metric.md").read_text()
+
+
+@pytest.mark.parametrize("folder", [FOLDER, FOLDER / "adam"], ids=["rerun", "adam"])
 @pytest.mark.skipif(
     not os.environ.get("GCPO_FULL_RESTAT"),
     reason="every snapshot at 20,000 batches takes about 25 CPU-minutes; set GCPO_FULL_RESTAT=1 to run it",
 )
-def test_committed_tables_regenerate_byte_for_byte(tmp_path):
-    shutil.copytree(FOLDER / "snapshots", tmp_path / "snapshots")
+def test_committed_tables_regenerate_byte_for_byte(tmp_path, folder):
+    shutil.copytree(folder / "snapshots", tmp_path / "snapshots")
     restat(tmp_path)
     for name in TABLES:
-        assert (tmp_path / name).read_bytes() == (FOLDER / name).read_bytes(), name
+        assert (tmp_path / name).read_bytes() == (folder / name).read_bytes(), name
     for name in FRAMES:
-        pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / name), pd.read_parquet(FOLDER / name))
+        pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / name), pd.read_parquet(folder / name))
+    if folder.name == "adam":
+        assert (tmp_path / "metric.md").read_bytes() == (folder / "metric.md").read_bytes()
 
 
 def test_the_results_page_includes_the_headline_table():
