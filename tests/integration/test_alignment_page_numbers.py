@@ -116,6 +116,13 @@ def test_the_adam_metric_section():
     r = [_m(f"{cf.loc[s, 'dcos']:+.3f}") for s in steps]
     assert f"gains {a[0]}, {a[1]} and {a[2]} in Adam's metric ({r[0]}, {r[1]} and {r[2]} raw)" in PAGE
     assert ((cf["dcos_lo"] < 0) & (cf["dcos_hi"] > 0)).loc[[s + "_adam" for s in steps]].all()
+    room = summary[(summary["batch_size"] == 4) & (summary["weighting"] == "ideal room")].set_index("snapshot")
+    a20, r20 = room.loc["fp32_step20_adam"], room.loc["fp32_step20"]
+    assert a20["dcos_mu_lo"] > 0 and r20["dcos_mu_lo"] < 0
+    assert f"{tri(a20.dcos_mu, a20.dcos_mu_lo, a20.dcos_mu_hi)} in Adam's" in PAGE
+    assert f"(raw there {tri(r20.dcos_mu, r20.dcos_mu_lo, r20.dcos_mu_hi)})" in PAGE
+    later = room.loc[["fp32_step40_adam", "fp32_step60_adam"]]
+    assert (later["dcos_mu_lo"] < -0.3).all() and (later["dcos_mu_hi"] > 0.3).all()
     in_adam = dose[dose["snapshot"].isin([s + "_adam" for s in steps])]
     assert (in_adam["dcos_lo"] <= 0).all()
     best = in_adam.loc[in_adam["dcos"].idxmax()]
