@@ -44,3 +44,14 @@ def test_each_run_is_the_first_stages_protocol_finished_and_controlled(run):
     blank = pd.read_parquet(control)
     assert blank["query_id"].tolist() == held_out["query_id"].tolist()
     assert json.loads(control.with_name(control.name.replace(".predictions.parquet", ".json")).read_text())["n"] == 362
+
+
+def test_the_training_page_names_the_landed_seeds():
+    page = " ".join((FOLDER.parents[2] / "docs" / "results" / "training.md").read_text(encoding="utf-8").split())
+    stage2 = sorted({int(p.name.removeprefix("seed_")) for p in RUNS})
+    complete = [s for s in stage2 if all((STAGE2 / "runs" / arm / f"seed_{s}").is_dir() for arm in ("none", "bot_rd"))]
+    dose = sorted(int(p.name.removeprefix("seed_")) for p in (FOLDER / "dose").glob("runs/bot_rd-alpha10/seed_*"))
+    assert complete == stage2, "a stage-2 seed landed in one arm only"
+    seeds = ", ".join(map(str, complete))
+    assert f"stage 2, seed{'s' if len(complete) > 1 else ''} {seeds} of both arms" in page
+    assert f"the dose arm, seed{'s' if len(dose) > 1 else ''} {', '.join(map(str, dose))}" in page

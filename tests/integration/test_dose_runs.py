@@ -1,0 +1,58 @@
+"""The dose arm's landed seeds (figures/train_compare/nqa_fp32/dose/) against its plan (section 3
+of stage2_plan.md): bot_rd at alpha_base 10, seeds 0–12, the confirmatory bot_rd's config but for
+the seed and the dose, finished, on the same 362 questions, with the no-passage control; and the
+GRPO seed 0 rerun that decided the pairing equals the committed run in every item the plan named."""
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+FOLDER = Path(__file__).resolve().parents[2] / "figures" / "train_compare" / "nqa_fp32"
+DOSE = FOLDER / "dose"
+FIRST = FOLDER / "confirmatory"
+RUNS = sorted(DOSE.glob("runs/*/seed_*"))
+
+
+def test_only_planned_arm_seeds_landed():
+    assert RUNS, "no dose-arm run landed"
+    for run in RUNS:
+        assert run.parent.name == "bot_rd-alpha10" and 0 <= int(run.name.removeprefix("seed_")) <= 12, run
+    card = json.loads((DOSE / "compare.json").read_text())
+    assert card["modulators"] == ["none", "bot_rd:alpha10"] and card["seeds"] == list(range(13))
+
+
+@pytest.mark.parametrize("run", RUNS, ids=lambda p: p.name)
+def test_each_run_is_bot_rd_at_the_planned_dose_finished_and_controlled(run):
+    seed = int(run.name.removeprefix("seed_"))
+    config = json.loads((run / "run.json").read_text())["config"]
+    first = json.loads((FIRST / "runs" / "bot_rd" / "seed_0" / "run.json").read_text())["config"]
+    differ = {k for k in set(config) | set(first) if config.get(k) != first.get(k)}
+    assert "alpha_base" in differ and differ <= {"seed", "alpha_base", "output_dir", "resume"}
+    assert config["seed"] == seed and config["alpha_base"] == 10.0 and config["modulator"] == "bot_rd"
+    assert (run / "done.json").is_file() and len(list((run / "rollouts").glob("step_*.parquet"))) == 60
+    held_out = pd.read_parquet(run / "eval" / "step_000060.predictions.parquet")
+    grpo = pd.read_parquet(FIRST / "runs" / "none" / f"seed_{seed}" / "eval" / "step_000060.predictions.parquet")
+    assert held_out["query_id"].tolist() == grpo["query_id"].tolist() and len(held_out) == 362
+    control = pd.read_parquet(DOSE / "nopassage" / f"bot_rd-alpha10_seed_{seed}_step_60.predictions.parquet")
+    assert control["query_id"].tolist() == held_out["query_id"].tolist()
+
+
+def test_the_grpo_rerun_equals_the_committed_run_in_what_the_plan_named():
+    rerun, committed = DOSE / "rerun_none_seed_0", FIRST / "runs" / "none" / "seed_0"
+    steps = sorted(p.name for p in (rerun / "rollouts").glob("step_*.parquet"))
+    assert len(steps) == 60
+    logprob_gap = 0.0
+    for name in steps:
+        a, b = pd.read_parquet(rerun / "rollouts" / name), pd.read_parquet(committed / "rollouts" / name)
+        for col in ("query_id", "completion", "answer", "reward", "advantage"):
+            assert a[col].equals(b[col]), (name, col)
+        logprob_gap = max(logprob_gap, float((a["logprob"] - b["logprob"]).abs().max()))
+    assert 0 < logprob_gap < 5e-4  # rounding, not another run; the README quotes it
+    readme = " ".join((DOSE / "README.md").read_text(encoding="utf-8").split())
+    assert f"differ by up to {logprob_gap * 1e4:.1f} × 10⁻⁴" in readme
+    a = pd.read_parquet(rerun / "eval" / "step_000060.predictions.parquet")
+    b = pd.read_parquet(committed / "eval" / "step_000060.predictions.parquet")
+    for col in ("query_id", "completion", "answer", "reward", "score"):
+        assert a[col].equals(b[col]), col
