@@ -23,8 +23,9 @@ by number; a printed number one unit apart in its last digit counts as
 rounding. Not compared: JSON run times, dates, versions, the environment and
 paths; frame columns of run times (t_*, time_*); a study's restart cache parts/.
 
-The same machine reproduces a study byte for byte; another processor within
-{DEFAULT_RTOL:g} (docs/guides/reproducibility.md). Exit status 1 when a file
+The same machine reproduces a study byte for byte; another processor of the
+committed studies' family within {DEFAULT_RTOL:g}, while one with AMX units moved
+magnitudes beyond it (docs/guides/reproducibility.md). Exit status 1 when a file
 differs or is missing, else 0.
 """
 

@@ -12,8 +12,9 @@ Rank tables (``RANK_TABLES``) hold statistics of ranks only (Spearman ρ, their 
 AUCs): a relative change of ``rtol`` in V moves no rank unless two values lie that close, so
 these tables must be equal, and a difference there is a rank that moved. The magnitudes (V, the
 Gram entries, mean absolute errors, Lipschitz ratios) are summed in float32 by the backward pass,
-in an order the processor's kernels choose: on another processor they move in the 6th to 7th
-significant digit (docs/guides/reproducibility.md), so they are compared within ``rtol``.
+in an order the processor's kernels choose: on another processor of the committed studies'
+family they move in the 6th to 7th significant digit, so they are compared within ``rtol``; one
+with AMX units moved them further (docs/guides/reproducibility.md).
 """
 
 from __future__ import annotations
