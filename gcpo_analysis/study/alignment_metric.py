@@ -23,11 +23,10 @@ from scipy.stats import norm
 
 from gcpo_analysis.stats.size_control import holm
 from gcpo_analysis.study.alignment_settings import LEVEL, PROTOCOL_BATCH
+from gcpo_analysis.study.alignment_tables import MARGIN  # the plan's primary margin in Δcos
 
 ADAM_SUFFIX = "_adam"  # gcpo_train.align.adam_metric files a snapshot in Adam's metric under this
 ALPHA = 0.05
-MARGIN = 0.01  # plan.md: the primary margin in Δcos
-CEILING_SHARE = 0.25  # plan.md: the secondary margin, this share of the weighting's bounded ceiling
 
 
 def adam_pairs(names) -> list[str]:

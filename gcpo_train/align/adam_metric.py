@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gcpo_analysis.study.alignment_metric import ADAM_SUFFIX  # the suffix restat pairs twins by
 from gcpo_train.align import rows as gradient_rows
 
 
@@ -81,9 +82,6 @@ def metric_gram(path: Path, rows: list[int], precond: np.ndarray, block: int = 1
     if gradient_rows.shape(path)[1] != p.size:
         raise ValueError(f"{path}: rows of {gradient_rows.shape(path)[1]} numbers, a preconditioner of {p.size}")
     return gradient_rows.gram_of(path, rows, block, scale=p)
-
-
-ADAM_SUFFIX = "_adam"  # the snapshot in Adam's metric is filed beside its Euclidean one
 
 
 def trained_sizes(checkpoint: str | Path) -> list[int]:
@@ -151,16 +149,18 @@ def write_adam_snapshot(out: str | Path, snapshot: str, block: int = 16) -> str:
     if not np.allclose(K_raw, K, rtol=1e-9, atol=1e-12 * float(np.abs(K).max())):
         raise ValueError(f"{gradients}: its Gram is not snapshot {snapshot}'s ({paths['gram']}): another run's file?")
     state_path = Path(checkpoint) / "optimizer.pt"
-    P = load_preconditioner(checkpoint, trained_sizes(checkpoint))
+    if not state_path.is_file():
+        raise ValueError(f"{checkpoint}: no optimizer.pt (Adam's metric needs the optimizer state of a checkpoint)")
+    from gcpo_train.runfiles.checkpoint import safe_load
+
+    state = safe_load(state_path)  # read once: the preconditioner, the card and the frozen-v check
+    P = adam_preconditioner(state, trained_sizes(checkpoint))
     K_adam = metric_gram(gradients, rows, P, block)
     name = snapshot + ADAM_SUFFIX
     train = card.get("train_config", {})
     frame = adam_frame(groups, K_adam, name, float(train.get("r_min", 0.0)), float(train.get("r_max", 2.0)))
     new = snapshot_paths(out, name)
     check_snapshot(frame, K_adam, f"the groups of snapshot {name}", f"the Gram of snapshot {name}")
-    from gcpo_train.runfiles.checkpoint import safe_load
-
-    state = safe_load(state_path)
     group = state["param_groups"][0]
     steps = sorted({float(s["step"]) for s in state["state"].values()})
     live = [k for k, n2 in zip(rows, groups["grad_norm2"].to_numpy(float)) if n2 > 0]
@@ -200,7 +200,10 @@ def frozen_v_check(path: Path, live: list[int], state: dict, P: np.ndarray, n: i
         return {"n_batches": 0, "note": f"fewer than {batch} groups with a gradient"}
     groups = state["param_groups"][0]
     beta2, eps = float(groups["betas"][1]), float(groups["eps"])
-    v = np.concatenate([s["exp_avg_sq"].detach().double().cpu().numpy().ravel() for s in state["state"].values()])
+    # in the parameter groups' order, as adam_preconditioner builds P
+    per = state["state"]
+    order = [i for g in state["param_groups"] for i in g["params"]]
+    v = np.concatenate([per[i]["exp_avg_sq"].detach().double().cpu().numpy().ravel() for i in order])
     t = float(next(iter(state["state"].values()))["step"])
     rng = np.random.default_rng([len(live), 2026])
     cosines = []
