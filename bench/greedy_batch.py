@@ -41,18 +41,12 @@ def spans_data(folder: Path) -> str:
     return str(path)
 
 
-def greedy_completions(
-    data_path: str, kernels: str, n: int, max_new_tokens: int, batches=BATCHES, workdir: Path | None = None
-) -> dict[int, tuple[list[str], float, float]]:
-    """{batch size: (completions of the first ``n`` held-out prompts, wall s, CPU s)} of the packaged
-    policy's greedy evaluation on ``kernels``."""
-    import pandas as pd
-
+def spans_config(data_path: str, kernels: str, max_new_tokens: int):
+    """The comparison's evaluation settings on the spans data: the packaged policy, passages cut
+    to 192 tokens, greedy completions of ``max_new_tokens`` on ``kernels``."""
     from gcpo_train.config import TrainConfig
-    from gcpo_train.evaluation.evaluate import evaluate
-    from gcpo_train.model.policy import load_model_and_tokenizer
 
-    cfg = TrainConfig(
+    return TrainConfig(
         model="packaged",
         dataset="narrativeqa",
         data_path=data_path,
@@ -62,6 +56,19 @@ def greedy_completions(
         sampling_kernels=kernels,
         device="cpu",
     )
+
+
+def greedy_completions(
+    data_path: str, kernels: str, n: int, max_new_tokens: int, batches=BATCHES, workdir: Path | None = None
+) -> dict[int, tuple[list[str], float, float]]:
+    """{batch size: (completions of the first ``n`` held-out prompts, wall s, CPU s)} of the packaged
+    policy's greedy evaluation on ``kernels``."""
+    import pandas as pd
+
+    from gcpo_train.evaluation.evaluate import evaluate
+    from gcpo_train.model.policy import load_model_and_tokenizer
+
+    cfg = spans_config(data_path, kernels, max_new_tokens)
     model, tokenizer = load_model_and_tokenizer("packaged")
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token

@@ -221,7 +221,11 @@ def pick_kernels(model, config=None, kernels=None):
 # ----------------------------------------------------------------------------- 6-7. decode, score
 def decode(model, tokenizer, queries, s: EvalSettings, *, batch_size: int, kernels=None, progress=True) -> list[str]:
     """One greedy completion per query, ``batch_size`` prompts per ``generate_groups`` call; the
-    model is put back in training mode if it was."""
+    model is put back in training mode if it was. On the fused kernels a batch's prompts that begin
+    alike (questions on one passage) share their prefill (``FusedKernels.prefixes_shared``): the
+    same completions, measured (``bench/eval_prefill.py``), at a fraction of the prefill's cost."""
+    import contextlib
+
     torch = require("torch")
     tqdm = require("tqdm").tqdm
     from gcpo_analysis.prompts import build_prompt
@@ -231,25 +235,27 @@ def decode(model, tokenizer, queries, s: EvalSettings, *, batch_size: int, kerne
     was_training = model.training
     model.eval()
     completions: list[str] = []
+    shared = getattr(kernels, "prefixes_shared", None)  # the fused kernels'; onednn's have none
     try:
-        for start in tqdm(range(0, len(queries), batch_size), disable=not progress, desc=f"eval {s.dataset}"):
-            chunk = queries.iloc[start : start + batch_size]
-            prompts = [
-                build_prompt(r, tokenizer, max_context_tokens=s.max_context_tokens, template=s.template)
-                for _, r in chunk.iterrows()
-            ]
-            with torch.no_grad():
-                batch = generate_groups(
-                    model,
-                    tokenizer,
-                    prompts,
-                    1,
-                    max_new_tokens=s.max_new_tokens,
-                    do_sample=False,
-                    device=dev,
-                    kernels=kernels,
-                )
-            completions.extend(batch.texts)
+        with shared() if shared is not None else contextlib.nullcontext():
+            for start in tqdm(range(0, len(queries), batch_size), disable=not progress, desc=f"eval {s.dataset}"):
+                chunk = queries.iloc[start : start + batch_size]
+                prompts = [
+                    build_prompt(r, tokenizer, max_context_tokens=s.max_context_tokens, template=s.template)
+                    for _, r in chunk.iterrows()
+                ]
+                with torch.no_grad():
+                    batch = generate_groups(
+                        model,
+                        tokenizer,
+                        prompts,
+                        1,
+                        max_new_tokens=s.max_new_tokens,
+                        do_sample=False,
+                        device=dev,
+                        kernels=kernels,
+                    )
+                completions.extend(batch.texts)
     finally:
         if was_training:
             model.train()

@@ -20,7 +20,9 @@ The prefill runs each prompt once without its last token (causal attention); its
 kept once per group, and a decode step attends to them with the G rows' query heads together
 (the n_rep query heads of a KV head as n_rep queries, transformers' ``pack_gqa``, times G rows),
 in one call with the group's completion keys (the other rows' masked) while G·T is small
-(``ONE_CALL_KEYS``), else as two parts merged by their log-sum-exps.
+(``ONE_CALL_KEYS``), else as two parts merged by their log-sum-exps. Inside ``prefixes_shared``
+(greedy evaluation) the linear layers of the prefill see each distinct (prefix, position) of the
+batch once (``prefixes.prefill_rows``); the attention gathers them back into the padded layout.
 
 LoRA (peft, the trainer's policy): each projection adds x·Aᵀ·(s·B)ᵀ; the adapters of a fused
 projection are stacked (A rows concatenated, s·B block-diagonal), so q/k/v cost one low-rank
@@ -45,6 +47,7 @@ from __future__ import annotations
 import contextlib
 
 from gcpo_analysis.models import require
+from gcpo_train.sampling.prefixes import prefill_rows
 
 ROPE_TYPES = ("default", "linear", "llama3", "yarn")  # cos/sin a function of the position alone
 USE_ONEDNN = "; use sampling_kernels 'onednn'"
@@ -135,11 +138,28 @@ class FusedKernels:
     Packed weights are kept across calls (one packed copy of the base weights) and repacked
     only when a weight tensor changes, as ``sampling.PackedLinears`` does."""
 
-    def __init__(self, rows_hint: int = 16, bf16: bool = False, name: str | None = None):
+    def __init__(self, rows_hint: int = 16, bf16: bool = False, name: str | None = None, share_prefixes: bool = False):
         self.rows_hint = rows_hint
         self.bf16 = bf16
+        # the prefill computes each distinct prompt prefix once (``prefixes.prefill_rows``); off for
+        # sampling, where it would move the logits by rounding (``prefixes_shared``)
+        self.share_prefixes = share_prefixes
         self.name = name or ("fused_bf16" if bf16 else "fused")  # the sampler's (registry.Sampler.name)
         self._packed: dict[str, tuple] = {}  # key -> (the weights' (data_ptr, _version), packed weight)
+
+    @contextlib.contextmanager
+    def prefixes_shared(self):
+        """While inside, the prefill computes each distinct prompt prefix once (greedy evaluation:
+        questions on one passage). A prefix's states are then the rounding of the first prompt
+        that holds it rather than each prompt's own (attention sums a prompt's keys at its own
+        padding offset): the logits move by float rounding (about 1e-5), so sampling, whose draws
+        the comparison's arms share, keeps the plain prefill."""
+        saved = self.share_prefixes
+        self.share_prefixes = True
+        try:
+            yield self
+        finally:
+            self.share_prefixes = saved
 
     @contextlib.contextmanager
     def applied(self, model):
@@ -226,15 +246,23 @@ class FusedKernels:
             gu = gate_up_of(norm(x, w2))
             return x + down_of(F.silu(gu[:, :inter]) * gu[:, inter:])
 
-        # the prefill: Q·(P − 1) rows; a padding query attends to itself alone (its output is never read)
+        # the prefill: Q·(P − 1) positions; a padding query attends to itself alone (its output is never read)
         real = attention_mask[:, :n0].bool()
         causal = torch.ones(n0, n0, dtype=torch.bool).tril()
         allowed = ((causal & real[:, None, :]) | torch.eye(n0, dtype=torch.bool))[:, None]
         cos, sin = core.rotary_emb(embed[:1], positions[:, :n0])
         c, s = cos.reshape(Q * n0, 1, D), sin.reshape(Q * n0, 1, D)
+        if self.share_prefixes and Q * n0:
+            # the linear layers run on each distinct prefix position once (prefixes.prefill_rows); the
+            # attention sees the (Q, P − 1) layout it always did, gathered from those rows
+            rows, where = prefill_rows(input_ids[:, :n0], real, positions[:, :n0])
+        else:
+            rows = where = torch.arange(Q * n0)
+        c, s = c[rows], s[rows]
         prompt_kv = []
 
         def causal_attend(q, k, v):
+            q, k, v = q[where], k[where], v[where]
             k, v = (
                 k.view(Q, n0, Hkv, D).transpose(1, 2).contiguous(),
                 v.view(Q, n0, Hkv, D).transpose(1, 2).contiguous(),
@@ -242,9 +270,9 @@ class FusedKernels:
             prompt_kv.append((k, v))
             q = q.view(Q, n0, H, D).transpose(1, 2)
             a = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, enable_gqa=True)
-            return a.transpose(1, 2).reshape(Q * n0, H * D)
+            return a.transpose(1, 2).reshape(Q * n0, H * D)[rows]
 
-        x = F.embedding(input_ids[:, :n0].reshape(-1), embed)
+        x = F.embedding(input_ids[:, :n0].reshape(-1)[rows], embed)
         for weights in blocks:
             x = layer(x, c, s, weights, causal_attend)
         del x

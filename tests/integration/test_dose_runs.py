@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from helpers.landed_runs import check_landed_run
 
 FOLDER = Path(__file__).resolve().parents[2] / "figures" / "train_compare" / "nqa_fp32"
 DOSE = FOLDER / "dose"
@@ -25,18 +26,14 @@ def test_only_planned_arm_seeds_landed():
 
 @pytest.mark.parametrize("run", RUNS, ids=lambda p: p.name)
 def test_each_run_is_bot_rd_at_the_planned_dose_finished_and_controlled(run):
+    """bot_rd's confirmatory config but for the seed and the dose; held out on its GRPO pair's questions."""
     seed = int(run.name.removeprefix("seed_"))
-    config = json.loads((run / "run.json").read_text())["config"]
-    first = json.loads((FIRST / "runs" / "bot_rd" / "seed_0" / "run.json").read_text())["config"]
-    differ = {k for k in set(config) | set(first) if config.get(k) != first.get(k)}
-    assert "alpha_base" in differ and differ <= {"seed", "alpha_base", "output_dir", "resume"}
-    assert config["seed"] == seed and config["alpha_base"] == 10.0 and config["modulator"] == "bot_rd"
-    assert (run / "done.json").is_file() and len(list((run / "rollouts").glob("step_*.parquet"))) == 60
-    held_out = pd.read_parquet(run / "eval" / "step_000060.predictions.parquet")
+    control = DOSE / "nopassage" / f"bot_rd-alpha10_seed_{seed}_step_60.predictions.parquet"
+    expected = {"seed": seed, "alpha_base": 10.0, "modulator": "bot_rd"}
+    check_landed_run(run, FIRST / "runs" / "bot_rd" / "seed_0", control, {"seed", "alpha_base"}, expected)
     grpo = pd.read_parquet(FIRST / "runs" / "none" / f"seed_{seed}" / "eval" / "step_000060.predictions.parquet")
-    assert held_out["query_id"].tolist() == grpo["query_id"].tolist() and len(held_out) == 362
-    control = pd.read_parquet(DOSE / "nopassage" / f"bot_rd-alpha10_seed_{seed}_step_60.predictions.parquet")
-    assert control["query_id"].tolist() == held_out["query_id"].tolist()
+    held_out = pd.read_parquet(run / "eval" / "step_000060.predictions.parquet")
+    assert held_out["query_id"].tolist() == grpo["query_id"].tolist()
 
 
 def test_the_grpo_rerun_equals_the_committed_run_in_what_the_plan_named():

@@ -6,8 +6,8 @@ no-passage control; the card is the first stage's with the seeds extended to 21.
 import json
 from pathlib import Path
 
-import pandas as pd
 import pytest
+from helpers.landed_runs import check_landed_run
 
 FOLDER = Path(__file__).resolve().parents[2] / "figures" / "train_compare" / "nqa_fp32"
 STAGE2 = FOLDER / "stage2"
@@ -32,18 +32,8 @@ def test_only_planned_arm_seeds_landed():
 @pytest.mark.parametrize("run", RUNS, ids=lambda p: f"{p.parent.name}-{p.name}")
 def test_each_run_is_the_first_stages_protocol_finished_and_controlled(run):
     arm, seed = run.parent.name, int(run.name.removeprefix("seed_"))
-    config = json.loads((run / "run.json").read_text())["config"]
-    first = json.loads((FIRST / "runs" / arm / "seed_0" / "run.json").read_text())["config"]
-    differ = {k for k in set(config) | set(first) if config.get(k) != first.get(k)}
-    assert "seed" in differ and differ <= {"seed", "output_dir", "resume"} and config["seed"] == seed
-    assert (run / "done.json").is_file() and len(list((run / "rollouts").glob("step_*.parquet"))) == 60
-    held_out = pd.read_parquet(run / "eval" / "step_000060.predictions.parquet")
-    first_out = pd.read_parquet(FIRST / "runs" / arm / "seed_0" / "eval" / "step_000060.predictions.parquet")
-    assert held_out["query_id"].tolist() == first_out["query_id"].tolist() and len(held_out) == 362
     control = STAGE2 / "nopassage" / f"{arm}_seed_{seed}_step_60.predictions.parquet"
-    blank = pd.read_parquet(control)
-    assert blank["query_id"].tolist() == held_out["query_id"].tolist()
-    assert json.loads(control.with_name(control.name.replace(".predictions.parquet", ".json")).read_text())["n"] == 362
+    check_landed_run(run, FIRST / "runs" / arm / "seed_0", control, {"seed"}, {"seed": seed})
 
 
 def test_the_training_page_names_the_landed_seeds():

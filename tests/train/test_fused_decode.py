@@ -19,6 +19,7 @@ from gcpo_train.sampling import fused  # noqa: E402
 from gcpo_train.sampling.fused import FusedKernels  # noqa: E402
 from gcpo_train.sampling.generate import _encode, generate_groups  # noqa: E402
 from gcpo_train.sampling.kernels import decode  # noqa: E402
+from gcpo_train.sampling.prefixes import prefill_rows  # noqa: E402
 from gcpo_train.sampling.registry import make_kernels  # noqa: E402
 
 PROMPTS = ["who is the king of the city ?", "what was the war ?", "where is the ship of his father now ?"]
@@ -69,10 +70,10 @@ def test_fused_logits_are_the_full_forwards_at_every_decode_step(policy, one_cal
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5 * float(want.abs().max()))
 
 
-def _decode_logits(model, tok, kernels, reference=None):
+def _decode_logits(model, tok, kernels, reference=None, prompts=(*PROMPTS, "who")):
     """(the logits ``kernels``' step gave at each of 12 decode steps (T, rows, V), a full forward's
     logits at the same positions, run under ``reference`` (a context manager) if given)."""
-    ids, att = _encode(tok, [*PROMPTS, "who"], None, None)
+    ids, att = _encode(tok, list(prompts), None, None)
     assert int(att[-1].sum()) == 1
     seen = []
 
@@ -88,11 +89,67 @@ def _decode_logits(model, tok, kernels, reference=None):
     with kernels.applied(model):
         seqs = decode(model, ids, att, 2, max_new_tokens=12, eos_ids=[], pad_token_id=0, step=recording)
     P, T = ids.shape[1], len(seen)
-    assert T == 12 and seqs.shape == (8, P + T)
-    full_att = torch.cat([att.repeat_interleave(2, dim=0), att.new_ones(8, T)], dim=1)
+    assert T == 12
+    rows = 2 * len(prompts)
+    assert seqs.shape == (rows, P + T)
+    full_att = torch.cat([att.repeat_interleave(2, dim=0), att.new_ones(rows, T)], dim=1)
     with torch.no_grad(), reference if reference is not None else contextlib.nullcontext():
         full = model(input_ids=seqs, attention_mask=full_att, position_ids=position_ids(full_att)).logits
     return torch.stack(seen), full[:, P - 1 : P - 1 + T].transpose(0, 1)  # the logits that predict each new token
+
+
+# questions on one passage, one asked twice, one a prefix of another, and a one-token prompt
+SHARED = [
+    "the king of the city lived in a castle . who is the king ?",
+    "the king of the city lived in a castle . where is the castle ?",
+    "the king of the city lived in a castle . who is the king ?",
+    "the king of the city lived in a castle .",
+    "what was the war ?",
+    "who",
+]
+
+
+@pytest.mark.parametrize("one_call_keys", [fused.ONE_CALL_KEYS, 0], ids=["one-call", "split"])
+def test_shared_prefix_logits_are_the_full_forwards_at_every_decode_step(policy, one_call_keys, monkeypatch):
+    """``prefixes_shared``: prompts that begin alike compute their common prefix once, and every
+    step's logits are still the full forward's (the same tolerance as the plain prefill)."""
+    monkeypatch.setattr(fused, "ONE_CALL_KEYS", one_call_keys)
+    model, tok = policy
+    kernels, calls = FusedKernels(), []
+    monkeypatch.setattr(fused, "prefill_rows", lambda *a: calls.append(1) or prefill_rows(*a))
+    with kernels.prefixes_shared():
+        assert kernels.share_prefixes
+        got, want = _decode_logits(model, tok, kernels, prompts=SHARED)
+    assert calls and not kernels.share_prefixes  # it shared, and the sampler's setting is back
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5 * float(want.abs().max()))
+    plain, _ = _decode_logits(model, tok, FusedKernels(), prompts=SHARED)
+    assert torch.equal(got.argmax(-1), plain.argmax(-1))
+
+
+def test_the_shared_prefill_computes_each_prefix_once(monkeypatch):
+    """The rows the linear layers see: the shared passage once, not once per question."""
+    model, tok = _llama(False)
+    seen = []
+    original = fused.FusedKernels._linear
+
+    def counting(self, key, modules):
+        linear = original(self, key, modules)
+        return lambda x: seen.append((key, x.shape[0])) or linear(x)
+
+    monkeypatch.setattr(fused.FusedKernels, "_linear", counting)
+    ids, att = _encode(tok, SHARED[:2], None, None)
+    positions = position_ids(att)
+    for share, want in ((False, 2 * (ids.shape[1] - 1)), (True, None)):
+        seen.clear()
+        with torch.no_grad():
+            FusedKernels(share_prefixes=share).decode_step(model, ids, att, positions, 1, 2)
+        rows = {n for key, n in seen if key == "0.qkv"}
+        if want is not None:
+            assert rows == {want}
+        else:
+            lengths = [int(a.sum()) - 1 for a in att]
+            common = next(k for k in range(min(lengths)) if ids[0, -lengths[0] - 1 + k] != ids[1, -lengths[1] - 1 + k])
+            assert common >= 5 and rows == {sum(lengths) - common}
 
 
 needs_bf16 = pytest.mark.skipif(not torch.ops.mkldnn._is_mkldnn_bf16_supported(), reason="no oneDNN bf16 on this CPU")
