@@ -29,9 +29,12 @@ def prefill_rows(tokens, real, positions):
     R = Q·n when no two prompts begin alike; R = the number of distinct prefixes otherwise.
     """
     torch = require("torch")
+    if tokens.dim() != 2 or real.shape != tokens.shape or positions.shape != tokens.shape:
+        raise ValueError(
+            f"prefill_rows takes (prompts, positions) tensors of one shape: tokens {tuple(tokens.shape)}, "
+            f"real {tuple(real.shape)}, positions {tuple(positions.shape)}"
+        )
     Q, n = tokens.shape
-    if real.shape != (Q, n) or positions.shape != (Q, n):
-        raise ValueError(f"tokens {tuple(tokens.shape)}, real {tuple(real.shape)}, positions {tuple(positions.shape)}")
     toks, mask, pos = tokens.tolist(), real.tolist(), positions.tolist()
     nodes: dict[tuple[int, int, int], int] = {}  # (parent node, token, position) -> node = index into rows
     rows: list[int] = []

@@ -82,5 +82,7 @@ def test_right_padding_and_mismatched_shapes_are_refused():
     tokens = torch.tensor([[1, 2, 0]])
     with pytest.raises(ValueError, match="prompt 0: padding at position 2 after its first real token"):
         prefill_rows(tokens, torch.tensor([[True, True, False]]), torch.tensor([[0, 1, 2]]))
-    with pytest.raises(ValueError, match="real"):
+    with pytest.raises(ValueError, match="one shape: tokens"):
         prefill_rows(tokens, torch.ones(1, 2, dtype=torch.bool), torch.zeros(1, 3))
+    with pytest.raises(ValueError, match="one shape: tokens"):
+        prefill_rows(tokens[0], torch.ones(3, dtype=torch.bool), torch.zeros(3))
