@@ -133,3 +133,29 @@ def test_greedy_evaluation_is_the_same_at_batch_sizes_8_16_and_64(tmp_path):
     assert sorted(res) == [8, 16, 64]
     assert res[8][0] == res[16][0] == res[64][0]
     assert len(set(res[8][0])) > 10  # real, varied answers, not one repeated string
+
+
+@pytest.mark.slow
+@pytest.mark.full
+def test_shared_prefixes_give_the_plain_prefills_completions_on_all_held_out_prompts(tmp_path):
+    """The protocol's size: the 362 held-out prompts at batches of 64 with the plain and the shared
+    prefill (``bench/eval_prefill.py``, whose committed result is ``bench/results/eval_prefill.md``);
+    the bench exits 1 if a completion or a score differs. About 10 minutes on one core."""
+    pytest.importorskip("torch")
+    main = runpy.run_path(str(Path(__file__).resolve().parents[2] / "bench" / "eval_prefill.py"))["main"]
+    assert main(["--n", "362", "--data_path", BENCH["spans_data"](tmp_path)]) == 0
+
+
+@pytest.mark.slow
+def test_shared_prefixes_give_the_plain_prefills_completions_on_24_prompts(nqa_spans_data, capsys):
+    """The packaged policy's greedy completions and scores of 24 held-out prompts (one batch, about
+    7 passages) with the shared prefill are the plain prefill's, and it computes fewer rows."""
+    pytest.importorskip("torch")
+    main = runpy.run_path(str(Path(__file__).resolve().parents[2] / "bench" / "eval_prefill.py"))["main"]
+    assert main(["--n", "24", "--data_path", nqa_spans_data]) == 0
+    rows = {
+        line.split("|")[1].strip(): int(line.split("|")[2])
+        for line in capsys.readouterr().out.splitlines()
+        if line.startswith("| plain |") or line.startswith("| shared")
+    }
+    assert rows["shared prefixes"] < 0.6 * rows["plain"]
