@@ -252,17 +252,18 @@ class FusedKernels:
         allowed = ((causal & real[:, None, :]) | torch.eye(n0, dtype=torch.bool))[:, None]
         cos, sin = core.rotary_emb(embed[:1], positions[:, :n0])
         c, s = cos.reshape(Q * n0, 1, D), sin.reshape(Q * n0, 1, D)
+        tokens = input_ids[:, :n0].reshape(-1)
+        rows = where = None  # the plain prefill: every position of the padded (Q, P − 1) layout
         if self.share_prefixes and Q * n0:
             # the linear layers run on each distinct prefix position once (prefixes.prefill_rows); the
             # attention sees the (Q, P − 1) layout it always did, gathered from those rows
             rows, where = prefill_rows(input_ids[:, :n0], real, positions[:, :n0])
-        else:
-            rows = where = torch.arange(Q * n0)
-        c, s = c[rows], s[rows]
+            c, s, tokens = c[rows], s[rows], tokens[rows]
         prompt_kv = []
 
         def causal_attend(q, k, v):
-            q, k, v = q[where], k[where], v[where]
+            if where is not None:
+                q, k, v = q[where], k[where], v[where]
             k, v = (
                 k.view(Q, n0, Hkv, D).transpose(1, 2).contiguous(),
                 v.view(Q, n0, Hkv, D).transpose(1, 2).contiguous(),
@@ -270,9 +271,10 @@ class FusedKernels:
             prompt_kv.append((k, v))
             q = q.view(Q, n0, H, D).transpose(1, 2)
             a = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, enable_gqa=True)
-            return a.transpose(1, 2).reshape(Q * n0, H * D)[rows]
+            a = a.transpose(1, 2).reshape(Q * n0, H * D)
+            return a if rows is None else a[rows]
 
-        x = F.embedding(input_ids[:, :n0].reshape(-1)[rows], embed)
+        x = F.embedding(tokens, embed)
         for weights in blocks:
             x = layer(x, c, s, weights, causal_attend)
         del x
