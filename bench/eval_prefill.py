@@ -44,46 +44,33 @@ def evaluation(model, tokenizer, config, n: int, share: bool, workdir: Path) -> 
     import pandas as pd
 
     from gcpo_train.evaluation.evaluate import evaluate
-    from gcpo_train.sampling import fused
+    from gcpo_train.sampling.fused import FusedKernels
+    from gcpo_train.sampling.prefixes import prefill_rows
 
-    class Counted(fused.FusedKernels):
+    class Counted(FusedKernels):
         """The fused kernels counting their prefill rows; ``share=False``: evaluate's prefix
         sharing left off (the prefill before it)."""
 
         rows = 0
 
-        def decode_step(self, model, input_ids, *args):
-            if not self.share_prefixes:  # the plain prefill's rows: Q·(P − 1) a batch
+        def decode_step(self, model, input_ids, attention_mask, positions, *args):
+            if self.share_prefixes:  # the trie's rows (built again here: milliseconds a batch)
+                prompt = (input_ids[:, :-1], attention_mask[:, :-1].bool(), positions[:, :-1])
+                self.rows += len(prefill_rows(*prompt)[0])
+            else:  # the plain prefill's rows: Q·(P − 1) a batch
                 self.rows += input_ids.shape[0] * (input_ids.shape[1] - 1)
-            return super().decode_step(model, input_ids, *args)
+            return super().decode_step(model, input_ids, attention_mask, positions, *args)
 
         def prefixes_shared(self):
             return super().prefixes_shared() if share else contextlib.nullcontext(self)
 
-    kernels, shared_rows = Counted(), fused.prefill_rows
-
-    def counting_rows(*args):
-        rows, where = shared_rows(*args)
-        kernels.rows += len(rows)
-        return rows, where
-
-    fused.prefill_rows = counting_rows
+    kernels = Counted()
     path = workdir / f"{'shared' if share else 'plain'}.json"
-    try:
-        wall, cpu = time.perf_counter(), time.process_time()
-        result = evaluate(
-            model,
-            tokenizer=tokenizer,
-            config=config,
-            n=n,
-            batch_size=BATCH,
-            kernels=kernels,
-            output=path,
-            progress=False,
-        )
-        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    finally:
-        fused.prefill_rows = shared_rows
+    wall, cpu = time.perf_counter(), time.process_time()
+    result = evaluate(
+        model, tokenizer=tokenizer, config=config, n=n, batch_size=BATCH, kernels=kernels, output=path, progress=False
+    )
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     result["completions"] = pd.read_parquet(path.with_name(path.stem + ".predictions.parquet"))["completion"].tolist()
     return result, kernels.rows, wall, cpu
 
@@ -125,26 +112,23 @@ def main(argv=None) -> int:
             label = "packaged base policy"
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
-        shared = evaluation(model, tokenizer, config, args.n, True, Path(tmp))
+        shared, n_rows, wall, cpu = evaluation(model, tokenizer, config, args.n, True, Path(tmp))
         if args.against is not None:
-            plain, plain_row = recorded(Path(args.against), args.n), list[float]()
+            plain = recorded(Path(args.against), args.n)
+            plain_timing = f"plain (recorded: {Path(args.against).name}) | – | – | –"
         else:
-            plain, *plain_row = evaluation(model, tokenizer, config, args.n, False, Path(tmp))
-    if shared[0]["query_ids"] != plain["query_ids"]:
+            plain, p_rows, p_wall, p_cpu = evaluation(model, tokenizer, config, args.n, False, Path(tmp))
+            plain_timing = f"plain | {p_rows} | {p_wall:.1f} | {p_cpu:.1f}"
+    if shared["query_ids"] != plain["query_ids"]:
         raise SystemExit("the two evaluations score different queries")
-    completions = sum(a != b for a, b in zip(shared[0]["completions"], plain["completions"], strict=True))
-    scores = sum(a != b for a, b in zip(shared[0]["scores"], plain["scores"], strict=True))
-    f1 = sum(plain["scores"]) / len(plain["scores"])  # scores are on 0-100
-    rows = []
-    if plain_row:
-        rows.append(f"| plain | {plain_row[0]} | {plain_row[1]:.1f} | {plain_row[2]:.1f} | – | – | {f1:.2f} |")
-    else:
-        rows.append(f"| plain (recorded: {Path(args.against).name}) | – | – | – | – | – | {f1:.2f} |")
-    res, n_rows, wall, cpu = shared
-    rows.append(
-        f"| shared prefixes | {n_rows} | {wall:.1f} | {cpu:.1f} | {completions} of {len(plain['scores'])} | "
-        f"{scores} of {len(plain['scores'])} | {sum(res['scores']) / len(res['scores']):.2f} |"
-    )
+    completions = sum(a != b for a, b in zip(shared["completions"], plain["completions"], strict=True))
+    scores = sum(a != b for a, b in zip(shared["scores"], plain["scores"], strict=True))
+    n = len(plain["scores"])
+    rows = [
+        f"| {plain_timing} | – | – | {sum(plain['scores']) / n:.2f} |",  # scores are on 0-100
+        f"| shared prefixes | {n_rows} | {wall:.1f} | {cpu:.1f} | {completions} of {n} | {scores} of {n} | "
+        f"{sum(shared['scores']) / n:.2f} |",
+    ]
     peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
     print(
         "\n".join(

@@ -24,6 +24,7 @@ QA: Acc (F1 > 0.5), BLEU, F1; HotpotQA: F1, EM; math: accuracy — all from
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from pathlib import Path
@@ -224,8 +225,6 @@ def decode(model, tokenizer, queries, s: EvalSettings, *, batch_size: int, kerne
     model is put back in training mode if it was. On the fused kernels a batch's prompts that begin
     alike (questions on one passage) share their prefill (``FusedKernels.prefixes_shared``): the
     same completions, measured (``bench/eval_prefill.py``), at a fraction of the prefill's cost."""
-    import contextlib
-
     torch = require("torch")
     tqdm = require("tqdm").tqdm
     from gcpo_analysis.prompts import build_prompt

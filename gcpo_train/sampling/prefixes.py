@@ -26,7 +26,8 @@ def prefill_rows(tokens, real, positions):
     * where (Q·n,): for every position the index into ``rows`` of the row that holds its state
       (a padding position reads row 0: its state is never read, attention masks it).
 
-    R = Q·n when no two prompts begin alike; R = the number of distinct prefixes otherwise.
+    Padding positions are never rows: R is the number of real positions when no two prompts begin
+    alike, the number of distinct (prefix, position) sequences otherwise.
     """
     torch = require("torch")
     if tokens.dim() != 2 or real.shape != tokens.shape or positions.shape != tokens.shape:

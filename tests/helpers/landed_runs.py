@@ -8,11 +8,11 @@ from pathlib import Path
 import pandas as pd
 
 
-def check_landed_run(run: Path, reference: Path, control: Path, allowed: set[str], expected: dict) -> None:
+def check_landed_run(run: Path, reference: Path, control: Path, allowed: set[str], expected: dict) -> pd.DataFrame:
     """``run``'s config is ``reference``'s (a committed run folder) but for the keys in ``allowed``,
     and holds ``expected``; it finished 60 steps; its held-out predictions score ``reference``'s 362
     questions in order; ``control`` (a no-passage ``*.predictions.parquet``) scores the same ones,
-    with its record beside it saying n = 362."""
+    with its record beside it saying n = 362. Returns the run's held-out predictions."""
     config = json.loads((run / "run.json").read_text())["config"]
     first = json.loads((reference / "run.json").read_text())["config"]
     differ = {k for k in set(config) | set(first) if config.get(k) != first.get(k)}
@@ -26,3 +26,4 @@ def check_landed_run(run: Path, reference: Path, control: Path, allowed: set[str
     assert blank["query_id"].tolist() == held_out["query_id"].tolist()
     record = control.with_name(control.name.replace(".predictions.parquet", ".json"))
     assert json.loads(record.read_text())["n"] == 362
+    return held_out

@@ -30,9 +30,8 @@ def test_each_run_is_bot_rd_at_the_planned_dose_finished_and_controlled(run):
     seed = int(run.name.removeprefix("seed_"))
     control = DOSE / "nopassage" / f"bot_rd-alpha10_seed_{seed}_step_60.predictions.parquet"
     expected = {"seed": seed, "alpha_base": 10.0, "modulator": "bot_rd"}
-    check_landed_run(run, FIRST / "runs" / "bot_rd" / "seed_0", control, {"seed", "alpha_base"}, expected)
+    held_out = check_landed_run(run, FIRST / "runs" / "bot_rd" / "seed_0", control, {"seed", "alpha_base"}, expected)
     grpo = pd.read_parquet(FIRST / "runs" / "none" / f"seed_{seed}" / "eval" / "step_000060.predictions.parquet")
-    held_out = pd.read_parquet(run / "eval" / "step_000060.predictions.parquet")
     assert held_out["query_id"].tolist() == grpo["query_id"].tolist()
 
 

@@ -15,6 +15,7 @@ from gcpo_train.compare.settings import load_compare_config
 
 # the evaluation at several batch sizes, shared with the benchmark that records its full-size result
 BENCH = runpy.run_path(str(Path(__file__).resolve().parents[2] / "bench" / "greedy_batch.py"))
+PREFILL_BENCH = runpy.run_path(str(Path(__file__).resolve().parents[2] / "bench" / "eval_prefill.py"))
 
 
 def _write(tmp_path, text: str):
@@ -142,8 +143,7 @@ def test_shared_prefixes_give_the_plain_prefills_completions_on_all_held_out_pro
     prefill (``bench/eval_prefill.py``, whose committed result is ``bench/results/eval_prefill.md``);
     the bench exits 1 if a completion or a score differs. About 10 minutes on one core."""
     pytest.importorskip("torch")
-    main = runpy.run_path(str(Path(__file__).resolve().parents[2] / "bench" / "eval_prefill.py"))["main"]
-    assert main(["--n", "362", "--data_path", BENCH["spans_data"](tmp_path)]) == 0
+    assert PREFILL_BENCH["main"](["--n", "362", "--data_path", BENCH["spans_data"](tmp_path)]) == 0
 
 
 @pytest.mark.slow
@@ -151,8 +151,7 @@ def test_shared_prefixes_give_the_plain_prefills_completions_on_24_prompts(nqa_s
     """The packaged policy's greedy completions and scores of 24 held-out prompts (one batch, about
     7 passages) with the shared prefill are the plain prefill's, and it computes fewer rows."""
     pytest.importorskip("torch")
-    main = runpy.run_path(str(Path(__file__).resolve().parents[2] / "bench" / "eval_prefill.py"))["main"]
-    assert main(["--n", "24", "--data_path", nqa_spans_data]) == 0
+    assert PREFILL_BENCH["main"](["--n", "24", "--data_path", nqa_spans_data]) == 0
     rows = {
         line.split("|")[1].strip(): int(line.split("|")[2])
         for line in capsys.readouterr().out.splitlines()
