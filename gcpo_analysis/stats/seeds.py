@@ -228,19 +228,7 @@ def seed_level(
     margin = _positive("the equivalence margin δ", margin)
     confidence = _fraction("confidence", confidence)
     per_seed = d.mean(axis=1)
-    try:
-        t = paired_t(per_seed, confidence)
-        p_eq = tost(per_seed, margin)
-    except NoSpreadError as exc:
-        warnings.warn(
-            f"{label + ': ' if label else ''}{exc}; the row leaves out the t interval, its p and the TOST p, "
-            "and its verdict is 'inconclusive'",
-            stacklevel=2,
-        )
-        scale = _power_of_two(per_seed)
-        nan = float("nan")
-        t = {"mean": float((per_seed / scale).mean()) * scale, "low": nan, "high": nan, "p": nan}
-        p_eq = nan
+    t, p_eq = t_and_tost(per_seed, confidence, margin, label, stacklevel=3)
     boot_low, boot_high = two_level_bootstrap(d, n_resamples, confidence, seed)
     return {
         "delta": t["mean"],
@@ -253,8 +241,34 @@ def seed_level(
         "boot2_high": boot_high,
         "margin": margin,
         "p_tost": p_eq,
-        "verdict": "inconclusive" if math.isnan(p_eq) else verdict(t["low"], t["high"], p_eq, 1.0 - confidence),
+        "verdict": defined_verdict(t["low"], t["high"], p_eq, 1.0 - confidence),
     }
+
+
+def t_and_tost(
+    deltas: ArrayLike, confidence: float, margin: float, label: str = "", stacklevel: int = 2
+) -> tuple[dict, float]:
+    """``paired_t`` at ``confidence`` and ``tost`` at ±``margin`` of per-seed deltas. Deltas with
+    no spread (``NoSpreadError``: every seed the same delta) give NaN for the interval, its p and
+    the TOST p, the mean as it is, and a warning that names ``label``: a reading of arms that
+    never diverged says so instead of stopping."""
+    try:
+        return paired_t(deltas, confidence), tost(deltas, margin)
+    except NoSpreadError as exc:
+        warnings.warn(
+            f"{label + ': ' if label else ''}{exc}; the row leaves out the t interval, its p and the TOST p, "
+            "and its verdict is 'inconclusive'",
+            stacklevel=stacklevel,
+        )
+        d = _deltas(deltas)
+        scale = _power_of_two(d)
+        nan = float("nan")
+        return {"mean": float((d / scale).mean()) * scale, "low": nan, "high": nan, "p": nan}, nan
+
+
+def defined_verdict(low: float, high: float, tost_p: float, alpha: float = 0.05) -> str:
+    """``verdict``, or "inconclusive" where ``t_and_tost`` found no spread (a NaN TOST p)."""
+    return "inconclusive" if isinstance(tost_p, float) and math.isnan(tost_p) else verdict(low, high, tost_p, alpha)
 
 
 # ---------------------------------------------------------------------- planning the seeds

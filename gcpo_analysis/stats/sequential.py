@@ -206,7 +206,7 @@ def sequential_seed_level(
     TOST). Returns the levels and, per look, the interval, the t p, the TOST p and the verdict
     (``seeds.verdict`` at the look's levels), plus ``stage2_alone``: the second stage's seeds read
     alone at the plain level α, a replication."""
-    from gcpo_analysis.stats.seeds import paired_t, tost, verdict
+    from gcpo_analysis.stats.seeds import defined_verdict, t_and_tost
 
     d = np.asarray(deltas, dtype=np.float64)
     if d.ndim != 1 or not np.all(np.isfinite(d)):
@@ -230,8 +230,7 @@ def sequential_seed_level(
         )
     looks = []
     for k, n in enumerate((first_look, d.size)):
-        t = paired_t(d[:n], 1.0 - two[k])
-        p_eq = tost(d[:n], margin)
+        t, p_eq = t_and_tost(d[:n], 1.0 - two[k], margin, f"look {k + 1}", stacklevel=3)
         looks.append(
             {
                 "seeds": n,
@@ -244,16 +243,15 @@ def sequential_seed_level(
                 "p_t": t["p"],
                 "p_tost": p_eq,
                 # the interval at the look's two-sided level; equivalence when TOST p < its one-sided level
-                "verdict": verdict(t["low"], t["high"], p_eq, float(one[k])),
+                "verdict": defined_verdict(t["low"], t["high"], p_eq, float(one[k])),
             }
         )
     stage2 = d[first_look:]
     alone = None
     if stage2.size >= 2:
-        t = paired_t(stage2, 1.0 - alpha)
-        p_eq = tost(stage2, margin)
+        t, p_eq = t_and_tost(stage2, 1.0 - alpha, margin, "the second stage alone", stacklevel=3)
         alone = {"seeds": int(stage2.size), "delta": t["mean"], "low": t["low"], "high": t["high"]}
-        alone.update(p_t=t["p"], p_tost=p_eq, verdict=verdict(t["low"], t["high"], p_eq, alpha))
+        alone.update(p_t=t["p"], p_tost=p_eq, verdict=defined_verdict(t["low"], t["high"], p_eq, alpha))
     return {
         "spending": spending,
         "alpha": alpha,

@@ -145,6 +145,12 @@ def add_steps(p) -> None:
         "--first_look", "--first-look", type=int, default=None, help="seeds in the first stage (two looks)"
     )
     rdg.add_argument("--planned", type=int, default=None, help="seeds planned in all (default: the seeds there)")
+    rdg.add_argument(
+        "--reference_folder",
+        "--reference-folder",
+        default=None,
+        help="read the reference arm from this comparison folder instead (its card must differ in arms and seeds only)",
+    )
     rdg.add_argument("--output", default=None, help="write the reading as Markdown here, and a strip plot beside it")
 
 
@@ -209,16 +215,18 @@ def run_reading(args) -> int:
     import pandas as pd
 
     from gcpo_analysis.frames import write_text
-    from gcpo_train.compare.stages import plot_deltas, reading, reading_markdown
+    from gcpo_train.compare.stages import plot_deltas, reading, reading_markdown, with_reference_from
 
-    source = Path(args.folder) / "results.parquet"
-    if not source.is_file():
-        raise FileNotFoundError(f"{args.folder} holds no results.parquet: run gcpo compare (or --report_only) first")
+    folders = [Path(args.folder)] + ([] if args.reference_folder is None else [Path(args.reference_folder)])
+    for folder in folders:
+        if not (folder / "results.parquet").is_file():
+            raise FileNotFoundError(f"{folder} holds no results.parquet: run gcpo compare (or --report_only) first")
+    if len(folders) == 2:
+        _check_same_card(*folders)
     out = None if args.output is None else Path(args.output)
     if out is not None:  # before the reading: every file it would write, checked first
-        folder = Path(args.folder).resolve()
-        if out.suffix != ".md" or out.resolve().is_relative_to(folder):  # any depth: the comparison owns it
-            raise ValueError(f"--output {out}: a .md file outside the comparison folder, which the comparison writes")
+        if out.suffix != ".md" or any(out.resolve().is_relative_to(f.resolve()) for f in folders):  # any depth
+            raise ValueError(f"--output {out}: a .md file outside the comparison folder(s), which compare writes")
         plots = [out.with_name(out.stem + "_deltas" + suffix) for suffix in (".png", ".svg")]
         for path in (out, *plots):
             if path.exists() or path.is_symlink():
@@ -226,13 +234,39 @@ def run_reading(args) -> int:
         above = next((p for p in out.parents if p.exists()), None)
         if above is not None and not above.is_dir():
             raise NotADirectoryError(f"--output {out}: {above} is a file, not a folder")
-    result = reading(pd.read_parquet(source), args.arm, args.margin, args.reference, args.first_look, args.planned)
+    results = pd.read_parquet(folders[0] / "results.parquet")
+    if len(folders) == 2:
+        results = with_reference_from(results, pd.read_parquet(folders[1] / "results.parquet"), args.reference)
+    result = reading(results, args.arm, args.margin, args.reference, args.first_look, args.planned)
+    if len(folders) == 2:
+        result["reference_folder"] = str(folders[1])
     text = reading_markdown(result)
     if out is not None:
         write_text(out, text)
         plot_deltas(result, out.with_name(out.stem + "_deltas"))
     print(text)
     return 0
+
+
+def _check_same_card(folder, reference_folder) -> None:
+    """Two comparison folders whose arm-seeds may be paired: their compare.json equal in every field
+    that defines a comparison (the config, steps, eval_n, the data's SHA-256, ...), arms and seeds
+    aside; a ValueError names each field that differs."""
+    from gcpo_train.compare.publish import identity_differences
+    from gcpo_train.compare.record import read_record
+
+    if folder.resolve() == reference_folder.resolve():
+        raise ValueError(f"--reference_folder {reference_folder} is the comparison folder itself; leave it out")
+    for f in (folder, reference_folder):
+        if not (f / "compare.json").is_file():  # no card, nothing to say the runs may be paired
+            raise FileNotFoundError(f"{f} holds no compare.json: the two comparisons cannot be checked for pairing")
+    mine, theirs = (read_record(f / "compare.json") for f in (folder, reference_folder))
+    diffs = identity_differences(mine, theirs, names=(str(reference_folder), str(folder)), either_older=True)
+    if diffs:
+        raise ValueError(
+            f"--reference_folder {reference_folder} holds another comparison than {folder} "
+            f"({'; '.join(diffs)}): its runs cannot be paired with this one's"
+        )
 
 
 def run_cli(args) -> int:

@@ -59,21 +59,33 @@ def _spec(folder: Path) -> dict:
         raise SystemExit(f"{path}: not a gcpo compare record ({type(e).__name__}: {e})") from None
 
 
-def _differences(source: dict, dest: dict) -> list[str]:
-    """What makes the destination's comparison another than the source's: a field of compare.json
-    that differs (one recorded by later versions may be absent from an earlier copy), or an arm or
-    seed of the destination that the source lacks. The config alone was compared: a comparison of
-    other steps or eval_n with an equal config was copied over, leaving a mix of the two."""
+def identity_differences(
+    source: dict, dest: dict, names: tuple[str, str] = ("the copy", "the source"), either_older: bool = False
+) -> list[str]:
+    """The fields of compare.json, arms and seeds aside, in which ``dest``'s comparison is another
+    than ``source``'s: two cards without differences trained every arm-seed with the same
+    settings, data and evaluation. A field recorded only by later versions may be absent from
+    ``dest`` (an earlier copy), or from either card with ``either_older``."""
     from gcpo_train.compare.run import RECORDED_SINCE_FP32_PROTOCOL
 
     old, new = dest.get("config", {}), source.get("config", {})
     keys = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
     diffs = [f"config ({', '.join(keys)})"] if keys else []
     for field in sorted((set(source) | set(dest)) - {"config", *NOT_IDENTITY}):
-        if (field in RECORDED_SINCE_FP32_PROTOCOL or field == "data") and field not in dest:
+        missing = field not in dest or (either_older and field not in source)
+        if (field in RECORDED_SINCE_FP32_PROTOCOL or field == "data") and missing:
             continue
         if source.get(field) != dest.get(field):
-            diffs.append(f"{field}: {dest.get(field)!r} in the copy vs {source.get(field)!r}")
+            diffs.append(f"{field}: {dest.get(field)!r} in {names[0]} vs {source.get(field)!r} in {names[1]}")
+    return diffs
+
+
+def _differences(source: dict, dest: dict) -> list[str]:
+    """What makes the destination's comparison another than the source's: a field of compare.json
+    that differs (``identity_differences``), or an arm or seed of the destination that the source
+    lacks. The config alone was compared: a comparison of other steps or eval_n with an equal
+    config was copied over, leaving a mix of the two."""
+    diffs = identity_differences(source, dest)
     for field, what in (("modulators", "arm"), ("seeds", "seed")):
         lost = [x for x in dest.get(field, []) if x not in source.get(field, [])]
         if lost:

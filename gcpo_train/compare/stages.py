@@ -86,15 +86,30 @@ def shape_of_deltas(per_seed: pd.Series) -> dict:
 def margin_sensitivity(per_seed: pd.Series, margins=SENSITIVITY, level: float = 0.05) -> pd.DataFrame:
     """The TOST p and the verdict for each δ in ``margins`` (the TOST read at the one-sided
     ``level``, the 95% t interval for "better"/"worse"): which δ would have changed the verdict."""
-    from gcpo_analysis.stats.seeds import paired_t, tost, verdict
+    import warnings
+
+    from gcpo_analysis.stats.seeds import defined_verdict, t_and_tost
 
     d = per_seed.to_numpy(dtype=np.float64)
-    t = paired_t(d)
     rows = []
-    for m in margins:
-        p = tost(d, float(m))
-        rows.append({"margin": float(m), "p_tost": p, "verdict": verdict(t["low"], t["high"], p, level)})
+    with warnings.catch_warnings():  # no spread: the reading's own statistics have said so once
+        warnings.simplefilter("ignore")
+        for m in margins:
+            t, p = t_and_tost(d, 0.95, float(m))
+            rows.append({"margin": float(m), "p_tost": p, "verdict": defined_verdict(t["low"], t["high"], p, level)})
     return pd.DataFrame(rows)
+
+
+def with_reference_from(results: pd.DataFrame, other: pd.DataFrame, reference: str) -> pd.DataFrame:
+    """``results`` with the reference arm's rows taken from another comparison's ``other`` (a dose
+    arm trained in a folder of its own, read against an arm of the main comparison; the caller
+    checks that the two cards differ in their arms and seeds only). Rows of ``reference`` in
+    ``results`` are dropped, so that every arm-seed is read from one folder."""
+    other = check_results(other, "the reference folder's results")
+    if reference not in set(other["arm"]):
+        raise ValueError(f"the reference folder has no run of arm {reference!r}; its arms: {sorted(set(other['arm']))}")
+    mine = check_results(results, "comparison results")
+    return pd.concat([mine[mine["arm"] != reference], other[other["arm"] == reference]], ignore_index=True)
 
 
 def reading(
@@ -160,6 +175,11 @@ def reading_markdown(r: dict) -> str:
     """The reading as Markdown: the verdict first, then the statistics and the shape."""
     arm, ref, margin = r["arm"], r["reference"], r["margin"]
     lines = [f"## Δ({arm} − {ref}) at ±{margin:g}\n"]
+    if "reference_folder" in r:
+        lines.append(
+            f"`{ref}` is read from `{r['reference_folder']}`, a comparison whose card differs from this "
+            "one's in its arms and seeds only.\n"
+        )
     if "note" in r:
         lines.append(f"{r['note']}\n")
     if "sequential" in r:
@@ -174,26 +194,26 @@ def reading_markdown(r: dict) -> str:
             lines.append(
                 f"| {k} | {look['seeds']} | {_s(look['delta'])} | [{_s(look['low'])}, {_s(look['high'])}] "
                 f"({100 * (1 - look['level_two_sided']):.2f}%) | {look['level_two_sided']:.4f} / "
-                f"{look['level_one_sided']:.4f} | {look['p_t']:.3f} | {look['p_tost']:.4f} | {look['verdict']} |"
+                f"{look['level_one_sided']:.4f} | {_p(look['p_t'], 3)} | {_p(look['p_tost'])} | {look['verdict']} |"
             )
         alone = seq["stage2_alone"]
         if alone is not None:
             lines.append(
                 f"\nThe second stage alone ({alone['seeds']} seeds, 95% t interval, a replication): "
                 f"Δ = {_s(alone['delta'])} [{_s(alone['low'])}, {_s(alone['high'])}], TOST p "
-                f"{alone['p_tost']:.4f}: {alone['verdict']}."
+                f"{_p(alone['p_tost'])}: {alone['verdict']}."
             )
     else:
         s = r["seed_level"]
         lines.append(
             f"One look, {r['shape']['seeds']} seeds: Δ = {_s(s['delta'])} [{_s(s['delta_low'])}, "
-            f"{_s(s['delta_high'])}] (95% t, df {s['df']}), sign-flip p {s['p']:.3f}, two-level bootstrap "
-            f"[{_s(s['boot2_low'])}, {_s(s['boot2_high'])}], TOST p {s['p_tost']:.4f}: **{s['verdict']}**."
+            f"{_s(s['delta_high'])}] (95% t, df {s['df']}), sign-flip p {_p(s['p'], 3)}, two-level bootstrap "
+            f"[{_s(s['boot2_low'])}, {_s(s['boot2_high'])}], TOST p {_p(s['p_tost'])}: **{s['verdict']}**."
         )
     sh = r["shape"]
     lines += [
         f"\nPer-seed deltas: median {_s(sh['median'])}, {sh['below_zero']} of {sh['seeds']} below 0, Wilcoxon "
-        f"p {sh['wilcoxon_p']:.3f}; the mean without one seed ranges {_s(sh['loo_low'])} (without seed "
+        f"p {_p(sh['wilcoxon_p'], 3)}; the mean without one seed ranges {_s(sh['loo_low'])} (without seed "
         f"{sh['loo_low_without']}) to {_s(sh['loo_high'])} (without seed {sh['loo_high_without']}).\n",
         "| seed | " + " | ".join(str(s) for s in r["per_seed"].index) + " |",
         "|---|" + "---|" * len(r["per_seed"]),
@@ -201,15 +221,20 @@ def reading_markdown(r: dict) -> str:
         "\nThe verdict's sensitivity to δ (descriptive; the plan's δ decides):\n",
         "| δ | " + " | ".join(f"{m:g}" for m in r["sensitivity"]["margin"]) + " |",
         "|---|" + "---|" * len(r["sensitivity"]),
-        "| TOST p | " + " | ".join(f"{p:.4f}" for p in r["sensitivity"]["p_tost"]) + " |",
+        "| TOST p | " + " | ".join(_p(p) for p in r["sensitivity"]["p_tost"]) + " |",
         "| verdict | " + " | ".join(r["sensitivity"]["verdict"]) + " |",
     ]
     return "\n".join(lines) + "\n"
 
 
 def _s(value: float) -> str:
-    """A signed number with two decimals and a true minus sign."""
-    return f"{value:+.2f}".replace("-", "−")
+    """A signed number with two decimals and a true minus sign; "—" where undefined (no spread)."""
+    return "—" if np.isnan(value) else f"{value:+.2f}".replace("-", "−")
+
+
+def _p(value: float, digits: int = 4) -> str:
+    """A p-value to ``digits`` decimals; "—" where undefined (no spread, no nonzero delta)."""
+    return "—" if np.isnan(value) else f"{value:.{digits}f}"
 
 
 def plot_deltas(r: dict, path: Path) -> None:

@@ -122,3 +122,71 @@ def test_the_reading_command(tmp_path, capsys):
     assert main([*args, "--output", str(folder / "r.md")]) == 2
     assert main(["compare", "reading", str(tmp_path), "--arm", "bot_rd", "--margin", "3.26"]) == 2
     assert "no results.parquet" in capsys.readouterr().err
+
+
+def _card(folder, **changes):
+    """A minimal compare.json: what ``read_record`` accepts, with ``changes`` over it."""
+    import json
+
+    card = {"config": {"model": "packaged", "steps": 60, "seed": 0}, "modulators": ["none"], "seeds": [0], "steps": 60}
+    card.update(changes)
+    (folder / "compare.json").write_text(json.dumps(card), encoding="utf-8")
+
+
+def test_a_reference_arm_read_from_another_comparison(tmp_path, capsys):
+    """``--reference_folder``: the treated arm from one folder against the reference from another
+    (a dose arm in a folder of its own against the main comparison's arm); the deltas are the
+    by-hand differences across the two frames, the folder's own rows of the reference are not
+    read, and folders whose cards differ beyond arms and seeds are refused naming the field."""
+    from gcpo_analysis.cli import main
+    from gcpo_train.compare.stages import with_reference_from
+
+    both = _results(n_seeds=6)
+    dose, main_cmp = tmp_path / "dose", tmp_path / "main"
+    for folder in (dose, main_cmp):
+        folder.mkdir()
+    treated = both[both["arm"] == "bot_rd"].assign(arm="bot_rd:alpha10")
+    treated["score"] += np.random.default_rng(1).normal(0, 3, len(treated))  # not bot_rd's own scores
+    decoy = both[both["arm"] == "none"].assign(score=0.0)  # the dose folder's own `none`: never read
+    pd.concat([treated, decoy]).to_parquet(dose / "results.parquet")
+    both.to_parquet(main_cmp / "results.parquet")
+    _card(dose, modulators=["none", "bot_rd:alpha10"], data={"sha256": "x"})
+    _card(main_cmp, modulators=["none", "bot_rd"], seeds=[0, 1])  # an older card: no data record
+
+    joined = with_reference_from(pd.read_parquet(dose / "results.parquet"), both, "none")
+    d = contrast_deltas(joined, "bot_rd:alpha10")
+    last = pd.concat([both, treated])
+    last = last[last["step"] == 60].pivot_table(index=["seed", "query_id"], columns="arm", values="score")
+    by_hand = (last["bot_rd:alpha10"] - last["none"]).groupby("seed").mean()
+    np.testing.assert_allclose(d.mean(axis=1).to_numpy(), by_hand.to_numpy())
+
+    args = ["compare", "reading", str(dose), "--arm", "bot_rd:alpha10", "--margin", "3.26"]
+    assert main([*args, "--reference_folder", str(main_cmp)]) == 0
+    printed = capsys.readouterr().out
+    assert f"`none` is read from `{main_cmp}`" in printed
+    assert f"Δ = {by_hand.mean():+.2f}".replace("-", "−") in printed
+
+    assert main([*args, "--reference", "bot_rd", "--reference_folder", str(main_cmp)]) == 0  # another arm there
+    printed = capsys.readouterr().out
+    against_bot_rd = (last["bot_rd:alpha10"] - last["bot_rd"]).groupby("seed").mean().mean()
+    assert "`bot_rd` is read from" in printed and f"Δ = {against_bot_rd:+.2f}".replace("-", "−") in printed
+    assert main([*args, "--reference", "rd", "--reference_folder", str(main_cmp)]) == 2
+    assert "reference folder has no run of arm 'rd'" in capsys.readouterr().err
+    assert main([*args, "--reference_folder", str(dose)]) == 2
+    assert "the comparison folder itself" in capsys.readouterr().err
+    assert main([*args, "--reference_folder", str(main_cmp), "--output", str(main_cmp / "r.md")]) == 2
+    assert "outside the comparison folder" in capsys.readouterr().err
+    _card(main_cmp, steps=30)
+    assert main([*args, "--reference_folder", str(main_cmp)]) == 2
+    err = capsys.readouterr().err
+    assert "holds another comparison" in err and "steps: 30" in err
+    _card(main_cmp, config={"model": "packaged", "steps": 60, "seed": 0, "beta": 0.0})
+    assert main([*args, "--reference_folder", str(main_cmp)]) == 2
+    assert "config (beta)" in capsys.readouterr().err
+    (main_cmp / "compare.json").unlink()
+    assert main([*args, "--reference_folder", str(main_cmp)]) == 2
+    assert "holds no compare.json" in capsys.readouterr().err
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main([*args, "--reference_folder", str(empty)]) == 2
+    assert f"{empty} holds no results.parquet" in capsys.readouterr().err

@@ -76,3 +76,21 @@ def test_outputs_never_land_on_a_users_file_or_in_the_comparison(tmp_path, capsy
     (tmp_path / "odd" / "results.parquet").mkdir(parents=True)
     assert main(["compare", "reading", str(tmp_path / "odd"), "--arm", "bot_rd", "--margin", "3.26"]) == 2
     assert "holds no results.parquet" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("looks", [{}, {"first_look": 6, "planned": 10}])
+def test_arms_that_never_diverged_are_read_not_refused(looks):
+    """Every seed's delta 0 (an arm that never left the reference, e.g. a weight that never
+    changed an update): no t interval or TOST exists, so each is "—", the verdict is
+    "inconclusive" with a warning, and the reading is still printed (it stopped on the first
+    look's t interval, then on the δ sensitivity)."""
+    res = _results(n_seeds=8)
+    twin = res[res["arm"] == "bot_rd"].assign(arm="twin")
+    with pytest.warns(UserWarning, match="no spread"):
+        r = reading(pd.concat([res, twin]), "twin", 3.26, reference="bot_rd", **looks)
+    assert (r["per_seed"] == 0).all()
+    assert (r["sensitivity"]["verdict"] == "inconclusive").all() and r["sensitivity"]["p_tost"].isna().all()
+    rows = r["sequential"]["looks"] if looks else [r["seed_level"]]
+    assert all(row["verdict"] == "inconclusive" for row in rows)
+    text = reading_markdown(r)
+    assert "nan" not in text and "| — |" in text and "inconclusive" in text
