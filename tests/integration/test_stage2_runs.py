@@ -45,3 +45,26 @@ def test_the_training_page_names_the_landed_seeds():
     seeds = ", ".join(map(str, complete))
     assert f"stage 2, seed{'s' if len(complete) > 1 else ''} {seeds} of both arms" in page
     assert f"the dose arm, seed{'s' if len(dose) > 1 else ''} {', '.join(map(str, dose))}" in page
+
+
+def test_both_arms_of_a_seed_ran_on_one_machine_and_the_readme_names_it():
+    """A seed's two arms round alike only on one processor (the plan's first amendment): where
+    run.json records it, both arms name the same ``cpu_signature``, and the stage's README names
+    each seed under its machine."""
+    import re
+
+    readme = " ".join((STAGE2 / "README.md").read_text(encoding="utf-8").split())
+    named: dict[str, set[int]] = {}
+    for seeds, signature in re.findall(
+        r'seeds? ([\d, and]+?) (?:ran on a processor of `cpu_signature` |on )"([^"]+)"', readme
+    ):
+        named.setdefault(signature, set()).update(int(s) for s in re.findall(r"\d+", seeds))
+    machines: dict[int, set[str]] = {}
+    for run in RUNS:
+        environment = json.loads((run / "run.json").read_text())["environment"]
+        if "cpu_signature" in environment:
+            machines.setdefault(int(run.name.removeprefix("seed_")), set()).add(environment["cpu_signature"])
+    assert machines, "no landed run records its machine"
+    for seed, signatures in machines.items():
+        assert len(signatures) == 1, f"seed {seed}: its arms ran on {sorted(signatures)}"
+        assert seed in named.get(signatures.pop(), set()), f"the README does not name seed {seed}'s machine"
