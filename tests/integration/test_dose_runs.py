@@ -52,3 +52,18 @@ def test_the_grpo_rerun_equals_the_committed_run_in_what_the_plan_named():
     b = pd.read_parquet(committed / "eval" / "step_000060.predictions.parquet")
     for col in ("query_id", "completion", "answer", "reward", "score"):
         assert a[col].equals(b[col]), col
+
+
+def test_the_landed_seeds_received_the_planned_dose():
+    """A manipulation check, not a reading of the outcome: ω read back from the landed runs'
+    advantages spreads within a step as section 3 forecast from the confirmatory rollouts
+    (ω / step mean 0.59–1.48 at p5–p95, against 0.94–1.06 at the paper's α): an α that never
+    reached the weights would leave the confirmatory bot_rd's ±6%."""
+    import numpy as np
+
+    from gcpo_train.compare.treatment import omega_frame, relative_weights
+
+    omega = omega_frame(DOSE, "bot_rd:alpha10")
+    assert sorted(set(omega["seed"])) == sorted(int(r.name.removeprefix("seed_")) for r in RUNS)
+    low, high = np.percentile(relative_weights(omega), [5, 95])
+    assert low <= 0.7 and high >= 1.3, (low, high)
