@@ -67,3 +67,12 @@ def test_the_landed_seeds_received_the_planned_dose():
     assert sorted(set(omega["seed"])) == sorted(int(r.name.removeprefix("seed_")) for r in RUNS)
     low, high = np.percentile(relative_weights(omega), [5, 95])
     assert low <= 0.7 and high >= 1.3, (low, high)
+
+
+def test_the_dose_card_pairs_with_the_first_stages():
+    """The plan's descriptive Δ(bot_rd:alpha10 − bot_rd) reads bot_rd from the confirmatory folder
+    (``gcpo compare reading --reference_folder``): the two cards must differ in arms and seeds only."""
+    from gcpo_train.compare.cli import _check_same_card
+
+    _check_same_card(DOSE, FIRST)
+    _check_same_card(FIRST, DOSE)
