@@ -222,7 +222,7 @@ def run_reading(args) -> int:
         if not (folder / "results.parquet").is_file():
             raise FileNotFoundError(f"{folder} holds no results.parquet: run gcpo compare (or --report_only) first")
     if len(folders) == 2:
-        _check_same_card(*folders)
+        check_same_card(*folders)
     out = None if args.output is None else Path(args.output)
     if out is not None:  # before the reading: every file it would write, checked first
         if out.suffix != ".md" or any(out.resolve().is_relative_to(f.resolve()) for f in folders):  # any depth
@@ -248,7 +248,7 @@ def run_reading(args) -> int:
     return 0
 
 
-def _check_same_card(folder, reference_folder) -> None:
+def check_same_card(folder, reference_folder) -> None:
     """Two comparison folders whose arm-seeds may be paired: their compare.json equal in every field
     that defines a comparison (the config, steps, eval_n, the data's SHA-256, ...), arms and seeds
     aside; a ValueError names each field that differs."""

@@ -72,7 +72,7 @@ def test_the_landed_seeds_received_the_planned_dose():
 def test_the_dose_card_pairs_with_the_first_stages():
     """The plan's descriptive Δ(bot_rd:alpha10 − bot_rd) reads bot_rd from the confirmatory folder
     (``gcpo compare reading --reference_folder``): the two cards must differ in arms and seeds only."""
-    from gcpo_train.compare.cli import _check_same_card
+    from gcpo_train.compare.cli import check_same_card
 
-    _check_same_card(DOSE, FIRST)
-    _check_same_card(FIRST, DOSE)
+    check_same_card(DOSE, FIRST)
+    check_same_card(FIRST, DOSE)
