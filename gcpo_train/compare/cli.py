@@ -217,12 +217,13 @@ def run_reading(args) -> int:
     from gcpo_analysis.frames import write_text
     from gcpo_train.compare.stages import plot_deltas, reading, reading_markdown, with_reference_from
 
-    folders = [Path(args.folder)] + ([] if args.reference_folder is None else [Path(args.reference_folder)])
+    other = None if args.reference_folder is None else Path(args.reference_folder)
+    folders = [Path(args.folder)] + ([] if other is None else [other])
     for folder in folders:
         if not (folder / "results.parquet").is_file():
             raise FileNotFoundError(f"{folder} holds no results.parquet: run gcpo compare (or --report_only) first")
-    if len(folders) == 2:
-        check_same_card(*folders)
+    if other is not None:
+        check_same_card(folders[0], other)
     out = None if args.output is None else Path(args.output)
     if out is not None:  # before the reading: every file it would write, checked first
         if out.suffix != ".md" or any(out.resolve().is_relative_to(f.resolve()) for f in folders):  # any depth
@@ -235,11 +236,11 @@ def run_reading(args) -> int:
         if above is not None and not above.is_dir():
             raise NotADirectoryError(f"--output {out}: {above} is a file, not a folder")
     results = pd.read_parquet(folders[0] / "results.parquet")
-    if len(folders) == 2:
-        results = with_reference_from(results, pd.read_parquet(folders[1] / "results.parquet"), args.reference)
+    if other is not None:
+        results = with_reference_from(results, pd.read_parquet(other / "results.parquet"), args.reference)
     result = reading(results, args.arm, args.margin, args.reference, args.first_look, args.planned)
-    if len(folders) == 2:
-        result["reference_folder"] = str(folders[1])
+    if other is not None:
+        result["reference_folder"] = str(other)
     text = reading_markdown(result)
     if out is not None:
         write_text(out, text)

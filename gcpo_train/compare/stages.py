@@ -86,17 +86,18 @@ def shape_of_deltas(per_seed: pd.Series) -> dict:
 def margin_sensitivity(per_seed: pd.Series, margins=SENSITIVITY, level: float = 0.05) -> pd.DataFrame:
     """The TOST p and the verdict for each δ in ``margins`` (the TOST read at the one-sided
     ``level``, the 95% t interval for "better"/"worse"): which δ would have changed the verdict."""
-    import warnings
-
-    from gcpo_analysis.stats.seeds import defined_verdict, t_and_tost
+    from gcpo_analysis.stats.seeds import NoSpreadError, paired_t, tost, verdict
 
     d = per_seed.to_numpy(dtype=np.float64)
+    margins = [float(m) for m in margins]
+    try:
+        t = paired_t(d)
+    except NoSpreadError:  # no TOST at any δ; the reading's own statistics have warned once
+        return pd.DataFrame({"margin": margins, "p_tost": float("nan"), "verdict": "inconclusive"})
     rows = []
-    with warnings.catch_warnings():  # no spread: the reading's own statistics have said so once
-        warnings.simplefilter("ignore")
-        for m in margins:
-            t, p = t_and_tost(d, 0.95, float(m))
-            rows.append({"margin": float(m), "p_tost": p, "verdict": defined_verdict(t["low"], t["high"], p, level)})
+    for m in margins:
+        p = tost(d, m)
+        rows.append({"margin": m, "p_tost": p, "verdict": verdict(t["low"], t["high"], p, level)})
     return pd.DataFrame(rows)
 
 
